@@ -1,0 +1,126 @@
+"""The network: preprocessing, discounting, forward and backward passes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pong_mp import policy
+from pong_mp.envs import make_env
+
+
+def test_preprocess_real_ale_frame_keeps_ball_and_paddles() -> None:
+    pytest.importorskip("ale_py")
+    env = make_env("ALE/Pong-v5")
+    try:
+        obs, _ = env.reset(seed=0)
+        for _ in range(60):  # far enough into the game that the ball is in play
+            obs, *_ = env.step(0)
+    finally:
+        env.close()
+    x = policy.preprocess(obs)
+    assert x.shape == (6400,) and x.dtype == np.float64
+    assert set(np.unique(x)) <= {0.0, 1.0}
+    grid = x.reshape(80, 80)
+    red = obs[35:195:2, ::2, 0]
+    # Exactly the non-background pixels survive: both paddles and the ball.
+    np.testing.assert_array_equal(grid, ((red != 144) & (red != 109) & (red != 0)).astype(float))
+    assert grid[:, 70:72].sum() >= 4, "agent's paddle (right) should survive"
+    assert grid[:, 8:10].sum() >= 4, "opponent's paddle (left) should survive"
+    assert 0 < grid.sum() < 100
+
+
+def test_preprocess_fake_pong_frame() -> None:
+    env = make_env("FakePong-v0")
+    obs, _ = env.reset(seed=3)
+    for _ in range(3):
+        obs, *_ = env.step(2)
+    u = env.unwrapped
+    grid = policy.preprocess(obs).reshape(80, 80)
+    # Paddles are 16x4 pixels: 8 kept rows in each of 2 kept columns.
+    assert grid[:, 70].sum() == grid[:, 71].sum() == 8  # the agent's, on the right
+    assert grid[:, 8].sum() == grid[:, 9].sum() == 8  # the opponent's, on the left
+    # The ball covers the kept rows 35 + 2i and columns 2j inside its 4x2 rectangle.
+    rows = [i for i in range(80) if u.ball_y <= 35 + 2 * i < u.ball_y + 4]
+    cols = [j for j in range(80) if u.ball_x <= 2 * j < u.ball_x + 2]
+    assert len(rows) == 2 and len(cols) == 1
+    assert grid[np.ix_(rows, cols)].sum() == 2
+    assert grid.sum() == 4 * 8 + 2
+
+
+def test_preprocess_erases_the_background_values() -> None:
+    frame = np.full((210, 160, 3), 144, dtype=np.uint8)
+    frame[100:110, 50:60, 0] = 109
+    frame[120, 30, 0] = 0
+    assert policy.preprocess(frame).sum() == 0
+    frame[36, 2, 0] = 7
+    assert policy.preprocess(frame).reshape(80, 80)[0, 1] == 0.0  # odd row: skipped
+    frame[35, 2, 0] = 7
+    assert policy.preprocess(frame).reshape(80, 80)[0, 1] == 1.0
+
+
+def test_discount_restarts_at_each_point() -> None:
+    r = np.array([0, 0, 1, 0, -1, 0, 0], dtype=float)
+    g = 0.5
+    expected = [0.25, 0.5, 1.0, -0.5, -1.0, 0.0, 0.0]
+    np.testing.assert_allclose(policy.discount_rewards(r, g), expected)
+
+
+def test_discount_without_points_is_zero_and_gamma_one_sums() -> None:
+    np.testing.assert_array_equal(policy.discount_rewards(np.zeros(4), 0.99), np.zeros(4))
+    np.testing.assert_allclose(policy.discount_rewards(np.array([0.0, 0, 1]), 1.0), [1, 1, 1])
+
+
+def test_standardize() -> None:
+    a = policy.standardize(np.array([1.0, 2.0, 3.0, 6.0]))
+    assert abs(a.mean()) < 1e-12 and abs(a.std() - 1) < 1e-12
+    np.testing.assert_array_equal(policy.standardize(np.array([2.0, 2.0])), [0.0, 0.0])
+
+
+def test_init_is_xavier_and_a_function_of_the_seed() -> None:
+    a, b, c = policy.init_params(50, 1), policy.init_params(50, 1), policy.init_params(50, 2)
+    assert a.tobytes() == b.tobytes() and a.tobytes() != c.tobytes()
+    w1, w2 = policy.split(a, 50)
+    assert w1.shape == (50, 6400) and w2.shape == (50,)
+    assert abs(w1.std() - 1 / np.sqrt(6400)) < 0.05 / np.sqrt(6400)
+    assert np.shares_memory(w1, a)
+
+
+def test_backward_matches_finite_differences() -> None:
+    rng = np.random.default_rng(0)
+    hidden, steps = 6, 5
+    params = policy.init_params(hidden, 7) * 5
+    xs = rng.choice([-1.0, 0.0, 1.0], size=(steps, 6400), p=[0.01, 0.98, 0.01])
+    adv = rng.standard_normal(steps)
+    ys = rng.integers(0, 2, steps).astype(float)
+
+    def objective(p: np.ndarray) -> float:
+        # sum_t adv_t * log pi(a_t | x_t): what the gradient of an episode ascends.
+        w1, w2 = policy.split(p, hidden)
+        total = 0.0
+        for x, y, a in zip(xs, ys, adv, strict=True):
+            prob, _ = policy.forward(w1, w2, x)
+            total += a * np.log(prob if y else 1 - prob)
+        return total
+
+    w1, w2 = policy.split(params, hidden)
+    hs, dlogps = [], []
+    for x, y in zip(xs, ys, strict=True):
+        prob, h = policy.forward(w1, w2, x)
+        hs.append(h)
+        dlogps.append(y - prob)
+    grad = policy.backward(w2, xs, np.vstack(hs), np.array(dlogps) * adv, np.empty_like(params))
+    # Check every W2 entry and the W1 entries that touch non-zero inputs.
+    active_cols = np.flatnonzero(np.abs(xs).sum(axis=0))[:6]
+    idx = [hidden * 6400 + k for k in range(hidden)]
+    idx += [r * 6400 + c for r in range(hidden) for c in active_cols]
+    eps = 1e-6
+    for i in idx:
+        up, down = params.copy(), params.copy()
+        up[i] += eps
+        down[i] -= eps
+        numeric = (objective(up) - objective(down)) / (2 * eps)
+        assert grad[i] == pytest.approx(numeric, rel=1e-4, abs=1e-7), i
+    # Inputs that are always zero get no gradient.
+    zero_col = int(np.flatnonzero(np.abs(xs).sum(axis=0) == 0)[0])
+    assert grad[zero_col] == 0.0
