@@ -1,0 +1,58 @@
+"""Shared fixtures: a clean /dev/shm and process table after every test that asks for it."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+SHM = Path("/dev/shm")
+
+
+def pong_shm_blocks() -> set[str]:
+    """Names of pong-mp shared-memory blocks that exist now."""
+    if not SHM.is_dir():
+        return set()
+    return {p.name for p in SHM.iterdir() if p.name.startswith("pong-mp-")}
+
+
+def pong_processes() -> set[int]:
+    """Pids of live processes whose OS name is pong-mp-worker-* (zombies excluded)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Name", "").strip().startswith("pong-mp-worker") and not fields.get(
+            "State", ""
+        ).strip().startswith("Z"):
+            pids.add(int(entry.name))
+    return pids
+
+
+def wait_until_clean(before_shm: set[str], timeout: float = 10.0) -> tuple[set[str], set[int]]:
+    """Wait up to `timeout` s for new shm blocks and worker processes to vanish; the leftovers."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shm = pong_shm_blocks() - before_shm
+        procs = {pid for pid in pong_processes() if pid != os.getpid()}
+        if (not shm and not procs) or time.monotonic() > deadline:
+            return shm, procs
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def clean_system() -> Iterator[None]:
+    """Fails the test if it leaves pong-mp shared memory or worker processes behind."""
+    before = pong_shm_blocks()
+    yield
+    shm, procs = wait_until_clean(before)
+    assert not shm, f"leaked shared memory: {shm}"
+    assert not procs, f"orphan worker processes: {procs}"
