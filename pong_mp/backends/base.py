@@ -1,0 +1,63 @@
+"""What every backend shares: the rollout spec, the interface, and the errors it raises."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from pong_mp.episode import EpisodeResult, EpisodeTask
+
+
+@dataclass(frozen=True)
+class RolloutSpec:
+    """How episodes are played; the same for every worker of a run."""
+
+    env_id: str
+    """Gymnasium env id, e.g. ALE/Pong-v5 or FakePong-v0."""
+    hidden: int
+    """Hidden units of the policy."""
+    gamma: float
+    """Discount factor of the returns."""
+    workers: int = 1
+    """Worker processes or actors (ignored by the serial backend)."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra keyword arguments for the env constructor (FakePong's points_to_win, ...)."""
+    episode_timeout: float = 600.0
+    """Seconds one episode may take before its worker is treated as hung and replaced."""
+    max_retries: int = 2
+    """How many times an episode is played again after it failed, before the run stops."""
+
+
+class Backend(Protocol):
+    """Plays batches of episodes; the trainer never knows which backend it talks to."""
+
+    def start(self) -> None:
+        """Create the envs and workers."""
+
+    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> list[EpisodeResult]:
+        """Play `tasks` with `params`; results in the order of `tasks`."""
+
+    def close(self) -> None:
+        """Stop workers and free every resource; safe to call more than once."""
+
+
+class RemoteTraceback(Exception):
+    """A traceback from another process, shown as the __cause__ of a WorkerError."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.tb}"""'
+
+
+class WorkerError(RuntimeError):
+    """An episode failed in a worker more often than allowed; `__cause__` has its traceback."""
+
+
+def raise_worker_error(message: str, tb: str) -> None:
+    """Raise WorkerError(message) with the worker's traceback attached as its cause."""
+    raise WorkerError(message) from RemoteTraceback(tb)

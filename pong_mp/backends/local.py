@@ -1,0 +1,312 @@
+"""The local backend: a pool of persistent worker processes on this machine.
+
+Each worker is a spawned process named `pong-mp-worker-N` that builds its env once, pins BLAS
+to one thread and ignores SIGINT (the coordinator owns Ctrl-C). The weights go out through
+one versioned shared-memory block; each worker has its own duplex pipe for tasks and results,
+so the coordinator always knows which episode a worker holds, a worker killed mid-message
+can only break its own pipe, and a death is seen at once through the process sentinel.
+
+Episodes are handed out one at a time to whichever worker is idle. A worker that dies or
+hangs is replaced and its episode played again with the same seed; an exception in a worker
+comes back with its traceback and the episode is retried a bounded number of times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.process import BaseProcess
+
+import numpy as np
+
+from pong_mp.backends.base import RolloutSpec, WorkerError, raise_worker_error
+from pong_mp.backends.shm import SharedWeights
+from pong_mp.episode import EpisodeResult, EpisodeTask
+from pong_mp.policy import param_count
+
+_JOIN_SECONDS = 5.0  # how long close() waits for a worker before it is killed
+_START_SECONDS = 120.0  # how long start() waits for workers to import and build their envs
+_POLL_SECONDS = 1.0  # longest wait between checks for hung workers
+
+
+# -- the worker process ----------------------------------------------------------------------
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    # A worker deep in an episode would not see its pipe close; this thread notices the
+    # coordinator's death (even SIGKILL) within a second and ends the process.
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def _set_os_process_name(name: str) -> None:
+    # So that ps, top and our leak checks see "pong-mp-worker-" (Linux keeps 15 bytes).
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
+
+
+def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_pid: int) -> None:
+    """Loop of one worker: receive (version, task), play it, send back the result.
+
+    Messages sent: ("ready",) once set up, then ("done", EpisodeResult) or
+    ("error", episode index or None, traceback).
+    The env is closed on every exit path.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_os_process_name(mp.current_process().name)
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    # Imported here so that BLAS is pinned before any numpy work in this process.
+    from threadpoolctl import threadpool_limits
+
+    from pong_mp.envs import make_env
+    from pong_mp.episode import play_episode
+
+    env = None
+    weights = None
+    try:
+        threadpool_limits(limits=1)
+        try:
+            weights = SharedWeights.attach(weights_name, param_count(spec.hidden))
+            env = make_env(spec.env_id, **spec.env_kwargs)
+        except Exception:
+            conn.send(("error", None, traceback.format_exc()))
+            return
+        conn.send(("ready",))
+        while True:
+            message = conn.recv()
+            if message is None:
+                return
+            version, task = message
+            try:
+                params = weights.read(version)
+                result = play_episode(env, params, spec.hidden, spec.gamma, task)
+                del params
+            except Exception:
+                conn.send(("error", task.index, traceback.format_exc()))
+            else:
+                conn.send(("done", result))
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the coordinator is gone: nothing left to do
+    finally:
+        if env is not None:
+            env.close()
+        if weights is not None:
+            weights.close()
+        conn.close()
+
+
+# -- the coordinator's side ------------------------------------------------------------------
+
+
+@dataclass
+class _Worker:
+    slot: int
+    process: BaseProcess
+    conn: Connection
+    task: EpisodeTask | None = None
+    since: float = 0.0  # when the current task was sent
+
+
+class LocalBackend:
+    """Persistent spawned worker processes with shared-memory weights."""
+
+    def __init__(self, spec: RolloutSpec) -> None:
+        """Remember the spec; processes and shared memory are created by `start`."""
+        if spec.workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.spec = spec
+        self._ctx = mp.get_context("spawn")
+        self._weights: SharedWeights | None = None
+        self._workers: list[_Worker] = []
+        self._version = 0
+        self.replacements = 0
+        """How many workers were replaced after dying or hanging (for tests and logs)."""
+
+    # lifecycle
+
+    def start(self) -> None:
+        """Create the shared weights, spawn the workers and wait until each has its env.
+
+        Raises WorkerError, with the worker's traceback, if one cannot start.
+        """
+        self._weights = SharedWeights.create(param_count(self.spec.hidden))
+        try:
+            self._workers = [self._spawn(slot) for slot in range(self.spec.workers)]
+            self._await_ready()
+        except BaseException:
+            self.close()
+            raise
+
+    def _await_ready(self) -> None:
+        waiting = {w.conn: w for w in self._workers}
+        deadline = time.monotonic() + _START_SECONDS
+        while waiting:
+            if not wait(list(waiting), timeout=max(0.0, deadline - time.monotonic())):
+                raise WorkerError(f"workers did not start within {_START_SECONDS:.0f} s")
+            for conn in [c for c in waiting if c.poll()]:
+                w = waiting.pop(conn)
+                try:
+                    message = conn.recv()
+                except (EOFError, OSError):
+                    raise WorkerError(
+                        f"worker {w.slot} died while starting (exit code {w.process.exitcode})"
+                    ) from None
+                if message[0] != "ready":
+                    raise_worker_error(f"worker {w.slot} failed to start", message[2])
+
+    def _spawn(self, slot: int) -> _Worker:
+        assert self._weights is not None
+        ours, theirs = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=worker_main,
+            name=f"pong-mp-worker-{slot}",
+            args=(self.spec, self._weights.name, theirs, os.getpid()),
+            daemon=True,
+        )
+        process.start()
+        theirs.close()
+        return _Worker(slot=slot, process=process, conn=ours)
+
+    def worker_pids(self) -> list[int]:
+        """Pids of the current worker processes."""
+        return [w.process.pid for w in self._workers if w.process.pid is not None]
+
+    def close(self) -> None:
+        """Ask workers to stop, kill those that do not, and unlink the shared memory."""
+        workers, self._workers = self._workers, []
+        try:
+            for w in workers:
+                if w.task is not None:
+                    _kill(w.process)  # its episode is being thrown away: no need to wait
+                    continue
+                with contextlib.suppress(OSError, ValueError):
+                    w.conn.send(None)
+            deadline = time.monotonic() + _JOIN_SECONDS
+            for w in workers:
+                w.process.join(max(0.0, deadline - time.monotonic()))
+            for w in workers:
+                _kill(w.process)
+                w.conn.close()
+        finally:
+            if self._weights is not None:
+                self._weights.close()
+                self._weights.unlink()
+                self._weights = None
+
+    # the batch
+
+    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> list[EpisodeResult]:
+        """Play `tasks` on the pool with `params`; results in the order of `tasks`."""
+        if self._weights is None:
+            raise RuntimeError("LocalBackend.start() was not called")
+        self._version += 1
+        self._weights.write(params, self._version)
+        pending = deque(tasks)
+        failures: dict[int, int] = {}
+        results: dict[int, EpisodeResult] = {}
+        while len(results) < len(tasks):
+            for w in list(self._workers):
+                if w.task is None and w.process.exitcode is not None:
+                    self._replace(w, pending, failures, "died while idle")
+            for w in self._workers:
+                if w.task is None and pending:
+                    self._send(w, pending.popleft())
+            busy = [w for w in self._workers if w.task is not None]
+            ready = wait(
+                [w.conn for w in busy] + [w.process.sentinel for w in busy],
+                timeout=_POLL_SECONDS,
+            )
+            for w in busy:
+                if w.conn in ready or w.process.sentinel in ready:
+                    self._collect(w, ready, pending, failures, results)
+            now = time.monotonic()
+            for w in busy:
+                if w.task is not None and now - w.since > self.spec.episode_timeout:
+                    self._replace(w, pending, failures, f"hung for {now - w.since:.0f} s")
+        return [results[t.index] for t in tasks]
+
+    def _send(self, w: _Worker, task: EpisodeTask) -> None:
+        w.task, w.since = task, time.monotonic()
+        # If it died, sending fails or goes nowhere; its sentinel reports the death next wait.
+        with contextlib.suppress(OSError, ValueError):
+            w.conn.send((self._version, task))
+
+    def _collect(
+        self,
+        w: _Worker,
+        ready: list[object],
+        pending: deque[EpisodeTask],
+        failures: dict[int, int],
+        results: dict[int, EpisodeResult],
+    ) -> None:
+        message = None
+        try:
+            if w.conn in ready or w.conn.poll():
+                message = w.conn.recv()
+        except (EOFError, OSError):
+            message = None  # a message cut off by the worker's death
+        if message is None:
+            code = w.process.exitcode if w.process.sentinel in ready else None
+            self._replace(w, pending, failures, f"died (exit code {code})")
+            return
+        if message[0] == "ready":
+            return  # a replacement has started; its episode is on the way
+        if message[0] == "done":
+            result: EpisodeResult = message[1]
+            results[result.index] = result
+            w.task = None
+            return
+        _, index, tb = message
+        task = w.task
+        if task is None or index is None:  # it failed before it could play anything
+            raise_worker_error(f"worker {w.slot} failed to start", tb)
+        assert task is not None
+        w.task = None
+        failures[task.index] = failures.get(task.index, 0) + 1
+        if failures[task.index] > self.spec.max_retries:
+            raise_worker_error(
+                f"episode {task.index} failed {failures[task.index]} times in a worker", tb
+            )
+        pending.appendleft(task)
+
+    def _replace(
+        self,
+        w: _Worker,
+        pending: deque[EpisodeTask],
+        failures: dict[int, int],
+        why: str,
+    ) -> None:
+        task = w.task
+        _kill(w.process)
+        w.conn.close()
+        if task is not None:
+            failures[task.index] = failures.get(task.index, 0) + 1
+            if failures[task.index] > self.spec.max_retries:
+                raise WorkerError(
+                    f"episode {task.index} lost its worker {failures[task.index]} times "
+                    f"(last: {why})"
+                )
+            pending.appendleft(task)  # played again with the same seed: same result
+        fresh = self._spawn(w.slot)
+        self._workers[self._workers.index(w)] = fresh
+        self.replacements += 1
+
+
+def _kill(process: BaseProcess) -> None:
+    """End a worker process for sure and reap it."""
+    if process.is_alive():
+        process.kill()
+    process.join(_JOIN_SECONDS)

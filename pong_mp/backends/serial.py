@@ -1,0 +1,40 @@
+"""The serial backend: every episode in this process, one after the other (the reference)."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+from threadpoolctl import threadpool_limits
+
+from pong_mp.backends.base import RolloutSpec
+from pong_mp.envs import make_env
+from pong_mp.episode import EpisodeResult, EpisodeTask, play_episode
+
+
+class SerialBackend:
+    """Plays episodes in the calling process with one persistent env."""
+
+    def __init__(self, spec: RolloutSpec) -> None:
+        """Remember the spec; nothing is created until `start`."""
+        self.spec = spec
+        self._env: gym.Env | None = None
+
+    def start(self) -> None:
+        """Create the env."""
+        self._env = make_env(self.spec.env_id, **self.spec.env_kwargs)
+
+    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> list[EpisodeResult]:
+        """Play `tasks` in order, with BLAS on one thread as in the workers (same bytes)."""
+        if self._env is None:
+            raise RuntimeError("SerialBackend.start() was not called")
+        with threadpool_limits(limits=1):
+            return [
+                play_episode(self._env, params, self.spec.hidden, self.spec.gamma, task)
+                for task in tasks
+            ]
+
+    def close(self) -> None:
+        """Close the env."""
+        if self._env is not None:
+            self._env.close()
+            self._env = None

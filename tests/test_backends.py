@@ -1,0 +1,146 @@
+"""Backends: same bytes whatever plays the episodes, and faults that cost nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+from pong_mp import policy
+from pong_mp.backends import RolloutSpec, WorkerError, make_backend
+from pong_mp.backends.base import RemoteTraceback
+from pong_mp.episode import make_tasks
+from tests.conftest import pong_processes
+
+HIDDEN = 16
+GAME = {"points_to_win": 2}
+
+
+def _spec(env_id: str = "FakePong-v0", workers: int = 2, **kwargs) -> RolloutSpec:
+    env_kwargs = {**GAME, **kwargs.pop("env_kwargs", {})}
+    return RolloutSpec(
+        env_id=env_id, hidden=HIDDEN, gamma=0.99, workers=workers, env_kwargs=env_kwargs, **kwargs
+    )
+
+
+def _run(backend_name: str, spec: RolloutSpec, batches: int = 2, batch_size: int = 5):
+    """Grad bytes and step counts of `batches` batches, changing the weights in between."""
+    backend = make_backend(backend_name, spec)
+    backend.start()
+    try:
+        out = []
+        for b in range(batches):
+            params = policy.init_params(HIDDEN, b)
+            results = backend.run_batch(params, make_tasks(1, b * batch_size, batch_size))
+            assert [r.index for r in results] == list(range(b * batch_size, (b + 1) * batch_size))
+            out.append([(r.grad.tobytes(), r.steps, r.reward_sum) for r in results])
+        return out
+    finally:
+        backend.close()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    """The serial backend's results: what every other backend must reproduce."""
+    return _run("serial", _spec())
+
+
+@pytest.mark.parametrize(("backend", "workers"), [("serial", 1), ("local", 1), ("local", 3)])
+def test_same_bytes_on_every_backend_and_worker_count(
+    backend: str, workers: int, reference, clean_system
+) -> None:
+    assert _run(backend, _spec(workers=workers)) == reference
+
+
+def test_local_workers_are_named_processes(clean_system) -> None:
+    backend = make_backend("local", _spec(workers=2))
+    backend.start()
+    try:
+        pids = backend.worker_pids()
+        assert len(pids) == 2 and os.getpid() not in pids
+        names = [w.process.name for w in backend._workers]
+        assert names == ["pong-mp-worker-0", "pong-mp-worker-1"]
+        assert pong_processes() >= set(pids)  # the name the OS shows, too
+    finally:
+        backend.close()
+
+
+def test_a_killed_worker_is_replaced_and_its_episode_replayed(reference, clean_system) -> None:
+    spec = _spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.002})
+    backend = make_backend("local", spec)
+    backend.start()
+    killed = []
+
+    def kill_one_mid_episode() -> None:
+        time.sleep(0.5)  # the first episodes take longer than this
+        pid = backend.worker_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    try:
+        out = []
+        for b in range(2):
+            if b == 0:
+                threading.Thread(target=kill_one_mid_episode).start()
+            results = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
+            out.append([(r.grad.tobytes(), r.steps, r.reward_sum) for r in results])
+        assert killed and killed[0] not in backend.worker_pids()
+        assert backend.replacements == 1
+    finally:
+        backend.close()
+    assert out == reference
+
+
+@pytest.mark.parametrize("mode", ["raise", "kill"])
+def test_a_failure_inside_an_episode_is_retried(mode: str, reference, clean_system) -> None:
+    # Each env instance fails in its second episode; the retry goes through.
+    spec = _spec("CrashingPong-v0", workers=2, env_kwargs={"crash_episodes": (1,), "mode": mode})
+    assert _run("local", spec) == reference
+
+
+def test_a_hung_worker_is_replaced(reference, clean_system) -> None:
+    spec = _spec(
+        "CrashingPong-v0",
+        workers=2,
+        episode_timeout=1.5,
+        env_kwargs={"crash_episodes": (2,), "mode": "hang"},
+    )
+    assert _run("local", spec) == reference
+
+
+def test_a_persistent_error_stops_with_the_worker_traceback(clean_system) -> None:
+    spec = _spec(
+        "CrashingPong-v0",
+        workers=2,
+        max_retries=2,
+        env_kwargs={"crash_episodes": tuple(range(100))},
+    )
+    backend = make_backend("local", spec)
+    backend.start()
+    try:
+        with pytest.raises(WorkerError, match=r"episode \d+ failed 3 times") as info:
+            backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4))
+    finally:
+        backend.close()
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteTraceback)
+    assert "Traceback (most recent call last)" in cause.tb
+    assert "RuntimeError: CrashingPong: planned failure" in cause.tb
+
+
+def test_a_worker_that_cannot_start_reports_why(clean_system) -> None:
+    spec = _spec(env_kwargs={"points_to_win": 0})  # FakePong refuses this
+    backend = make_backend("local", spec)
+    with pytest.raises(WorkerError, match="failed to start") as info:
+        backend.start()  # cleans up after itself: clean_system checks
+    assert "points_to_win must be >= 1" in info.value.__cause__.tb
+
+
+def test_close_twice_is_harmless(clean_system) -> None:
+    backend = make_backend("local", _spec(workers=1))
+    backend.start()
+    backend.close()
+    backend.close()
