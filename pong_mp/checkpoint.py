@@ -1,0 +1,150 @@
+"""Checkpoints: atomic save (temp file, fsync, rename) and validated load.
+
+A checkpoint is an .npz that loads with allow_pickle=False. It holds W1 and W2 (the keys
+users rely on) and everything exact resume needs: the RMSProp cache, the update, episode and
+step counters, the running reward, the wall time so far and the run's config as JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pong_mp import policy
+
+FORMAT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, damaged or does not fit the run."""
+
+
+@dataclass
+class TrainState:
+    """Everything that changes during training; what a checkpoint stores."""
+
+    params: np.ndarray
+    """Flat policy parameters (W1 then W2), float64."""
+    cache: np.ndarray
+    """RMSProp cache, same shape as params."""
+    batch: int = 0
+    """Updates done."""
+    episodes: int = 0
+    """Episodes played (the next episode's global index)."""
+    steps: int = 0
+    """Env steps played."""
+    running_reward: float | None = None
+    """Exponential mean (0.99) of episode rewards, in episode order; None before any."""
+    elapsed: float = 0.0
+    """Wall seconds spent in updates so far, across resumes."""
+
+
+_SCALARS = ("batch", "episodes", "steps", "elapsed")
+
+
+def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
+    """Write `state` to `path` atomically: a reader sees the old file or the new, never half."""
+    for name, arr in (("params", state.params), ("cache", state.cache)):
+        if not np.all(np.isfinite(arr)):
+            raise CheckpointError(f"refusing to save non-finite {name} to {path}")
+    w1, w2 = policy.split(state.params, hidden)
+    c1, c2 = policy.split(state.cache, hidden)
+    arrays = {
+        "W1": w1,
+        "W2": w2,
+        "rmsprop_W1": c1,
+        "rmsprop_W2": c2,
+        "batch": np.int64(state.batch),
+        "episodes": np.int64(state.episodes),
+        "steps": np.int64(state.steps),
+        "elapsed": np.float64(state.elapsed),
+        "running_reward": np.float64(
+            np.nan if state.running_reward is None else state.running_reward
+        ),
+        "config": np.str_(config_json),
+        "format_version": np.int64(FORMAT_VERSION),
+    }
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # Makes the rename itself durable; not every platform lets a directory be opened.
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def load(path: Path) -> tuple[TrainState, dict]:
+    """Read and validate a checkpoint: (state, config dict). CheckpointError names the problem."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            data = {key: npz[key] for key in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from exc
+    try:
+        return _validate(data)
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
+
+
+def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
+    required = ("W1", "W2", "rmsprop_W1", "rmsprop_W2", "running_reward", "config", *_SCALARS)
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise CheckpointError(f"missing {', '.join(missing)}")
+    w1, w2 = data["W1"], data["W2"]
+    if w1.ndim != 2 or w1.shape[1] != policy.INPUT_SIZE or w2.shape != (w1.shape[0],):
+        raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, 6400)/(H,)")
+    hidden = w1.shape[0]
+    for key in ("rmsprop_W1", "rmsprop_W2"):
+        like = w1 if key.endswith("W1") else w2
+        if data[key].shape != like.shape:
+            raise CheckpointError(f"{key} has shape {data[key].shape}, not {like.shape}")
+    for key in ("W1", "W2", "rmsprop_W1", "rmsprop_W2"):
+        if data[key].dtype != np.float64:
+            raise CheckpointError(f"{key} has dtype {data[key].dtype}, not float64")
+        if not np.all(np.isfinite(data[key])):
+            raise CheckpointError(f"{key} holds non-finite values")
+    try:
+        config = json.loads(str(data["config"]))
+        scalars = {key: data[key].item() for key in _SCALARS}
+        running = float(data["running_reward"])
+    except (ValueError, TypeError) as exc:
+        raise CheckpointError(f"bad counters or config ({exc})") from None
+    if not isinstance(config, dict) or config.get("hidden") != hidden:
+        raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
+    params = np.concatenate([w1.ravel(), w2])
+    cache = np.concatenate([data["rmsprop_W1"].ravel(), data["rmsprop_W2"]])
+    state = TrainState(
+        params=params,
+        cache=cache,
+        batch=int(scalars["batch"]),
+        episodes=int(scalars["episodes"]),
+        steps=int(scalars["steps"]),
+        elapsed=float(scalars["elapsed"]),
+        running_reward=None if np.isnan(running) else running,
+    )
+    return state, config

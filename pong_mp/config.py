@@ -1,0 +1,127 @@
+"""The training configuration: one dataclass, its validation, and its config.json form."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad option value, or options that contradict the run being resumed."""
+
+
+def default_workers() -> int:
+    """The CPUs this process may run on (respects affinity masks and containers)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not on Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a training run."""
+
+    env: str = "ALE/Pong-v5"
+    """Gymnasium env id."""
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    """Extra env constructor arguments (Python API only, e.g. FakePong's points_to_win)."""
+    backend: str = "local"
+    """Where episodes are played: local (process pool), serial (this process) or ray."""
+    workers: int = field(default_factory=default_workers)
+    """Worker processes (local) or actors (ray); defaults to the number of usable CPUs."""
+    ray_address: str | None = None
+    """Address of an existing Ray cluster; implies the ray backend."""
+    batch_size: int = 10
+    """Episodes per update."""
+    batches: int | None = None
+    """Total updates of the run, counted across resumes; None runs until interrupted."""
+    seed: int = 0
+    """Run seed: initial weights and every episode's seed derive from it."""
+    run_dir: str = "runs/pong"
+    """Directory of config.json, metrics.jsonl and checkpoint.npz."""
+    lr: float = 1e-4
+    """RMSProp learning rate."""
+    gamma: float = 0.99
+    """Discount factor of the returns."""
+    decay_rate: float = 0.99
+    """RMSProp decay of the mean of squared gradients."""
+    hidden: int = 200
+    """Hidden units of the policy."""
+    checkpoint_every: int = 10
+    """Write checkpoint.npz every this many updates (and always at the end)."""
+    episode_timeout: float = 600.0
+    """Seconds an episode may take before its worker is treated as hung and replaced."""
+
+    def validate(self) -> None:
+        """Raise ConfigError, naming the option, for the first bad value."""
+        checks = [
+            (self.workers >= 1, "--workers must be >= 1"),
+            (self.batch_size >= 1, "--batch-size must be >= 1"),
+            (self.batches is None or self.batches >= 0, "--batches must be >= 0"),
+            (self.lr > 0, "--lr must be > 0"),
+            (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
+            (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
+            (self.hidden >= 1, "--hidden must be >= 1"),
+            (self.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
+            (self.episode_timeout > 0, "--episode-timeout must be > 0"),
+            (self.seed >= 0, "--seed must be >= 0"),
+            (self.backend in ("local", "serial", "ray"), "--backend must be local, serial or ray"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ConfigError(message)
+
+    def to_json(self) -> str:
+        """The config as a JSON object."""
+        return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
+        """A config from a dict such as config.json's; unknown keys are an error."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
+        return cls(**data)
+
+
+ALGORITHM_FIELDS = (
+    "env",
+    "env_kwargs",
+    "batch_size",
+    "seed",
+    "lr",
+    "gamma",
+    "decay_rate",
+    "hidden",
+)
+"""Fields that decide the weights: a resumed run must keep them, or it is another run."""
+
+
+def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
+    """The config of a resumed run: `stored` with the options the user gave again.
+
+    Options that only say how to run (workers, backend, batches, ...) may change; an
+    algorithm option that differs from the stored run is a ConfigError.
+    """
+    for name in ALGORITHM_FIELDS:
+        if name in given and given[name] != getattr(stored, name):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"this run was trained with {flag} {getattr(stored, name)!r}, not "
+                f"{given[name]!r}: omit {flag} to resume it, or start a new --run-dir"
+            )
+    return dataclasses.replace(stored, **given)
+
+
+def read_config(path: Path) -> TrainConfig:
+    """Load config.json, with a ConfigError naming the file if it is unreadable."""
+    try:
+        return TrainConfig.from_dict(json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError) as exc:
+        raise ConfigError(f"{path}: not a valid pong-mp config ({exc})") from exc

@@ -1,0 +1,286 @@
+"""The coordinator: hand out episodes, sum gradients in episode order, step RMSProp, log and
+checkpoint. It talks to any backend through the same three calls.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pong_mp import checkpoint, policy
+from pong_mp.backends import RolloutSpec, make_backend
+from pong_mp.backends.base import Backend
+from pong_mp.checkpoint import TrainState
+from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_config
+from pong_mp.envs import UnknownEnvError, check_env_id
+from pong_mp.episode import EpisodeResult, make_tasks
+from pong_mp.optim import rmsprop_step
+from pong_mp.signals import stop_signals_deferred, stop_signals_raise
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_FILE = "checkpoint.npz"
+RUNNING_DECAY = 0.99
+"""Weight of the old value in the running reward, updated once per episode (Karpathy's)."""
+
+
+class RunDirError(ValueError):
+    """The run directory does not fit the request (a different run, or nothing to resume)."""
+
+
+class NonFiniteError(RuntimeError):
+    """An update would have produced non-finite numbers; it was not applied."""
+
+
+# -- the run directory -----------------------------------------------------------------------
+
+
+def prepare_run(
+    run_dir: Path, resume: bool, given: dict[str, Any]
+) -> tuple[TrainConfig, TrainState]:
+    """Check the run directory and options; returns the run's config and starting state.
+
+    `given` holds the options the user set. A new run refuses a directory that already
+    holds one; a resumed run keeps its stored algorithm options (see merge_for_resume) and
+    drops metrics lines newer than its checkpoint, which will be played again.
+    Raises ConfigError, RunDirError or CheckpointError, and writes nothing when it does.
+    """
+    run_dir = Path(run_dir)
+    given = {**given, "run_dir": str(run_dir)}
+    if resume:
+        if not (run_dir / CHECKPOINT_FILE).exists():
+            raise RunDirError(f"{run_dir}: nothing to resume (no {CHECKPOINT_FILE})")
+        stored = read_config(run_dir / CONFIG_FILE)
+        config = merge_for_resume(stored, given)
+        _validate(config)
+        state, ckpt_config = checkpoint.load(run_dir / CHECKPOINT_FILE)
+        for name in ("env", "hidden", "seed", "batch_size"):
+            if ckpt_config.get(name) != getattr(stored, name):
+                raise checkpoint.CheckpointError(
+                    f"{run_dir / CHECKPOINT_FILE}: belongs to another run "
+                    f"({name} {ckpt_config.get(name)!r}, config.json says "
+                    f"{getattr(stored, name)!r})"
+                )
+        _truncate_metrics(run_dir / METRICS_FILE, state.batch)
+    else:
+        existing = [
+            f for f in (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE) if (run_dir / f).exists()
+        ]
+        if existing:
+            raise RunDirError(
+                f"{run_dir} already holds a run ({', '.join(existing)}): pass --resume to "
+                "continue it, or choose another --run-dir"
+            )
+        try:
+            config = TrainConfig(**given)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from None
+        _validate(config)
+        params = policy.init_params(config.hidden, config.seed)
+        state = TrainState(params=params, cache=np.zeros_like(params))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(run_dir / CONFIG_FILE, config.to_json() + "\n")
+    return config, state
+
+
+def _validate(config: TrainConfig) -> None:
+    config.validate()
+    if config.ray_address and config.backend != "ray":
+        config.backend = "ray"  # --ray-address implies the ray backend
+    try:
+        check_env_id(config.env)
+    except UnknownEnvError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _truncate_metrics(path: Path, last_batch: int) -> None:
+    # Lines after the checkpoint (and a line cut off by a crash) describe updates that the
+    # resumed run plays again; keeping them would record those updates twice.
+    if not path.exists():
+        return
+    kept = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line)["batch"] <= last_batch:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    _write_atomic(path, "".join(f"{line}\n" for line in kept))
+
+
+# -- training --------------------------------------------------------------------------------
+
+
+def rollout_spec(config: TrainConfig) -> RolloutSpec:
+    """What the backend needs to know about episodes, taken from the run's config."""
+    return RolloutSpec(
+        env_id=config.env,
+        hidden=config.hidden,
+        gamma=config.gamma,
+        workers=config.workers,
+        env_kwargs=dict(config.env_kwargs),
+        episode_timeout=config.episode_timeout,
+    )
+
+
+def sum_gradients(results: list[EpisodeResult]) -> np.ndarray:
+    """Sum of the episodes' gradients, added in episode order so the bytes never vary."""
+    ordered = sorted(results, key=lambda r: r.index)
+    total = ordered[0].grad.copy()
+    for result in ordered[1:]:
+        total += result.grad
+    return total
+
+
+def apply_batch(
+    config: TrainConfig, state: TrainState, results: list[EpisodeResult]
+) -> tuple[TrainState, dict[str, Any]]:
+    """The state after one update from a batch's results, and the update's statistics.
+
+    Raises NonFiniteError, and changes nothing, if the gradient or new weights are not finite.
+    """
+    grad = sum_gradients(results)
+    if not np.all(np.isfinite(grad)):
+        raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
+    params, cache = rmsprop_step(
+        state.params, state.cache, grad, lr=config.lr, decay=config.decay_rate
+    )
+    if not np.all(np.isfinite(params)):
+        raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
+    running = state.running_reward
+    for result in sorted(results, key=lambda r: r.index):
+        running = (
+            result.reward_sum
+            if running is None
+            else running * RUNNING_DECAY + result.reward_sum * (1 - RUNNING_DECAY)
+        )
+    steps = sum(r.steps for r in results)
+    new_state = dataclasses.replace(
+        state,
+        params=params,
+        cache=cache,
+        batch=state.batch + 1,
+        episodes=state.episodes + len(results),
+        steps=state.steps + steps,
+        running_reward=running,
+    )
+    stats = {
+        "reward_mean": float(np.mean([r.reward_sum for r in results])),
+        "steps": steps,
+    }
+    return new_state, stats
+
+
+def train(
+    config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] = print
+) -> TrainState:
+    """Train a run described by `config` (the Python API): prepare_run, then run."""
+    config, state = prepare_run(Path(config.run_dir), resume, dataclasses.asdict(config))
+    return run(config, state, resumed=resume, log=log)
+
+
+def run(
+    config: TrainConfig,
+    state: TrainState,
+    *,
+    resumed: bool = False,
+    log: Callable[[str], None] = print,
+) -> TrainState:
+    """Train from `state` until `config.batches` updates are done or a stop signal arrives.
+
+    Raises Interrupted after saving a checkpoint when SIGINT or SIGTERM arrives; on any
+    exit the last complete update is saved and the backend is closed.
+    """
+    run_dir = Path(config.run_dir)
+    log(_banner(config, state, resumed))
+    backend = make_backend(config.backend, rollout_spec(config), config.ray_address)
+    saved_batch = state.batch if resumed else -1
+    with stop_signals_raise():
+        try:
+            backend.start()
+            with open(run_dir / METRICS_FILE, "a") as metrics:
+                while config.batches is None or state.batch < config.batches:
+                    new_state, record = _play_update(config, state, backend)
+                    # The commit: an interrupt lands before it or after it, never inside.
+                    with stop_signals_deferred():
+                        state = new_state
+                        metrics.write(json.dumps(record) + "\n")
+                        metrics.flush()
+                        log(format_update(record))
+                        if state.batch % config.checkpoint_every == 0:
+                            _save(run_dir, state, config)
+                            saved_batch = state.batch
+        finally:
+            try:
+                if state.batch != saved_batch:
+                    _save(run_dir, state, config)
+            finally:
+                backend.close()
+    return state
+
+
+def _play_update(
+    config: TrainConfig, state: TrainState, backend: Backend
+) -> tuple[TrainState, dict[str, Any]]:
+    """Play one batch and compute the next state and its metrics record (nothing written)."""
+    start = time.perf_counter()
+    tasks = make_tasks(config.seed, state.episodes, config.batch_size)
+    results = backend.run_batch(state.params, tasks)
+    played = time.perf_counter()
+    new_state, stats = apply_batch(config, state, results)
+    seconds = time.perf_counter() - start
+    new_state.elapsed = state.elapsed + seconds
+    record = {
+        "batch": new_state.batch,
+        "episodes": new_state.episodes,
+        "steps": stats["steps"],
+        "reward_mean": stats["reward_mean"],
+        "running_reward": new_state.running_reward,
+        "seconds": seconds,
+        "steps_per_sec": stats["steps"] / seconds,
+        "update_seconds": seconds - (played - start),
+        "elapsed": new_state.elapsed,
+        "total_steps": new_state.steps,
+        "workers": 1 if config.backend == "serial" else config.workers,
+        "time": time.time(),
+    }
+    return new_state, record
+
+
+def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
+    checkpoint.save(run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json())
+
+
+def format_update(record: dict[str, Any]) -> str:
+    """One readable line for an update's metrics record."""
+    return (
+        f"batch {record['batch']:>6} | episodes {record['episodes']:>7} | "
+        f"reward {record['reward_mean']:>7.2f} | running {record['running_reward']:>7.2f} | "
+        f"{record['steps_per_sec']:>7,.0f} steps/s"
+    )
+
+
+def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
+    where = (
+        "this process"
+        if config.backend == "serial"
+        else (f"{config.workers} {config.backend} worker{'s' * (config.workers != 1)}")
+    )
+    until = f"until update {config.batches}" if config.batches is not None else "until Ctrl-C"
+    start = f"resuming at update {state.batch}" if resume else "new run"
+    return (
+        f"pong-mp: {config.env} on {where}, batch size {config.batch_size}, {until}; "
+        f"{start} in {config.run_dir}"
+    )

@@ -1,0 +1,122 @@
+"""Checkpoints: atomic save, exact round trip, and validation of what is loaded."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pong_mp import checkpoint, policy
+from pong_mp.checkpoint import CheckpointError, TrainState
+
+HIDDEN = 4
+CONFIG = json.dumps({"hidden": HIDDEN, "env": "FakePong-v0"})
+
+
+def _state() -> TrainState:
+    params = policy.init_params(HIDDEN, 0)
+    return TrainState(
+        params=params,
+        cache=np.abs(params) / 7,
+        batch=3,
+        episodes=30,
+        steps=12345,
+        running_reward=-19.5,
+        elapsed=12.5,
+    )
+
+
+def test_round_trip_is_exact_and_plain_numpy(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.npz"
+    state = _state()
+    checkpoint.save(path, state, HIDDEN, CONFIG)
+    with np.load(path, allow_pickle=False) as npz:
+        assert npz["W1"].shape == (HIDDEN, 6400) and npz["W2"].shape == (HIDDEN,)
+    loaded, config = checkpoint.load(path)
+    assert loaded.params.tobytes() == state.params.tobytes()
+    assert loaded.cache.tobytes() == state.cache.tobytes()
+    assert (loaded.batch, loaded.episodes, loaded.steps) == (3, 30, 12345)
+    assert loaded.running_reward == -19.5 and loaded.elapsed == 12.5
+    assert config == json.loads(CONFIG)
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]  # no temp file left
+
+
+def test_running_reward_none_survives(tmp_path: Path) -> None:
+    state = _state()
+    state.running_reward = None
+    checkpoint.save(tmp_path / "c.npz", state, HIDDEN, CONFIG)
+    assert checkpoint.load(tmp_path / "c.npz")[0].running_reward is None
+
+
+def test_a_failed_save_keeps_the_old_checkpoint(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.npz"
+    checkpoint.save(path, _state(), HIDDEN, CONFIG)
+    before = path.read_bytes()
+    bad = _state()
+    bad.params[5] = np.nan
+    with pytest.raises(CheckpointError, match="non-finite params"):
+        checkpoint.save(path, bad, HIDDEN, CONFIG)
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]
+
+
+def test_missing_truncated_and_garbage_files_are_named(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.npz"
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        checkpoint.load(path)
+    checkpoint.save(path, _state(), HIDDEN, CONFIG)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match=r"checkpoint.npz: damaged checkpoint"):
+        checkpoint.load(path)
+    path.write_bytes(b"not a zip file at all")
+    with pytest.raises(CheckpointError, match="damaged checkpoint"):
+        checkpoint.load(path)
+
+
+def _save_raw(path: Path, **overrides: object) -> None:
+    state = _state()
+    w1, w2 = policy.split(state.params, HIDDEN)
+    c1, c2 = policy.split(state.cache, HIDDEN)
+    arrays = dict(
+        W1=w1,
+        W2=w2,
+        rmsprop_W1=c1,
+        rmsprop_W2=c2,
+        batch=np.int64(1),
+        episodes=np.int64(10),
+        steps=np.int64(100),
+        elapsed=np.float64(1.0),
+        running_reward=np.float64(-20),
+        config=np.str_(CONFIG),
+    )
+    arrays.update(overrides)
+    arrays = {k: v for k, v in arrays.items() if v is not None}
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [
+        ({"W2": None}, "missing W2"),
+        ({"W1": np.zeros((HIDDEN, 100))}, "shapes"),
+        ({"rmsprop_W2": np.zeros(HIDDEN + 1)}, "rmsprop_W2 has shape"),
+        ({"W1": np.zeros((HIDDEN, 6400), dtype=np.float32)}, "dtype float32"),
+        ({"W2": np.array([np.inf] * HIDDEN)}, "W2 holds non-finite"),
+        ({"config": np.str_(json.dumps({"hidden": 99}))}, "does not match its weights"),
+        ({"config": np.str_("{not json")}, "bad counters or config"),
+    ],
+)
+def test_validation_names_the_problem(tmp_path: Path, overrides: dict, problem: str) -> None:
+    path = tmp_path / "c.npz"
+    _save_raw(path, **overrides)
+    with pytest.raises(CheckpointError, match=problem):
+        checkpoint.load(path)
+
+
+def test_a_valid_raw_checkpoint_loads(tmp_path: Path) -> None:
+    _save_raw(tmp_path / "c.npz")
+    state, _ = checkpoint.load(tmp_path / "c.npz")
+    assert state.episodes == 10

@@ -1,0 +1,191 @@
+"""The coordinator: determinism across backends, exact resume, run directories, metrics."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pong_mp import checkpoint
+from pong_mp.checkpoint import TrainState
+from pong_mp.config import ConfigError, TrainConfig
+from pong_mp.episode import EpisodeResult
+from pong_mp.trainer import (
+    NonFiniteError,
+    RunDirError,
+    apply_batch,
+    prepare_run,
+    sum_gradients,
+    train,
+)
+
+METRIC_FIELDS = {
+    "batch",
+    "episodes",
+    "steps",
+    "reward_mean",
+    "running_reward",
+    "seconds",
+    "steps_per_sec",
+}
+
+
+def _config(run_dir: Path, **overrides) -> TrainConfig:
+    base = dict(
+        env="FakePong-v0",
+        env_kwargs={"points_to_win": 2},
+        workers=2,
+        batch_size=3,
+        batches=3,
+        hidden=16,
+        seed=4,
+        run_dir=str(run_dir),
+        checkpoint_every=2,
+    )
+    return TrainConfig(**{**base, **overrides})
+
+
+def _weights(run_dir: Path) -> bytes:
+    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
+        return npz["W1"].tobytes() + npz["W2"].tobytes()
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+@pytest.fixture(scope="module")
+def serial_weights(tmp_path_factory) -> bytes:
+    """The weights after 3 updates on the serial backend: the reference."""
+    run_dir = tmp_path_factory.mktemp("serial")
+    train(_config(run_dir, backend="serial"), log=_quiet)
+    return _weights(run_dir)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_local_backend_matches_serial_bit_for_bit(
+    tmp_path: Path, workers: int, serial_weights: bytes, clean_system
+) -> None:
+    train(_config(tmp_path, workers=workers), log=_quiet)
+    assert _weights(tmp_path) == serial_weights
+
+
+def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
+    lines: list[str] = []
+    state = train(_config(tmp_path), log=lines.append)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.npz",
+        "config.json",
+        "metrics.jsonl",
+    ]
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["batch_size"] == 3 and config["env_kwargs"] == {"points_to_win": 2}
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["batch"] for r in records] == [1, 2, 3]
+    assert [r["episodes"] for r in records] == [3, 6, 9]
+    for r in records:
+        assert set(r) >= METRIC_FIELDS
+        assert r["steps"] > 0 and r["seconds"] > 0
+        assert r["steps_per_sec"] == pytest.approx(r["steps"] / r["seconds"])
+    assert sum(r["steps"] for r in records) == state.steps
+    loaded, _ = checkpoint.load(tmp_path / "checkpoint.npz")
+    assert (loaded.batch, loaded.episodes) == (3, 9)
+    assert loaded.running_reward == pytest.approx(records[-1]["running_reward"])
+    assert lines[0].startswith("pong-mp: FakePong-v0 on 2 local workers")
+    assert "batch      3 | episodes       9" in lines[-1]
+
+
+def test_resume_continues_bit_for_bit(tmp_path: Path, serial_weights: bytes, clean_system) -> None:
+    train(_config(tmp_path, batches=2, backend="serial"), log=_quiet)
+    train(_config(tmp_path, batches=3, workers=3), resume=True, log=_quiet)
+    assert _weights(tmp_path) == serial_weights
+    records = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(r)["batch"] for r in records] == [1, 2, 3]
+
+
+def test_resume_drops_metrics_newer_than_the_checkpoint(
+    tmp_path: Path, serial_weights: bytes, clean_system
+) -> None:
+    train(_config(tmp_path, batches=2, backend="serial"), log=_quiet)
+    with open(tmp_path / "metrics.jsonl", "a") as fh:  # as if it died after logging update 3
+        fh.write(json.dumps({"batch": 3, "episodes": 9}) + "\n" + '{"batch": 4, "epi')
+    train(_config(tmp_path, backend="serial"), resume=True, log=_quiet)
+    records = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["batch"] for r in records] == [1, 2, 3] and "reward_mean" in records[-1]
+    assert _weights(tmp_path) == serial_weights
+
+
+def test_a_new_run_never_overwrites_an_old_one(tmp_path: Path) -> None:
+    train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(RunDirError, match="already holds a run"):
+        train(_config(tmp_path, batches=2, backend="serial"), log=_quiet)
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+
+
+def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> None:
+    with pytest.raises(RunDirError, match="nothing to resume"):
+        prepare_run(tmp_path, True, {})
+    train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
+    with pytest.raises(ConfigError, match=r"trained with --lr 0\.0001"):
+        prepare_run(tmp_path, True, {"lr": 0.5})
+    config, state = prepare_run(tmp_path, True, {"batches": 5, "workers": 1})
+    assert (config.batches, config.workers, config.hidden, state.batch) == (5, 1, 16, 1)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("workers", 0, "--workers must be >= 1"),
+        ("batch_size", -1, "--batch-size must be >= 1"),
+        ("lr", 0.0, "--lr must be > 0"),
+        ("gamma", 1.5, "--gamma must be in"),
+        ("env", "Nope-v0", "unknown env id 'Nope-v0'"),
+    ],
+)
+def test_bad_options_are_refused_before_anything_is_written(
+    tmp_path: Path, option: str, value: object, message: str
+) -> None:
+    run_dir = tmp_path / "run"
+    with pytest.raises(ConfigError, match=message):
+        prepare_run(run_dir, False, {**_config(run_dir).__dict__, option: value})
+    assert not run_dir.exists()
+
+
+def _result(index: int, grad: np.ndarray, reward: float = -1.0) -> EpisodeResult:
+    return EpisodeResult(index=index, grad=grad, reward_sum=reward, steps=10, seconds=0.1)
+
+
+def test_gradients_are_summed_in_episode_order_whatever_the_arrival_order() -> None:
+    rng = np.random.default_rng(0)
+    results = [
+        _result(i, rng.standard_normal(1000) * 10.0 ** rng.integers(-8, 8)) for i in range(10)
+    ]
+    in_order = sum_gradients(results).tobytes()
+    for _ in range(5):
+        shuffled = results[:]
+        random.Random(_).shuffle(shuffled)
+        assert sum_gradients(shuffled).tobytes() == in_order
+
+
+def test_a_non_finite_gradient_is_refused(tmp_path: Path) -> None:
+    config = _config(tmp_path, hidden=1)
+    n = 6401
+    state = TrainState(params=np.zeros(n), cache=np.zeros(n))
+    grad = np.ones(n)
+    grad[7] = np.nan
+    with pytest.raises(NonFiniteError, match="update 1: the summed gradient is not finite"):
+        apply_batch(config, state, [_result(0, grad)])
+    assert state.batch == 0 and np.all(state.params == 0)
+
+
+def test_running_reward_follows_episode_order() -> None:
+    config = TrainConfig(hidden=1, lr=1e-3)
+    state = TrainState(params=np.zeros(6401), cache=np.zeros(6401))
+    g = np.ones(6401)
+    new, stats = apply_batch(config, state, [_result(1, g, -1.0), _result(0, g, 3.0)])
+    assert new.running_reward == pytest.approx(3.0 * 0.99 + -1.0 * 0.01)
+    assert stats["reward_mean"] == 1.0 and (new.batch, new.episodes) == (1, 2)
