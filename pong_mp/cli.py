@@ -1,0 +1,163 @@
+"""The `pong-mp` command line: argument handling only; the work is done elsewhere.
+
+Every expected failure (a bad option, an unknown env, a run directory or checkpoint that does
+not fit) is one line on stderr and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from pong_mp.backends import BACKENDS, WorkerError
+from pong_mp.checkpoint import CheckpointError
+from pong_mp.config import ConfigError, default_workers
+from pong_mp.signals import Interrupted
+from pong_mp.trainer import NonFiniteError, RunDirError, prepare_run, run
+
+EXIT_ERROR = 1
+"""A run that failed (a worker error, non-finite numbers)."""
+EXIT_USAGE = 2
+"""Bad input: an option, the run directory or a checkpoint."""
+
+
+def _fail(message: str, code: int) -> None:
+    click.echo(f"pong-mp: error: {message}", err=True)
+    sys.exit(code)
+
+
+class _OneLineErrors(click.Group):
+    """Turns click's multi-line usage errors into one line on stderr."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command; usage errors become `pong-mp: error: ...` and exit code 2."""
+        try:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.Abort:
+            _fail("aborted", 130)
+        except click.UsageError as exc:
+            _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
+        except click.ClickException as exc:
+            _fail(exc.format_message(), EXIT_USAGE)
+
+
+@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="pong-mp")
+def main() -> None:
+    """pong-mp: teach a numpy policy to play Atari Pong from pixels, fast and reproducibly."""
+
+
+def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.isidentifier():
+            raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env-arg")
+        try:
+            kwargs[key] = json.loads(raw)
+        except ValueError:
+            kwargs[key] = raw  # a bare word is a string
+    return kwargs
+
+
+@main.command("train")
+@click.option("--env", default="ALE/Pong-v5", show_default=True, help="Gymnasium env id.")
+@click.option(
+    "--env-arg",
+    "env_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Extra env constructor argument, VALUE as JSON (e.g. points_to_win=5); repeatable.",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=default_workers,
+    show_default="number of CPUs",
+    help="Worker processes (local) or actors (ray).",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(BACKENDS),
+    default="local",
+    show_default=True,
+    help="local: process pool; serial: this process; ray: a Ray cluster.",
+)
+@click.option("--ray-address", default=None, help="Join this Ray cluster (implies --backend ray).")
+@click.option("--batch-size", type=int, default=10, show_default=True, help="Episodes per update.")
+@click.option(
+    "--batches",
+    type=int,
+    default=None,
+    help="Total updates of the run, across resumes (default: until Ctrl-C).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Run seed.")
+@click.option(
+    "--run-dir",
+    default="runs/pong",
+    show_default=True,
+    help="Where config.json, metrics.jsonl and checkpoint.npz live.",
+)
+@click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its checkpoint.")
+@click.option("--lr", type=float, default=1e-4, show_default=True, help="RMSProp learning rate.")
+@click.option("--gamma", type=float, default=0.99, show_default=True, help="Discount factor.")
+@click.option("--decay-rate", type=float, default=0.99, show_default=True, help="RMSProp decay.")
+@click.option("--hidden", type=int, default=200, show_default=True, help="Hidden units.")
+@click.option(
+    "--checkpoint-every",
+    type=int,
+    default=10,
+    show_default=True,
+    help="Write checkpoint.npz every N updates (and at the end).",
+)
+@click.option(
+    "--episode-timeout",
+    type=float,
+    default=600.0,
+    show_default=True,
+    help="Seconds before a worker stuck in one episode is replaced.",
+)
+@click.pass_context
+def train_command(
+    ctx: click.Context, resume: bool, env_args: tuple[str, ...], **options: Any
+) -> None:
+    """Train a policy; Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 / 143)."""
+    options["env_kwargs"] = _parse_env_args(env_args)
+    # Only options the user typed count on --resume; the rest come from the stored run.
+    given = {
+        name: value
+        for name, value in options.items()
+        if name == "env_kwargs"
+        or ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    }
+    if resume and not env_args:
+        del given["env_kwargs"]
+    if not resume:
+        given = options
+    try:
+        config, state = prepare_run(Path(options["run_dir"]), resume, given)
+        state = run(config, state, resumed=resume)
+    except (ConfigError, RunDirError, CheckpointError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+    except Interrupted as exc:
+        click.echo(
+            f"pong-mp: stopped by {exc}; checkpoint saved in {options['run_dir']}, "
+            "continue with --resume",
+            err=True,
+        )
+        sys.exit(exc.exit_code)
+    except (WorkerError, NonFiniteError) as exc:
+        cause = f"\n{exc.__cause__}" if exc.__cause__ is not None else ""
+        click.echo(
+            f"pong-mp: error: {exc}; last good state saved in {options['run_dir']}{cause}", err=True
+        )
+        sys.exit(EXIT_ERROR)
+    running = "n/a" if state.running_reward is None else f"{state.running_reward:.2f}"
+    click.echo(
+        f"pong-mp: done: {state.batch} updates, {state.episodes} episodes, "
+        f"{state.steps:,} steps, running reward {running}, in {options['run_dir']}"
+    )

@@ -1,0 +1,205 @@
+"""The command line, run as a user runs it: a real process, real signals, real files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pong_mp import checkpoint
+
+SMALL = [
+    "--env",
+    "FakePong-v0",
+    "--batch-size",
+    "4",
+    "--batches",
+    "3",
+    "--seed",
+    "1",
+    "--env-arg",
+    "points_to_win=3",
+]
+
+
+def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m pong_mp ARGS` and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "pong_mp", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _weights(run_dir: Path) -> bytes:
+    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
+        return npz["W1"].tobytes() + npz["W2"].tobytes()
+
+
+def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:
+    run_dir = tmp_path / "R"
+    done = pong_mp(
+        "train",
+        "--env",
+        "FakePong-v0",
+        "--workers",
+        "2",
+        "--batch-size",
+        "4",
+        "--batches",
+        "3",
+        "--seed",
+        "1",
+        "--run-dir",
+        str(run_dir),
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads((run_dir / "config.json").read_text())["seed"] == 1
+    records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert len(records) == 3
+    for r in records:
+        assert {
+            "batch",
+            "episodes",
+            "steps",
+            "reward_mean",
+            "running_reward",
+            "seconds",
+            "steps_per_sec",
+        } <= set(r)
+    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
+        assert npz["W1"].shape == (200, 6400) and npz["W2"].shape == (200,)
+        assert np.all(np.isfinite(npz["W1"])) and np.all(np.isfinite(npz["W2"]))
+    out = done.stdout.splitlines()
+    assert len([line for line in out if line.startswith("batch ")]) == 3
+    assert out[-1].startswith("pong-mp: done: 3 updates, 12 episodes")
+
+
+def test_worker_counts_and_serial_give_the_same_bytes(tmp_path: Path, clean_system) -> None:
+    runs = {"w1": ["--workers", "1"], "w3": ["--workers", "3"], "serial": ["--backend", "serial"]}
+    for name, extra in runs.items():
+        done = pong_mp("train", *SMALL, *extra, "--run-dir", str(tmp_path / name))
+        assert done.returncode == 0, done.stderr
+    assert _weights(tmp_path / "w1") == _weights(tmp_path / "w3") == _weights(tmp_path / "serial")
+
+
+@pytest.mark.ale
+def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
+    done = pong_mp(
+        "train",
+        "--env",
+        "ALE/Pong-v5",
+        "--workers",
+        "2",
+        "--batch-size",
+        "2",
+        "--batches",
+        "1",
+        "--run-dir",
+        str(tmp_path / "R"),
+    )
+    assert done.returncode == 0, done.stderr
+    record = json.loads((tmp_path / "R" / "metrics.jsonl").read_text())
+    assert record["steps"] > 500 and record["episodes"] == 2
+    assert "A.L.E" not in done.stderr  # the emulator's banner is silenced
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--workers", "0"], "--workers must be >= 1"),
+        (["--batch-size", "-1"], "--batch-size must be >= 1"),
+        (["--env", "Nope-v0"], "unknown env id 'Nope-v0'"),
+        (["--lr", "-1"], "--lr must be > 0"),
+        (["--gamma", "0"], "--gamma must be in (0, 1]"),
+        (["--workers", "two"], "'two' is not a valid integer"),
+        (["--backend", "gpu"], "'gpu' is not one of"),
+        (["--env-arg", "nonsense"], "is not KEY=VALUE"),
+        (["--resume"], "nothing to resume"),
+    ],
+)
+def test_bad_input_is_one_line_and_writes_nothing(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    run_dir = tmp_path / "R"
+    done = pong_mp("train", "--env", "FakePong-v0", "--run-dir", str(run_dir), *args)
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("pong-mp: error: ") and message in done.stderr
+    assert not run_dir.exists()
+
+
+def test_a_damaged_checkpoint_is_named_and_left_alone(tmp_path: Path, clean_system) -> None:
+    run_dir = tmp_path / "R"
+    assert pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir)).returncode == 0
+    ckpt = run_dir / "checkpoint.npz"
+    ckpt.write_bytes(ckpt.read_bytes()[:1000])
+    damaged = ckpt.read_bytes()
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "5")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert f"{ckpt}: damaged checkpoint" in done.stderr
+    assert ckpt.read_bytes() == damaged
+
+
+def test_an_existing_run_is_not_overwritten(tmp_path: Path, clean_system) -> None:
+    run_dir = tmp_path / "R"
+    assert pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir)).returncode == 0
+    before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
+    done = pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir))
+    assert done.returncode == 2 and "already holds a run" in done.stderr
+    assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
+
+
+def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path, clean_system) -> None:
+    run_dir = tmp_path / "R"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "pong_mp",
+            "train",
+            "--env",
+            "SlowPong-v0",
+            "--env-arg",
+            "delay=0.001",
+            "--env-arg",
+            "points_to_win=2",
+            "--workers",
+            "2",
+            "--batch-size",
+            "2",
+            "--hidden",
+            "8",
+            "--checkpoint-every",
+            "1000",
+            "--run-dir",
+            str(run_dir),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 60
+    while not (metrics.exists() and metrics.read_text().count("\n") >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == 130, err
+    assert "stopped by SIGINT" in err and "Traceback" not in err
+    state, _ = checkpoint.load(run_dir / "checkpoint.npz")
+    lines = metrics.read_text().splitlines()
+    assert state.batch == len(lines) >= 2  # the checkpoint is the last update logged
+    done = pong_mp(
+        "train", "--run-dir", str(run_dir), "--resume", "--batches", str(state.batch + 1)
+    )
+    assert done.returncode == 0, done.stderr
+    assert checkpoint.load(run_dir / "checkpoint.npz")[0].batch == state.batch + 1
