@@ -1,0 +1,44 @@
+# Sourced by the other bin/ scripts: makes sure .venv exists and holds this checkout.
+# Installs on first use, and again whenever pyproject.toml changes or other extras are asked.
+
+PONG_MP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${PONG_MP_VENV:-$PONG_MP_ROOT/.venv}"
+
+_find_python() {
+    local candidate
+    for candidate in "${PONG_MP_PYTHON:-}" python3.13 python3.12 python3.11 python3; do
+        [ -n "$candidate" ] || continue
+        command -v "$candidate" >/dev/null 2>&1 || continue
+        if "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+            echo "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# ensure_venv [EXTRAS]: e.g. ensure_venv test
+ensure_venv() {
+    local extras="${1:-}" spec="$PONG_MP_ROOT" stamp want python
+    [ -z "$extras" ] || spec="$PONG_MP_ROOT[$extras]"
+    stamp="$VENV/.pong-mp-installed"
+    want="$(cat "$PONG_MP_ROOT/pyproject.toml" | sha256sum | cut -c1-16) ${extras:-base}"
+    if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && grep -qxF "$want" "$stamp"; then
+        return 0
+    fi
+    python="$(_find_python)" || {
+        echo "pong-mp: error: Python >= 3.11 is needed (set PONG_MP_PYTHON to its path)" >&2
+        exit 1
+    }
+    echo "pong-mp: setting up $VENV with $($python --version) (first run only, ~1 min)" >&2
+    [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+    if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
+           "$VENV/bin/python" -m pip install --quiet -e "$spec"; } >"$VENV/install.log" 2>&1
+    then
+        tail -n 20 "$VENV/install.log" >&2
+        echo "pong-mp: error: installing into $VENV failed (full log: $VENV/install.log)" >&2
+        exit 1
+    fi
+    # Several lines: a venv with test extras also satisfies the plain command.
+    { echo "$want"; [ -z "$extras" ] || echo "${want% *} base"; } >"$stamp"
+}
