@@ -34,9 +34,7 @@ def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
         env.close()
 
 
-def compare_envs(
-    env_ids: tuple[str, ...], seconds: float, rounds: int
-) -> dict[str, list[float]]:
+def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[str, list[float]]:
     """Steps/s of each env in `rounds` alternating rounds of `seconds` each."""
     rates: dict[str, list[float]] = {env_id: [] for env_id in env_ids}
     for r in range(rounds):
