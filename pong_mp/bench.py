@@ -23,12 +23,11 @@ def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
         env.reset(seed=seed)
         steps = 0
         start = time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            for _ in range(256):
-                _, _, terminated, truncated, _ = env.step(int(actions[steps % 4096]))
-                steps += 1
-                if terminated or truncated:
-                    env.reset()
+        while time.perf_counter() - start < seconds:  # ~50 ns: small beside any env step
+            _, _, terminated, truncated, _ = env.step(int(actions[steps % 4096]))
+            steps += 1
+            if terminated or truncated:
+                env.reset()
         return steps / (time.perf_counter() - start)
     finally:
         env.close()
