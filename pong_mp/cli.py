@@ -7,6 +7,8 @@ not fit) is one line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import json
+import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,7 @@ import click
 from pong_mp.backends import BACKENDS, WorkerError
 from pong_mp.checkpoint import CheckpointError
 from pong_mp.config import ConfigError, default_workers
-from pong_mp.signals import Interrupted
+from pong_mp.signals import STOP_SIGNALS, Interrupted
 from pong_mp.trainer import NonFiniteError, RunDirError, prepare_run, run
 
 EXIT_ERROR = 1
@@ -49,6 +51,13 @@ class _OneLineErrors(click.Group):
 @click.version_option(package_name="pong-mp")
 def main() -> None:
     """pong-mp: teach a numpy policy to play Atari Pong from pixels, fast and reproducibly."""
+    # Warnings from the backends (a worker replaced, an episode retried) go to stderr.
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("pong-mp: %(message)s"))
+    logger = logging.getLogger("pong_mp")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -144,6 +153,10 @@ def train_command(
     except (ConfigError, RunDirError, CheckpointError) as exc:
         _fail(str(exc), EXIT_USAGE)
     except Interrupted as exc:
+        # Everything is saved and closed: a further Ctrl-C must not turn this clean exit
+        # into a death by signal.
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
         click.echo(
             f"pong-mp: stopped by {exc}; checkpoint saved in {options['run_dir']}, "
             "continue with --resume",
@@ -161,3 +174,4 @@ def train_command(
         f"pong-mp: done: {state.batch} updates, {state.episodes} episodes, "
         f"{state.steps:,} steps, running reward {running}, in {options['run_dir']}"
     )
+

@@ -189,3 +189,36 @@ def test_running_reward_follows_episode_order() -> None:
     new, stats = apply_batch(config, state, [_result(1, g, -1.0), _result(0, g, 3.0)])
     assert new.running_reward == pytest.approx(3.0 * 0.99 + -1.0 * 0.01)
     assert stats["reward_mean"] == 1.0 and (new.batch, new.episodes) == (1, 2)
+
+
+class _PoisonedBackend:
+    """Plays nothing: returns gradients that turn NaN from the second batch on."""
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.closed = False
+
+    def start(self) -> None:
+        pass
+
+    def run_batch(self, params, tasks):
+        self.batches += 1
+        grad = np.full(params.shape, np.nan if self.batches >= 2 else 0.5)
+        return [_result(t.index, grad) for t in tasks]
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_non_finite_update_stops_the_run_and_never_reaches_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = _PoisonedBackend()
+    monkeypatch.setattr("pong_mp.trainer.make_backend", lambda *args: backend)
+    with pytest.raises(NonFiniteError, match="update 2"):
+        train(_config(tmp_path, hidden=2, checkpoint_every=100), log=_quiet)
+    assert backend.closed
+    state, _ = checkpoint.load(tmp_path / "checkpoint.npz")  # validates finiteness too
+    assert state.batch == 1
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["batch"] for line in lines] == [1]

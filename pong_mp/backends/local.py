@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import multiprocessing as mp
 import os
 import signal
@@ -33,6 +34,8 @@ from pong_mp.backends.base import RolloutSpec, WorkerError, raise_worker_error
 from pong_mp.backends.shm import SharedWeights
 from pong_mp.episode import EpisodeResult, EpisodeTask
 from pong_mp.policy import param_count
+
+log = logging.getLogger("pong_mp")
 
 _JOIN_SECONDS = 5.0  # how long close() waits for a worker before it is killed
 _START_SECONDS = 120.0  # how long start() waits for workers to import and build their envs
@@ -280,6 +283,11 @@ class LocalBackend:
             raise_worker_error(
                 f"episode {task.index} failed {failures[task.index]} times in a worker", tb
             )
+        last_line = tb.strip().splitlines()[-1]
+        log.warning(
+            f"episode {task.index} failed in worker {w.slot} ({last_line}); "
+            f"retrying ({failures[task.index]}/{self.spec.max_retries})"
+        )
         pending.appendleft(task)
 
     def _replace(
@@ -300,6 +308,8 @@ class LocalBackend:
                     f"(last: {why})"
                 )
             pending.appendleft(task)  # played again with the same seed: same result
+        replay = f"; episode {task.index} will be played again" if task is not None else ""
+        log.warning(f"worker {w.slot} {why}: replaced{replay}")
         fresh = self._spawn(w.slot)
         self._workers[self._workers.index(w)] = fresh
         self.replacements += 1

@@ -1,0 +1,245 @@
+"""Faults cost nothing: real kills and signals against a real `pong-mp train` process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pong_mp import checkpoint
+from tests.conftest import pong_processes, pong_shm_blocks
+from tests.test_cli import pong_mp
+
+FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
+SLOW = ["--env", "SlowPong-v0", "--env-arg", "points_to_win=2", "--hidden", "8"]
+
+
+def start(*args: str) -> subprocess.Popen:
+    """Start `python -m pong_mp ARGS` in the background."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pong_mp", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_updates(proc: subprocess.Popen, run_dir: Path, count: int) -> None:
+    """Block until metrics.jsonl holds `count` lines (the process must stay alive)."""
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while not (metrics.exists() and metrics.read_text().count("\n") >= count):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.02)
+
+
+def workers_of(pid: int) -> list[int]:
+    """Pids of the pong-mp workers whose parent is `pid`."""
+    found = []
+    for worker in pong_processes():
+        try:
+            stat = Path(f"/proc/{worker}/stat").read_text()
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+            found.append(worker)
+    return sorted(found)
+
+
+def weights(run_dir: Path) -> bytes:
+    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
+        return npz["W1"].tobytes() + npz["W2"].tobytes()
+
+
+@pytest.mark.ale
+def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> None:
+    args = [
+        "train",
+        "--env",
+        "ALE/Pong-v5",
+        "--workers",
+        "2",
+        "--batch-size",
+        "4",
+        "--batches",
+        "3",
+        "--seed",
+        "5",
+    ]
+    assert pong_mp(*args, "--run-dir", str(tmp_path / "calm")).returncode == 0
+    proc = start(*args, "--run-dir", str(tmp_path / "killed"))
+    wait_for_updates(proc, tmp_path / "killed", 1)
+    victim = workers_of(proc.pid)[0]
+    os.kill(victim, signal.SIGKILL)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "replaced" in err and "Traceback" not in err
+    assert victim not in pong_processes()
+    assert weights(tmp_path / "killed") == weights(tmp_path / "calm")
+
+
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stop_signal_saves_and_exits_quickly(
+    tmp_path: Path, signum: int, code: int, clean_system
+) -> None:
+    proc = start(
+        "train",
+        *SLOW,
+        "--workers",
+        "2",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "1000",
+        "--run-dir",
+        str(tmp_path),
+    )
+    wait_for_updates(proc, tmp_path, 1)
+    os.kill(proc.pid, signum)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 10
+    assert proc.returncode == code, err
+    assert f"stopped by {signal.Signals(signum).name}" in err
+    state, _ = checkpoint.load(tmp_path / "checkpoint.npz")
+    assert state.batch == (tmp_path / "metrics.jsonl").read_text().count("\n") >= 1
+
+
+@pytest.mark.parametrize("gap", [0.0, 0.05, 0.3])
+def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
+    tmp_path: Path, gap: float, clean_system
+) -> None:
+    # Long episodes: the first Ctrl-C lands in the middle of the first batch.
+    proc = start(
+        "train",
+        "--env",
+        "SlowPong-v0",
+        "--env-arg",
+        "delay=0.01",
+        "--hidden",
+        "8",
+        "--workers",
+        "2",
+        "--batch-size",
+        "2",
+        "--run-dir",
+        str(tmp_path),
+    )
+    deadline = time.monotonic() + 60
+    while len(workers_of(proc.pid)) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    time.sleep(1.0)  # the workers are now inside their first episodes
+    os.kill(proc.pid, signal.SIGINT)
+    time.sleep(gap)
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - sent < 5
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    if (tmp_path / "checkpoint.npz").exists():  # whatever was saved is whole
+        assert checkpoint.load(tmp_path / "checkpoint.npz")[0].batch == 0
+
+
+def test_ctrl_c_while_workers_start(tmp_path: Path, clean_system) -> None:
+    proc = start("train", *FAKE, "--workers", "2", "--run-dir", str(tmp_path))
+    time.sleep(0.8)  # inside start-up: imports, spawning, the workers' env set-up
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and err.count("\n") == 1
+
+
+def test_workers_exit_when_the_coordinator_is_killed(tmp_path: Path) -> None:
+    before = pong_shm_blocks()
+    proc = start(
+        "train",
+        *SLOW,
+        "--workers",
+        "2",
+        "--batch-size",
+        "2",
+        "--checkpoint-every",
+        "1",
+        "--run-dir",
+        str(tmp_path),
+    )
+    wait_for_updates(proc, tmp_path, 1)
+    workers = workers_of(proc.pid)
+    assert len(workers) == 2
+    proc.kill()
+    proc.communicate(timeout=30)
+    deadline = time.monotonic() + 10
+    while (set(workers) & pong_processes() or pong_shm_blocks() - before) and (
+        time.monotonic() < deadline
+    ):
+        time.sleep(0.1)
+    assert not set(workers) & pong_processes(), "orphan workers"
+    # Python's resource tracker unlinks the block once the workers are gone.
+    assert not pong_shm_blocks() - before, "leaked shared memory"
+    state, _ = checkpoint.load(tmp_path / "checkpoint.npz")  # still whole
+    assert state.batch >= 1
+
+
+def test_an_episode_that_keeps_failing_stops_the_run_cleanly(tmp_path: Path, clean_system) -> None:
+    # One worker: its env fails from its third episode on, so update 1 completes and
+    # update 2 fails three times in a row (the first try and two retries).
+    crash = "crash_episodes=" + str(list(range(2, 50)))
+    done = pong_mp(
+        "train",
+        "--env",
+        "CrashingPong-v0",
+        "--env-arg",
+        crash,
+        "--env-arg",
+        "points_to_win=2",
+        "--hidden",
+        "8",
+        "--workers",
+        "1",
+        "--batch-size",
+        "2",
+        "--batches",
+        "5",
+        "--checkpoint-every",
+        "1",
+        "--run-dir",
+        str(tmp_path),
+    )
+    assert done.returncode == 1
+    assert "pong-mp: error: episode 2 failed 3 times in a worker" in done.stderr
+    assert "retrying (1/2)" in done.stderr and "retrying (2/2)" in done.stderr
+    # The worker's own traceback, for the user to debug the env.
+    assert "RuntimeError: CrashingPong: planned failure in episode" in done.stderr
+    state, _ = checkpoint.load(tmp_path / "checkpoint.npz")
+    assert state.batch == 1 and state.episodes == 2
+
+
+def test_resume_through_the_cli_is_bit_identical(tmp_path: Path, clean_system) -> None:
+    args = ["train", *FAKE, "--workers", "2", "--batch-size", "3", "--seed", "9"]
+    assert pong_mp(*args, "--batches", "4", "--run-dir", str(tmp_path / "straight")).returncode == 0
+    assert pong_mp(*args, "--batches", "2", "--run-dir", str(tmp_path / "split")).returncode == 0
+    done = pong_mp(
+        "train",
+        "--resume",
+        "--batches",
+        "4",
+        "--workers",
+        "1",
+        "--run-dir",
+        str(tmp_path / "split"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "resuming at update 2" in done.stdout
+    assert weights(tmp_path / "split") == weights(tmp_path / "straight")
+    metrics = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
+    assert len(metrics) == 4
