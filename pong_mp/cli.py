@@ -17,7 +17,10 @@ import click
 
 from pong_mp.backends import BACKENDS, WorkerError
 from pong_mp.checkpoint import CheckpointError
+from pong_mp.checkpoint import load as load_checkpoint
 from pong_mp.config import ConfigError, default_workers
+from pong_mp.envs import UnknownEnvError, check_env_id
+from pong_mp.play import play_games, summary
 from pong_mp.signals import STOP_SIGNALS, Interrupted
 from pong_mp.trainer import NonFiniteError, RunDirError, prepare_run, run
 
@@ -175,3 +178,34 @@ def train_command(
         f"{state.steps:,} steps, running reward {running}, in {options['run_dir']}"
     )
 
+
+@main.command("play")
+@click.argument("checkpoint_path", metavar="CHECKPOINT", type=click.Path(path_type=Path))
+@click.option("--env", default=None, help="Env id (default: the one the policy was trained on).")
+@click.option(
+    "--episodes", type=click.IntRange(min=1), default=3, show_default=True, help="Games to play."
+)
+@click.option(
+    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the games."
+)
+@click.option("--greedy", is_flag=True, help="Take the likelier action instead of sampling.")
+def play_command(
+    checkpoint_path: Path, env: str | None, episodes: int, seed: int, greedy: bool
+) -> None:
+    """Play full games with a checkpoint's policy and print the scores."""
+    try:
+        state, config = load_checkpoint(checkpoint_path)
+        env_id = env or config.get("env", "ALE/Pong-v5")
+        env_kwargs = config.get("env_kwargs", {}) if env is None else {}
+        check_env_id(env_id)
+    except (CheckpointError, UnknownEnvError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+    hidden = int(config["hidden"])
+    scores = play_games(
+        state.params, hidden, env_id, episodes, seed=seed, greedy=greedy, env_kwargs=env_kwargs
+    )
+    for i, score in enumerate(scores, 1):
+        click.echo(
+            f"game {i}: agent {score.agent} - {score.opponent} opponent ({score.steps:,} steps)"
+        )
+    click.echo(summary(scores))

@@ -1,0 +1,72 @@
+"""Playing full games with a trained policy, to see how well it does."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pong_mp import policy
+from pong_mp.envs import make_env
+from pong_mp.episode import episode_seed
+
+
+@dataclass(frozen=True)
+class GameScore:
+    """The result of one game."""
+
+    agent: int
+    """Points won by the policy."""
+    opponent: int
+    """Points won by the built-in opponent."""
+    steps: int
+    """Env steps the game took."""
+
+
+def play_games(
+    params: np.ndarray,
+    hidden: int,
+    env_id: str,
+    games: int,
+    seed: int = 0,
+    greedy: bool = False,
+    env_kwargs: dict[str, Any] | None = None,
+) -> list[GameScore]:
+    """Play `games` full games; game i is seeded from (seed, i), so results repeat.
+
+    The policy samples its actions as in training, or takes the likelier one if `greedy`.
+    """
+    w1, w2 = policy.split(params, hidden)
+    env = make_env(env_id, **(env_kwargs or {}))
+    scores = []
+    try:
+        for i in range(games):
+            env_seq, action_seq = np.random.SeedSequence(episode_seed(seed, i)).spawn(2)
+            rng = np.random.default_rng(action_seq)
+            obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
+            prev = policy.preprocess(obs)
+            x = np.zeros(policy.INPUT_SIZE)
+            agent = opponent = steps = 0
+            done = False
+            while not done:
+                p_up, _ = policy.forward(w1, w2, x)
+                up = p_up >= 0.5 if greedy else rng.random() < p_up
+                obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
+                agent += reward > 0
+                opponent += reward < 0
+                steps += 1
+                done = terminated or truncated
+                cur = policy.preprocess(obs)
+                x, prev = cur - prev, cur
+            scores.append(GameScore(agent=int(agent), opponent=int(opponent), steps=steps))
+    finally:
+        env.close()
+    return scores
+
+
+def summary(scores: list[GameScore]) -> str:
+    """One line: games won and the mean point difference."""
+    won = sum(s.agent > s.opponent for s in scores)
+    diff = float(np.mean([s.agent - s.opponent for s in scores])) if scores else 0.0
+    return f"won {won} of {len(scores)} games; mean point difference {diff:+.2f}"

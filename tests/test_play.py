@@ -1,0 +1,92 @@
+"""Playing games with a trained policy: `pong_mp.play` and `pong-mp play`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+from pong_mp import policy
+from pong_mp.config import TrainConfig
+from pong_mp.envs import make_env
+from pong_mp.play import GameScore, play_games, summary
+from pong_mp.trainer import train
+from tests.test_cli import pong_mp
+
+GAME = {"points_to_win": 3}
+
+
+def test_games_are_full_and_repeatable() -> None:
+    params = policy.init_params(8, 0)
+    a = play_games(params, 8, "FakePong-v0", 3, seed=4, env_kwargs=GAME)
+    b = play_games(params, 8, "FakePong-v0", 3, seed=4, env_kwargs=GAME)
+    assert a == b and len(a) == 3
+    assert all(max(s.agent, s.opponent) == 3 and s.steps > 0 for s in a)
+    assert play_games(params, 8, "FakePong-v0", 3, seed=5, env_kwargs=GAME) != a
+
+
+class _Recorder(gym.Wrapper):
+    """Remembers every action sent to the env."""
+
+    actions: list[int] = []  # noqa: RUF012  (shared on purpose: the test reads it)
+
+    def step(self, action):
+        _Recorder.actions.append(action)
+        return self.env.step(action)
+
+
+@pytest.mark.parametrize(
+    ("greedy", "expected"), [(True, {policy.UP}), (False, {policy.UP, policy.DOWN})]
+)
+def test_greedy_takes_the_likelier_action_and_sampling_both(
+    monkeypatch: pytest.MonkeyPatch, greedy: bool, expected: set[int]
+) -> None:
+    params = policy.init_params(8, 0)
+    policy.split(params, 8)[1][:] = 0.0  # W2 = 0: p(UP) is exactly 0.5 on every frame
+    monkeypatch.setattr("pong_mp.play.make_env", lambda *a, **k: _Recorder(make_env(*a, **k)))
+    _Recorder.actions = []
+    play_games(params, 8, "FakePong-v0", 1, seed=0, greedy=greedy, env_kwargs=GAME)
+    assert len(_Recorder.actions) > 20 and set(_Recorder.actions) == expected
+
+
+def test_summary_counts_wins_and_mean_difference() -> None:
+    scores = [GameScore(21, 15, 100), GameScore(3, 21, 100)]
+    assert summary(scores) == "won 1 of 2 games; mean point difference -6.00"
+
+
+def test_cli_play_uses_the_env_the_policy_was_trained_on(tmp_path: Path, clean_system) -> None:
+    train(
+        TrainConfig(
+            env="FakePong-v0",
+            env_kwargs=GAME,
+            backend="serial",
+            batch_size=2,
+            batches=1,
+            hidden=8,
+            run_dir=str(tmp_path),
+        ),
+        log=lambda line: None,
+    )
+    done = pong_mp("play", str(tmp_path / "checkpoint.npz"), "--episodes", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("game 1: agent ")
+    assert all(" 3 opponent" in line or "agent 3 " in line for line in lines[:2])
+    assert lines[2].startswith("won ")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda p: None, "no such checkpoint"),
+        (lambda p: p.write_bytes(b"PK\x03\x04 truncated"), "damaged checkpoint"),
+    ],
+)
+def test_cli_play_on_a_bad_file_is_one_line(tmp_path: Path, make, message: str) -> None:
+    path = tmp_path / "model.npz"
+    make(path)
+    done = pong_mp("play", str(path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert done.stderr.startswith(f"pong-mp: error: {path}: {message}")
+    assert "Traceback" not in done.stderr
