@@ -11,6 +11,11 @@ import pytest
 
 SHM = Path("/dev/shm")
 
+METRIC_FIELDS = frozenset(
+    {"batch", "episodes", "steps", "reward_mean", "running_reward", "seconds", "steps_per_sec"}
+)
+"""Fields every metrics.jsonl line must have: the contract in DESIGN.md."""
+
 
 def pong_shm_blocks() -> set[str]:
     """Names of pong-mp shared-memory blocks that exist now."""

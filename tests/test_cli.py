@@ -14,19 +14,9 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint
+from tests.conftest import METRIC_FIELDS
 
-SMALL = [
-    "--env",
-    "FakePong-v0",
-    "--batch-size",
-    "4",
-    "--batches",
-    "3",
-    "--seed",
-    "1",
-    "--env-arg",
-    "points_to_win=3",
-]
+SMALL = "--env FakePong-v0 --batch-size 4 --batches 3 --seed 1 --env-arg points_to_win=3".split()
 
 
 def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -44,17 +34,7 @@ def _weights(run_dir: Path) -> bytes:
 def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:
     run_dir = tmp_path / "R"
     done = pong_mp(
-        "train",
-        "--env",
-        "FakePong-v0",
-        "--workers",
-        "2",
-        "--batch-size",
-        "4",
-        "--batches",
-        "3",
-        "--seed",
-        "1",
+        *"train --env FakePong-v0 --workers 2 --batch-size 4 --batches 3 --seed 1".split(),
         "--run-dir",
         str(run_dir),
     )
@@ -63,15 +43,7 @@ def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 3
     for r in records:
-        assert {
-            "batch",
-            "episodes",
-            "steps",
-            "reward_mean",
-            "running_reward",
-            "seconds",
-            "steps_per_sec",
-        } <= set(r)
+        assert set(r) >= METRIC_FIELDS
     with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
         assert npz["W1"].shape == (200, 6400) and npz["W2"].shape == (200,)
         assert np.all(np.isfinite(npz["W1"])) and np.all(np.isfinite(npz["W2"]))
@@ -91,15 +63,7 @@ def test_worker_counts_and_serial_give_the_same_bytes(tmp_path: Path, clean_syst
 @pytest.mark.ale
 def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
     done = pong_mp(
-        "train",
-        "--env",
-        "ALE/Pong-v5",
-        "--workers",
-        "2",
-        "--batch-size",
-        "2",
-        "--batches",
-        "1",
+        *"train --env ALE/Pong-v5 --workers 2 --batch-size 2 --batches 1".split(),
         "--run-dir",
         str(tmp_path / "R"),
     )
@@ -203,3 +167,15 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path, clean_system) ->
     )
     assert done.returncode == 0, done.stderr
     assert checkpoint.load(run_dir / "checkpoint.npz")[0].batch == state.batch + 1
+
+
+def test_a_checkpoint_from_another_run_is_refused(tmp_path: Path, clean_system) -> None:
+    for name, seed in (("A", "1"), ("B", "2")):
+        args = ["train", *SMALL[:-4], "--workers", "1", "--seed", seed, "--hidden", "8"]
+        assert pong_mp(*args, "--run-dir", str(tmp_path / name)).returncode == 0
+    (tmp_path / "B" / "checkpoint.npz").write_bytes(
+        (tmp_path / "A" / "checkpoint.npz").read_bytes()
+    )
+    done = pong_mp("train", "--resume", "--batches", "5", "--run-dir", str(tmp_path / "B"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "checkpoint.npz: belongs to another run (seed 1, config.json says 2)" in done.stderr

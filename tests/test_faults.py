@@ -60,19 +60,7 @@ def weights(run_dir: Path) -> bytes:
 
 @pytest.mark.ale
 def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> None:
-    args = [
-        "train",
-        "--env",
-        "ALE/Pong-v5",
-        "--workers",
-        "2",
-        "--batch-size",
-        "4",
-        "--batches",
-        "3",
-        "--seed",
-        "5",
-    ]
+    args = "train --env ALE/Pong-v5 --workers 2 --batch-size 4 --batches 3 --seed 5".split()
     assert pong_mp(*args, "--run-dir", str(tmp_path / "calm")).returncode == 0
     proc = start(*args, "--run-dir", str(tmp_path / "killed"))
     wait_for_updates(proc, tmp_path / "killed", 1)
@@ -92,12 +80,7 @@ def test_a_stop_signal_saves_and_exits_quickly(
     proc = start(
         "train",
         *SLOW,
-        "--workers",
-        "2",
-        "--batch-size",
-        "2",
-        "--checkpoint-every",
-        "1000",
+        *"--workers 2 --batch-size 2 --checkpoint-every 1000".split(),
         "--run-dir",
         str(tmp_path),
     )
@@ -118,18 +101,8 @@ def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
 ) -> None:
     # Long episodes: the first Ctrl-C lands in the middle of the first batch.
     proc = start(
-        "train",
-        "--env",
-        "SlowPong-v0",
-        "--env-arg",
-        "delay=0.01",
-        "--hidden",
-        "8",
-        "--workers",
-        "2",
-        "--batch-size",
-        "2",
-        "--run-dir",
+        *"train --env SlowPong-v0 --env-arg delay=0.01 --hidden 8".split(),
+        *"--workers 2 --batch-size 2 --run-dir".split(),
         str(tmp_path),
     )
     deadline = time.monotonic() + 60
@@ -164,12 +137,7 @@ def test_workers_exit_when_the_coordinator_is_killed(tmp_path: Path) -> None:
     proc = start(
         "train",
         *SLOW,
-        "--workers",
-        "2",
-        "--batch-size",
-        "2",
-        "--checkpoint-every",
-        "1",
+        *"--workers 2 --batch-size 2 --checkpoint-every 1".split(),
         "--run-dir",
         str(tmp_path),
     )
@@ -229,13 +197,7 @@ def test_resume_through_the_cli_is_bit_identical(tmp_path: Path, clean_system) -
     assert pong_mp(*args, "--batches", "4", "--run-dir", str(tmp_path / "straight")).returncode == 0
     assert pong_mp(*args, "--batches", "2", "--run-dir", str(tmp_path / "split")).returncode == 0
     done = pong_mp(
-        "train",
-        "--resume",
-        "--batches",
-        "4",
-        "--workers",
-        "1",
-        "--run-dir",
+        *"train --resume --batches 4 --workers 1 --run-dir".split(),
         str(tmp_path / "split"),
     )
     assert done.returncode == 0, done.stderr

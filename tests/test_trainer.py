@@ -21,16 +21,7 @@ from pong_mp.trainer import (
     sum_gradients,
     train,
 )
-
-METRIC_FIELDS = {
-    "batch",
-    "episodes",
-    "steps",
-    "reward_mean",
-    "running_reward",
-    "seconds",
-    "steps_per_sec",
-}
+from tests.conftest import METRIC_FIELDS
 
 
 def _config(run_dir: Path, **overrides) -> TrainConfig:
