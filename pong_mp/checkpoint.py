@@ -53,12 +53,13 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
     for name, arr in (("params", state.params), ("cache", state.cache)):
         if not np.all(np.isfinite(arr)):
             raise CheckpointError(f"refusing to save non-finite {name} to {path}")
-    w1, w2 = policy.split(state.params, hidden)
-    c1, c2 = policy.split(state.cache, hidden)
+    # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
+    w1t, w2 = policy.split(state.params, hidden)
+    c1t, c2 = policy.split(state.cache, hidden)
     arrays = {
-        "W1": w1,
+        "W1": np.ascontiguousarray(w1t.T),
         "W2": w2,
-        "rmsprop_W1": c1,
+        "rmsprop_W1": np.ascontiguousarray(c1t.T),
         "rmsprop_W2": c2,
         "batch": np.int64(state.batch),
         "episodes": np.int64(state.episodes),
@@ -136,8 +137,8 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         raise CheckpointError(f"bad counters or config ({exc})") from None
     if not isinstance(config, dict) or config.get("hidden") != hidden:
         raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
-    params = np.concatenate([w1.ravel(), w2])
-    cache = np.concatenate([data["rmsprop_W1"].ravel(), data["rmsprop_W2"]])
+    params = policy.join(w1, w2)
+    cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
     state = TrainState(
         params=params,
         cache=cache,

@@ -6,6 +6,8 @@ from typing import Any
 
 import gymnasium as gym
 
+from pong_mp.frames import InputStream, input_stream
+
 FAKE_PONG_ID = "FakePong-v0"
 FAULT_ENV_IDS = {"CrashingPong-v0": "CrashingPong", "SlowPong-v0": "SlowPong"}
 """FakePong variants that fail or dawdle on purpose, for fault-tolerance tests and demos."""
@@ -51,3 +53,20 @@ def make_env(env_id: str, **kwargs: Any) -> gym.Env:
 
 
 register_fake_pong()
+
+
+def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:
+    """An env for training and the input stream that reads it.
+
+    ALE ids get FastAtari (v5 semantics, seeded sticky actions, the screen read from the
+    emulator) unless `kwargs` has fast=False, which keeps gymnasium's own env.
+    """
+    fast = kwargs.pop("fast", True)
+    if env_id.startswith("ALE/") and fast:
+        check_env_id(env_id)
+        from pong_mp.atari import FastAtari
+
+        env: gym.Env = FastAtari(env_id, **kwargs)
+    else:
+        env = make_env(env_id, **kwargs)
+    return env, input_stream(env)

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
+import scipy.sparse
 
 from pong_mp import policy
+from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class EpisodeResult:
     index: int
     """Global episode index, as in the task."""
     grad: np.ndarray
-    """Flat gradient of the episode's objective w.r.t. the parameters (float64)."""
+    """Flat gradient of the episode's objective w.r.t. the parameters (float32)."""
     reward_sum: float
     """Sum of the episode's rewards (agent points minus opponent points)."""
     steps: int
@@ -57,46 +59,58 @@ def make_tasks(run_seed: int, first_index: int, count: int) -> list[EpisodeTask]
 
 
 def play_episode(
-    env: gym.Env, params: np.ndarray, hidden: int, gamma: float, task: EpisodeTask
+    env: gym.Env,
+    inputs: InputStream,
+    weights: policy.Weights32,
+    gamma: float,
+    task: EpisodeTask,
 ) -> EpisodeResult:
-    """Play one episode with the stochastic policy `params`, and return its gradient.
+    """Play one episode with the stochastic policy `weights`, and return its gradient.
 
     The env is reset with a seed derived from the task's seed, and actions are sampled from
-    a generator seeded the same way, so the result depends only on (params, task).
+    a generator seeded the same way, so the result depends only on (weights, task). Each
+    step keeps only the input's non-zero pixels (indices and signs), its (y - p) and its
+    reward: about 100 bytes instead of a 51 KB dense row.
     """
     start = time.perf_counter()
     env_seq, action_seq = np.random.SeedSequence(task.seed).spawn(2)
-    rng = np.random.default_rng(action_seq)
-    w1, w2 = policy.split(params, hidden)
+    uniform = np.random.default_rng(action_seq).random
 
     obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
-    prev: np.ndarray | None = None
-    xs: list[np.ndarray] = []
-    hs: list[np.ndarray] = []
+    inputs.reset(obs)
+    idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
+    indices: list[np.ndarray] = []
+    values: list[np.ndarray] = []
     dlogps: list[float] = []
     rewards: list[float] = []
     done = False
     while not done:
-        cur = policy.preprocess(obs)
-        x = cur - prev if prev is not None else np.zeros(policy.INPUT_SIZE)
-        prev = cur
-        p_up, h = policy.forward(w1, w2, x)
-        up = rng.random() < p_up
-        xs.append(x)
-        hs.append(h)
+        p_up = policy.forward_sparse(weights, idx, vals)
+        up = uniform() < p_up
+        indices.append(idx)
+        values.append(vals)
         dlogps.append((1.0 if up else 0.0) - p_up)  # d log pi(a) / d logit
         obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
         rewards.append(float(reward))
         done = terminated or truncated
+        idx, vals = inputs.step(obs)
 
+    steps = len(rewards)
+    indptr = np.zeros(steps + 1, dtype=np.int32)
+    np.cumsum([len(i) for i in indices], out=indptr[1:])
+    xs = scipy.sparse.csr_matrix(
+        (np.concatenate(values), np.concatenate(indices).astype(np.int32), indptr),
+        shape=(steps, policy.INPUT_SIZE),
+    )
     rewards_arr = np.asarray(rewards)
     advantages = policy.standardize(policy.discount_rewards(rewards_arr, gamma))
-    grad = np.empty(policy.param_count(hidden), dtype=np.float64)
-    policy.backward(w2, np.vstack(xs), np.vstack(hs), np.asarray(dlogps) * advantages, grad)
+    weighted = (np.asarray(dlogps) * advantages).astype(np.float32)
+    grad = np.empty(policy.param_count(weights.w2.shape[0]), dtype=np.float32)
+    policy.backward_sparse(weights, xs, weighted, grad)
     return EpisodeResult(
         index=task.index,
         grad=grad,
         reward_sum=float(rewards_arr.sum()),
-        steps=len(rewards),
+        steps=steps,
         seconds=time.perf_counter() - start,
     )

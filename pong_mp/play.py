@@ -8,8 +8,9 @@ from typing import Any
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.envs import make_env
+from pong_mp.envs import make_training_env
 from pong_mp.episode import episode_seed
+from pong_mp.frames import NO_PIXELS, NO_VALUES
 
 
 @dataclass(frozen=True)
@@ -37,28 +38,27 @@ def play_games(
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
     """
-    w1, w2 = policy.split(params, hidden)
-    env = make_env(env_id, **(env_kwargs or {}))
+    weights = policy.Weights32.from_params(params, hidden)
+    env, inputs = make_training_env(env_id, **(env_kwargs or {}))
     scores = []
     try:
         for i in range(games):
             env_seq, action_seq = np.random.SeedSequence(episode_seed(seed, i)).spawn(2)
-            rng = np.random.default_rng(action_seq)
+            uniform = np.random.default_rng(action_seq).random
             obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
-            prev = policy.preprocess(obs)
-            x = np.zeros(policy.INPUT_SIZE)
+            inputs.reset(obs)
+            idx, vals = NO_PIXELS, NO_VALUES
             agent = opponent = steps = 0
             done = False
             while not done:
-                p_up, _ = policy.forward(w1, w2, x)
-                up = p_up >= 0.5 if greedy else rng.random() < p_up
+                p_up = policy.forward_sparse(weights, idx, vals)
+                up = p_up >= 0.5 if greedy else uniform() < p_up
                 obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
                 agent += reward > 0
                 opponent += reward < 0
                 steps += 1
                 done = terminated or truncated
-                cur = policy.preprocess(obs)
-                x, prev = cur - prev, cur
+                idx, vals = inputs.step(obs)
             scores.append(GameScore(agent=int(agent), opponent=int(opponent), steps=steps))
     finally:
         env.close()

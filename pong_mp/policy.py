@@ -1,13 +1,25 @@
 """The policy network of "Pong from Pixels": preprocessing, forward and backward passes.
 
-All parameters live in one flat float64 vector (W1 then W2) so that the optimizer, the
-shared-memory broadcast, the gradient sum and the checkpoint all handle a single array;
-`split` gives the W1/W2 views into it without copying.
+All parameters live in one flat float64 vector so that the optimizer, the broadcast, the
+gradient sum and the checkpoint each handle a single array. Its layout is W1 *transposed*
+(6400 x H: one contiguous row of H weights per input pixel) followed by W2 (H): a frame
+difference has ~20 non-zero pixels, and the sparse forward and backward passes below touch
+only their rows. Checkpoints store W1 in the usual H x 6400 orientation.
+
+Two implementations of the math live here:
+- the dense float64 reference (`preprocess`, `forward`, `backward`), line for line
+  Karpathy's, kept as the readable definition and for tests;
+- the sparse float32 path that episodes use (`SparseInput`, `forward_sparse`,
+  `backward_sparse`); tests check it against the reference.
 """
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import numpy as np
+import scipy.sparse
 
 INPUT_SIZE = 80 * 80
 """Length of one preprocessed frame: 80x80 pixels."""
@@ -17,7 +29,10 @@ UP = 2
 DOWN = 3
 """ALE Pong's action that moves the agent's paddle down ("LEFT" in ALE's naming)."""
 
-_ERASED = (144, 109, 0)  # red values set to 0: ALE Pong's two backgrounds, and 0 itself
+ERASED = (144, 109, 0)
+"""Red values set to 0 by preprocessing: ALE Pong's two backgrounds, and 0 itself."""
+
+_BACKWARD_CHUNK = 2048  # steps per chunk of the sparse backward pass: bounds its memory
 
 
 def param_count(hidden: int) -> int:
@@ -26,57 +41,31 @@ def param_count(hidden: int) -> int:
 
 
 def split(params: np.ndarray, hidden: int) -> tuple[np.ndarray, np.ndarray]:
-    """Views (W1 of shape (hidden, 6400), W2 of shape (hidden,)) into a flat parameter vector."""
+    """Views (W1 transposed, shape (6400, hidden); W2, shape (hidden,)) into flat parameters."""
     if params.shape != (param_count(hidden),):
         raise ValueError(f"expected {param_count(hidden)} parameters, got shape {params.shape}")
     n1 = hidden * INPUT_SIZE
-    return params[:n1].reshape(hidden, INPUT_SIZE), params[n1:]
+    return params[:n1].reshape(INPUT_SIZE, hidden), params[n1:]
+
+
+def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    """Flat float64 parameters from W1 (hidden x 6400, as in checkpoints) and W2."""
+    return np.concatenate(
+        [np.ascontiguousarray(w1.T, dtype=np.float64).ravel(), np.asarray(w2, dtype=np.float64)]
+    )
 
 
 def init_params(hidden: int, seed: int) -> np.ndarray:
     """Xavier-initialised flat parameters, a pure function of (hidden, seed)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    params = np.empty(param_count(hidden), dtype=np.float64)
-    w1, w2 = split(params, hidden)
-    w1[:] = rng.standard_normal((hidden, INPUT_SIZE)) / np.sqrt(INPUT_SIZE)
-    w2[:] = rng.standard_normal(hidden) / np.sqrt(hidden)
-    return params
-
-
-def preprocess(frame: np.ndarray) -> np.ndarray:
-    """An ALE frame (210x160x3 uint8) -> 6400 float64 of 0/1: crop, downsample, erase background."""
-    red = frame[35:195:2, ::2, 0]
-    keep = (red != _ERASED[0]) & (red != _ERASED[1]) & (red != _ERASED[2])
-    return keep.astype(np.float64).ravel()
+    w1 = rng.standard_normal((hidden, INPUT_SIZE)) / np.sqrt(INPUT_SIZE)
+    w2 = rng.standard_normal(hidden) / np.sqrt(hidden)
+    return join(w1, w2)
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
     """The logistic function, 1 / (1 + exp(-x))."""
     return 1.0 / (1.0 + np.exp(-x))
-
-
-def forward(w1: np.ndarray, w2: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
-    """Probability of UP for input `x`, and the hidden activations."""
-    h = w1 @ x
-    np.maximum(h, 0.0, out=h)
-    return float(sigmoid(float(w2 @ h))), h
-
-
-def backward(
-    w2: np.ndarray, xs: np.ndarray, hs: np.ndarray, dlogps: np.ndarray, out: np.ndarray
-) -> np.ndarray:
-    """Gradient of sum_t dlogps[t] * logit_t w.r.t. (W1, W2), written into the flat `out`.
-
-    `xs` (T, 6400) are the inputs, `hs` (T, hidden) the hidden activations and `dlogps` (T,)
-    the advantage-weighted (y - p) of each step.
-    """
-    hidden = w2.shape[0]
-    dw1, dw2 = split(out, hidden)
-    np.matmul(hs.T, dlogps, out=dw2)
-    dh = np.outer(dlogps, w2)
-    dh[hs <= 0] = 0.0  # relu
-    np.matmul(dh.T, xs, out=dw1)
-    return out
 
 
 def discount_rewards(rewards: np.ndarray, gamma: float) -> np.ndarray:
@@ -96,3 +85,96 @@ def standardize(values: np.ndarray) -> np.ndarray:
     centred = values - values.mean()
     std = centred.std()
     return centred / std if std > 0 else centred
+
+
+# -- the dense float64 reference ---------------------------------------------------------------
+
+
+def binarize(frame: np.ndarray) -> np.ndarray:
+    """An ALE RGB frame (210x160x3 uint8) -> 6400 uint8 of 0/1: crop, downsample, erase."""
+    red = frame[35:195:2, ::2, 0]
+    keep = (red != ERASED[0]) & (red != ERASED[1]) & (red != ERASED[2])
+    return keep.view(np.uint8).ravel()
+
+
+def preprocess(frame: np.ndarray) -> np.ndarray:
+    """An ALE frame -> 6400 float64 of 0/1, as in Karpathy's prepro()."""
+    return binarize(frame).astype(np.float64)
+
+
+def forward(w1t: np.ndarray, w2: np.ndarray, x: np.ndarray) -> tuple[float, np.ndarray]:
+    """Probability of UP for a dense input `x`, and the hidden activations."""
+    h = x @ w1t
+    np.maximum(h, 0.0, out=h)
+    return float(sigmoid(float(h @ w2))), h
+
+
+def backward(
+    w2: np.ndarray, xs: np.ndarray, hs: np.ndarray, dlogps: np.ndarray, out: np.ndarray
+) -> np.ndarray:
+    """Gradient of sum_t dlogps[t] * logit_t w.r.t. (W1, W2), written into the flat `out`.
+
+    `xs` (T, 6400) are the inputs, `hs` (T, hidden) the hidden activations and `dlogps` (T,)
+    the advantage-weighted (y - p) of each step.
+    """
+    hidden = w2.shape[0]
+    dw1t, dw2 = split(out, hidden)
+    np.matmul(hs.T, dlogps, out=dw2)
+    dh = np.outer(dlogps, w2)
+    dh[hs <= 0] = 0.0  # relu
+    np.matmul(xs.T, dh, out=dw1t)
+    return out
+
+
+# -- the sparse float32 path of episodes ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Weights32:
+    """The float32 copy of the policy that episodes compute with (read-only views)."""
+
+    w1t: np.ndarray
+    """W1 transposed, (6400, hidden) float32."""
+    w2: np.ndarray
+    """W2, (hidden,) float32."""
+
+    @classmethod
+    def from_params(cls, params: np.ndarray, hidden: int) -> Weights32:
+        """The float32 weights of flat float64 parameters (a copy)."""
+        w1t, w2 = split(params, hidden)
+        return cls(w1t.astype(np.float32), w2.astype(np.float32))
+
+
+def forward_sparse(weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
+    """Probability of UP for the input with values `vals` (float32) at indices `idx`."""
+    if len(idx) == 0:
+        return 0.5
+    h = vals @ weights.w1t[idx]
+    np.maximum(h, 0.0, out=h)
+    logit = float(h @ weights.w2)
+    # math.exp overflows only for logit < -709; then p is 0 for all practical purposes.
+    return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
+
+
+def backward_sparse(
+    weights: Weights32, xs: scipy.sparse.csr_matrix, dlogps: np.ndarray, out: np.ndarray
+) -> np.ndarray:
+    """`backward` for sparse inputs `xs` (T x 6400 CSR), into the flat float32 `out`.
+
+    The hidden activations are recomputed from `xs` rather than kept from the forward
+    pass, so an episode keeps only its few non-zero inputs per step, and the work goes in
+    chunks of steps, so memory does not grow with the episode's length.
+    """
+    dw1t, dw2 = split(out, weights.w2.shape[0])
+    dw1t[:] = 0.0
+    dw2[:] = 0.0
+    for start in range(0, xs.shape[0], _BACKWARD_CHUNK):
+        x = xs[start : start + _BACKWARD_CHUNK]
+        d = dlogps[start : start + _BACKWARD_CHUNK]
+        h = np.asarray(x @ weights.w1t)
+        np.maximum(h, 0.0, out=h)
+        dw2 += h.T @ d
+        dh = np.outer(d, weights.w2)
+        dh[h <= 0] = 0.0  # relu
+        dw1t += x.T @ dh
+    return out

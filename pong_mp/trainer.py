@@ -135,51 +135,78 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
     )
 
 
+class OrderedSum:
+    """Adds episodes' float32 gradients into one float64 total in episode order, as they
+    arrive in any order: the bytes never depend on which worker finished first, and a
+    gradient is added (and freed) while later episodes are still being played."""
+
+    def __init__(self, first_index: int, out: np.ndarray) -> None:
+        """Sum episodes first_index, first_index + 1, ... into `out` (overwritten)."""
+        self.total = out
+        self.count = 0
+        self.steps = 0
+        self.rewards: list[float] = []
+        self._next = first_index
+        self._waiting: dict[int, EpisodeResult] = {}
+
+    def add(self, result: EpisodeResult) -> None:
+        """Take one episode's result; it is added once all earlier episodes are."""
+        self._waiting[result.index] = result
+        while self._next in self._waiting:
+            ready = self._waiting.pop(self._next)
+            if self.count == 0:
+                np.copyto(self.total, ready.grad)
+            else:
+                self.total += ready.grad
+            self.count += 1
+            self.steps += ready.steps
+            self.rewards.append(ready.reward_sum)
+            self._next += 1
+
+
 def sum_gradients(results: list[EpisodeResult]) -> np.ndarray:
-    """Sum of the episodes' gradients, added in episode order so the bytes never vary."""
-    ordered = sorted(results, key=lambda r: r.index)
-    total = ordered[0].grad.copy()
-    for result in ordered[1:]:
-        total += result.grad
-    return total
+    """Sum of the episodes' gradients (float64), added in episode order."""
+    summed = OrderedSum(min(r.index for r in results), np.empty(results[0].grad.shape))
+    for result in results:
+        summed.add(result)
+    return summed.total
 
 
 def apply_batch(
-    config: TrainConfig, state: TrainState, results: list[EpisodeResult]
+    config: TrainConfig,
+    state: TrainState,
+    summed: OrderedSum,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[TrainState, dict[str, Any]]:
-    """The state after one update from a batch's results, and the update's statistics.
+    """The state after one update from a batch's summed gradients, and its statistics.
 
-    Raises NonFiniteError, and changes nothing, if the gradient or new weights are not finite.
+    `out` are optional buffers for the new params, the new cache and scratch (see
+    rmsprop_step). Raises NonFiniteError, and changes no state, if the gradient or the new
+    weights are not finite.
     """
-    grad = sum_gradients(results)
-    if not np.all(np.isfinite(grad)):
+    grad = summed.total
+    if not np.isfinite(grad.sum()):  # a sum is NaN/inf iff some element is (or it overflows)
         raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
     params, cache = rmsprop_step(
-        state.params, state.cache, grad, lr=config.lr, decay=config.decay_rate
+        state.params, state.cache, grad, lr=config.lr, decay=config.decay_rate, out=out
     )
-    if not np.all(np.isfinite(params)):
+    if not np.isfinite(params.sum()):
         raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
     running = state.running_reward
-    for result in sorted(results, key=lambda r: r.index):
+    for reward in summed.rewards:
         running = (
-            result.reward_sum
-            if running is None
-            else running * RUNNING_DECAY + result.reward_sum * (1 - RUNNING_DECAY)
+            reward if running is None else running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
         )
-    steps = sum(r.steps for r in results)
     new_state = dataclasses.replace(
         state,
         params=params,
         cache=cache,
         batch=state.batch + 1,
-        episodes=state.episodes + len(results),
-        steps=state.steps + steps,
+        episodes=state.episodes + summed.count,
+        steps=state.steps + summed.steps,
         running_reward=running,
     )
-    stats = {
-        "reward_mean": float(np.mean([r.reward_sum for r in results])),
-        "steps": steps,
-    }
+    stats = {"reward_mean": float(np.mean(summed.rewards)), "steps": summed.steps}
     return new_state, stats
 
 
@@ -210,11 +237,16 @@ def run(
     with stop_signals_raise():
         try:
             backend.start()
+            size = state.params.shape
+            grad = np.empty(size)
+            spare = (np.empty(size), np.empty(size), np.empty(size))
             with open(run_dir / METRICS_FILE, "a") as metrics:
                 while config.batches is None or state.batch < config.batches:
-                    new_state, record = _play_update(config, state, backend)
+                    new_state, record = _play_update(config, state, backend, grad, spare)
                     # The commit: an interrupt lands before it or after it, never inside.
                     with stop_signals_deferred():
+                        # The replaced arrays are the next update's output buffers.
+                        spare = (state.params, state.cache, spare[2])
                         state = new_state
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()
@@ -232,14 +264,21 @@ def run(
 
 
 def _play_update(
-    config: TrainConfig, state: TrainState, backend: Backend
+    config: TrainConfig,
+    state: TrainState,
+    backend: Backend,
+    grad: np.ndarray,
+    out: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[TrainState, dict[str, Any]]:
     """Play one batch and compute the next state and its metrics record (nothing written)."""
     start = time.perf_counter()
-    tasks = make_tasks(config.seed, state.episodes, config.batch_size)
-    results = backend.run_batch(state.params, tasks)
-    played = time.perf_counter()
-    new_state, stats = apply_batch(config, state, results)
+    summed = OrderedSum(state.episodes, grad)
+    for result in backend.run_batch(
+        state.params, make_tasks(config.seed, state.episodes, config.batch_size)
+    ):
+        arrived = time.perf_counter()
+        summed.add(result)
+    new_state, stats = apply_batch(config, state, summed, out)
     seconds = time.perf_counter() - start
     new_state.elapsed = state.elapsed + seconds
     record = {
@@ -250,7 +289,8 @@ def _play_update(
         "running_reward": new_state.running_reward,
         "seconds": seconds,
         "steps_per_sec": stats["steps"] / seconds,
-        "update_seconds": seconds - (played - start),
+        # The coordinator's critical path: from the last result to the new weights.
+        "update_seconds": time.perf_counter() - arrived,
         "elapsed": new_state.elapsed,
         "total_steps": new_state.steps,
         "workers": 1 if config.backend == "serial" else config.workers,

@@ -34,7 +34,8 @@ def _run(backend_name: str, spec: RolloutSpec, batches: int = 2, batch_size: int
         out = []
         for b in range(batches):
             params = policy.init_params(HIDDEN, b)
-            results = backend.run_batch(params, make_tasks(1, b * batch_size, batch_size))
+            results = list(backend.run_batch(params, make_tasks(1, b * batch_size, batch_size)))
+            results.sort(key=lambda r: r.index)  # they arrive in any order, each exactly once
             assert [r.index for r in results] == list(range(b * batch_size, (b + 1) * batch_size))
             out.append([(r.grad.tobytes(), r.steps, r.reward_sum) for r in results])
         return out
@@ -85,7 +86,8 @@ def test_a_killed_worker_is_replaced_and_its_episode_replayed(reference, clean_s
         for b in range(2):
             if b == 0:
                 threading.Thread(target=kill_one_mid_episode).start()
-            results = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
+            batch = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
+            results = sorted(batch, key=lambda r: r.index)
             out.append([(r.grad.tobytes(), r.steps, r.reward_sum) for r in results])
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
@@ -122,7 +124,7 @@ def test_a_persistent_error_stops_with_the_worker_traceback(clean_system) -> Non
     backend.start()
     try:
         with pytest.raises(WorkerError, match=r"episode \d+ failed 3 times") as info:
-            backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4))
+            list(backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4)))
     finally:
         backend.close()
     cause = info.value.__cause__

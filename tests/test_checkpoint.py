@@ -34,6 +34,8 @@ def test_round_trip_is_exact_and_plain_numpy(tmp_path: Path) -> None:
     checkpoint.save(path, state, HIDDEN, CONFIG)
     with np.load(path, allow_pickle=False) as npz:
         assert npz["W1"].shape == (HIDDEN, 6400) and npz["W2"].shape == (HIDDEN,)
+    with np.load(path, allow_pickle=False) as npz:  # files hold W1 as H x 6400
+        np.testing.assert_array_equal(npz["W1"], policy.split(state.params, HIDDEN)[0].T)
     loaded, config = checkpoint.load(path)
     assert loaded.params.tobytes() == state.params.tobytes()
     assert loaded.cache.tobytes() == state.cache.tobytes()
@@ -78,12 +80,12 @@ def test_missing_truncated_and_garbage_files_are_named(tmp_path: Path) -> None:
 
 def _save_raw(path: Path, **overrides: object) -> None:
     state = _state()
-    w1, w2 = policy.split(state.params, HIDDEN)
-    c1, c2 = policy.split(state.cache, HIDDEN)
+    w1t, w2 = policy.split(state.params, HIDDEN)
+    c1t, c2 = policy.split(state.cache, HIDDEN)
     arrays = dict(
-        W1=w1,
+        W1=w1t.T.copy(),
         W2=w2,
-        rmsprop_W1=c1,
+        rmsprop_W1=c1t.T.copy(),
         rmsprop_W2=c2,
         batch=np.int64(1),
         episodes=np.int64(10),

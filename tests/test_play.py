@@ -9,7 +9,7 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.config import TrainConfig
-from pong_mp.envs import make_env
+from pong_mp.envs import make_training_env
 from pong_mp.play import GameScore, play_games, summary
 from pong_mp.trainer import train
 from tests.test_cli import pong_mp
@@ -44,7 +44,10 @@ def test_greedy_takes_the_likelier_action_and_sampling_both(
 ) -> None:
     params = policy.init_params(8, 0)
     policy.split(params, 8)[1][:] = 0.0  # W2 = 0: p(UP) is exactly 0.5 on every frame
-    monkeypatch.setattr("pong_mp.play.make_env", lambda *a, **k: _Recorder(make_env(*a, **k)))
+    monkeypatch.setattr(
+        "pong_mp.play.make_training_env",
+        lambda *a, **k: (lambda env, inputs: (_Recorder(env), inputs))(*make_training_env(*a, **k)),
+    )
     _Recorder.actions = []
     play_games(params, 8, "FakePong-v0", 1, seed=0, greedy=greedy, env_kwargs=GAME)
     assert len(_Recorder.actions) > 20 and set(_Recorder.actions) == expected

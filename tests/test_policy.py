@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse
 
 from pong_mp import policy
 from pong_mp.envs import make_env
@@ -80,10 +81,12 @@ def test_standardize() -> None:
 def test_init_is_xavier_and_a_function_of_the_seed() -> None:
     a, b, c = policy.init_params(50, 1), policy.init_params(50, 1), policy.init_params(50, 2)
     assert a.tobytes() == b.tobytes() and a.tobytes() != c.tobytes()
-    w1, w2 = policy.split(a, 50)
-    assert w1.shape == (50, 6400) and w2.shape == (50,)
-    assert abs(w1.std() - 1 / np.sqrt(6400)) < 0.05 / np.sqrt(6400)
-    assert np.shares_memory(w1, a)
+    w1t, w2 = policy.split(a, 50)  # W1 is kept transposed: one row per input pixel
+    assert w1t.shape == (6400, 50) and w2.shape == (50,)
+    assert abs(w1t.std() - 1 / np.sqrt(6400)) < 0.05 / np.sqrt(6400)
+    assert abs(w2.std() - 1 / np.sqrt(50)) < 0.3 / np.sqrt(50)
+    assert np.shares_memory(w1t, a)
+    np.testing.assert_array_equal(policy.join(w1t.T, w2), a)
 
 
 def test_backward_matches_finite_differences() -> None:
@@ -110,10 +113,11 @@ def test_backward_matches_finite_differences() -> None:
         hs.append(h)
         dlogps.append(y - prob)
     grad = policy.backward(w2, xs, np.vstack(hs), np.array(dlogps) * adv, np.empty_like(params))
-    # Check every W2 entry and the W1 entries that touch non-zero inputs.
+    # Check every W2 entry and the W1 entries that touch non-zero inputs (W1 is stored
+    # transposed: the weight from pixel c to unit r sits at c * hidden + r).
     active_cols = np.flatnonzero(np.abs(xs).sum(axis=0))[:6]
     idx = [hidden * 6400 + k for k in range(hidden)]
-    idx += [r * 6400 + c for r in range(hidden) for c in active_cols]
+    idx += [c * hidden + r for r in range(hidden) for c in active_cols]
     eps = 1e-6
     for i in idx:
         up, down = params.copy(), params.copy()
@@ -123,4 +127,43 @@ def test_backward_matches_finite_differences() -> None:
         assert grad[i] == pytest.approx(numeric, rel=1e-4, abs=1e-7), i
     # Inputs that are always zero get no gradient.
     zero_col = int(np.flatnonzero(np.abs(xs).sum(axis=0) == 0)[0])
-    assert grad[zero_col] == 0.0
+    assert np.all(grad[zero_col * hidden : (zero_col + 1) * hidden] == 0.0)
+
+
+def _sparse_episode(steps: int, hidden: int, seed: int):
+    """Random sparse +-1 inputs like frame differences, and advantage-weighted dlogps."""
+    rng = np.random.default_rng(seed)
+    xs = np.zeros((steps, 6400))
+    for t in range(steps):
+        on = rng.choice(6400, size=rng.integers(0, 40), replace=False)
+        xs[t, on] = rng.choice([-1.0, 1.0], size=len(on))
+    return xs, rng.standard_normal(steps)
+
+
+def test_sparse_forward_matches_the_dense_reference() -> None:
+    params = policy.init_params(50, 3)
+    w1t, w2 = policy.split(params, 50)
+    weights = policy.Weights32.from_params(params, 50)
+    xs, _ = _sparse_episode(200, 50, 1)
+    for x in xs:
+        idx = np.flatnonzero(x)
+        p_sparse = policy.forward_sparse(weights, idx, x[idx].astype(np.float32))
+        assert p_sparse == pytest.approx(policy.forward(w1t, w2, x)[0], abs=1e-6)
+
+
+def test_sparse_backward_matches_the_dense_reference() -> None:
+    hidden = 24
+    params = policy.init_params(hidden, 5) * 4  # larger weights: many active units
+    w1t, w2 = policy.split(params, hidden)
+    weights = policy.Weights32.from_params(params, hidden)
+    # More steps than one backward chunk, so that the chunking is exercised too.
+    xs, dlogps = _sparse_episode(3000, hidden, 2)
+    hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
+    dense = policy.backward(w2, xs, hs, dlogps, np.empty_like(params))
+    csr = scipy.sparse.csr_matrix(xs.astype(np.float32))
+    sparse = policy.backward_sparse(
+        weights, csr, dlogps.astype(np.float32), np.empty(len(params), dtype=np.float32)
+    )
+    scale = np.abs(dense).max()
+    assert scale > 0 and np.count_nonzero(dense) > len(dense) // 4
+    np.testing.assert_allclose(sparse, dense, rtol=0, atol=scale * 1e-5)

@@ -15,6 +15,7 @@ from pong_mp.config import ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult
 from pong_mp.trainer import (
     NonFiniteError,
+    OrderedSum,
     RunDirError,
     apply_batch,
     prepare_run,
@@ -150,6 +151,13 @@ def _result(index: int, grad: np.ndarray, reward: float = -1.0) -> EpisodeResult
     return EpisodeResult(index=index, grad=grad, reward_sum=reward, steps=10, seconds=0.1)
 
 
+def _summed(results: list[EpisodeResult]) -> OrderedSum:
+    summed = OrderedSum(0, np.empty(results[0].grad.shape))
+    for result in results:
+        summed.add(result)
+    return summed
+
+
 def test_gradients_are_summed_in_episode_order_whatever_the_arrival_order() -> None:
     rng = np.random.default_rng(0)
     results = [
@@ -169,7 +177,7 @@ def test_a_non_finite_gradient_is_refused(tmp_path: Path) -> None:
     grad = np.ones(n)
     grad[7] = np.nan
     with pytest.raises(NonFiniteError, match="update 1: the summed gradient is not finite"):
-        apply_batch(config, state, [_result(0, grad)])
+        apply_batch(config, state, _summed([_result(0, grad)]))
     assert state.batch == 0 and np.all(state.params == 0)
 
 
@@ -177,7 +185,7 @@ def test_running_reward_follows_episode_order() -> None:
     config = TrainConfig(hidden=1, lr=1e-3)
     state = TrainState(params=np.zeros(6401), cache=np.zeros(6401))
     g = np.ones(6401)
-    new, stats = apply_batch(config, state, [_result(1, g, -1.0), _result(0, g, 3.0)])
+    new, stats = apply_batch(config, state, _summed([_result(1, g, -1.0), _result(0, g, 3.0)]))
     assert new.running_reward == pytest.approx(3.0 * 0.99 + -1.0 * 0.01)
     assert stats["reward_mean"] == 1.0 and (new.batch, new.episodes) == (1, 2)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -36,8 +37,9 @@ class Backend(Protocol):
     def start(self) -> None:
         """Create the envs and workers."""
 
-    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> list[EpisodeResult]:
-        """Play `tasks` with `params`; results in the order of `tasks`."""
+    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[EpisodeResult]:
+        """Play `tasks` with flat float64 `params`; yield each result as soon as it is
+        ready, in any order, every task exactly once (the caller orders them)."""
 
     def close(self) -> None:
         """Stop workers and free every resource; safe to call more than once."""

@@ -24,6 +24,7 @@ import threading
 import time
 import traceback
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
@@ -33,7 +34,6 @@ import numpy as np
 from pong_mp.backends.base import RolloutSpec, WorkerError, raise_worker_error
 from pong_mp.backends.shm import SharedWeights
 from pong_mp.episode import EpisodeResult, EpisodeTask
-from pong_mp.policy import param_count
 
 log = logging.getLogger("pong_mp")
 
@@ -74,7 +74,7 @@ def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_p
     # Imported here so that BLAS is pinned before any numpy work in this process.
     from threadpoolctl import threadpool_limits
 
-    from pong_mp.envs import make_env
+    from pong_mp.envs import make_training_env
     from pong_mp.episode import play_episode
 
     env = None
@@ -82,8 +82,8 @@ def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_p
     try:
         threadpool_limits(limits=1)
         try:
-            weights = SharedWeights.attach(weights_name, param_count(spec.hidden))
-            env = make_env(spec.env_id, **spec.env_kwargs)
+            weights = SharedWeights.attach(weights_name, spec.hidden)
+            env, inputs = make_training_env(spec.env_id, **spec.env_kwargs)
         except Exception:
             conn.send(("error", None, traceback.format_exc()))
             return
@@ -94,9 +94,7 @@ def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_p
                 return
             version, task = message
             try:
-                params = weights.read(version)
-                result = play_episode(env, params, spec.hidden, spec.gamma, task)
-                del params
+                result = play_episode(env, inputs, weights.read(version), spec.gamma, task)
             except Exception:
                 conn.send(("error", task.index, traceback.format_exc()))
             else:
@@ -145,7 +143,7 @@ class LocalBackend:
 
         Raises WorkerError, with the worker's traceback, if one cannot start.
         """
-        self._weights = SharedWeights.create(param_count(self.spec.hidden))
+        self._weights = SharedWeights.create(self.spec.hidden)
         try:
             self._workers = [self._spawn(slot) for slot in range(self.spec.workers)]
             self._await_ready()
@@ -211,16 +209,16 @@ class LocalBackend:
 
     # the batch
 
-    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> list[EpisodeResult]:
-        """Play `tasks` on the pool with `params`; results in the order of `tasks`."""
+    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[EpisodeResult]:
+        """Play `tasks` on the pool with `params`; yield results as they arrive."""
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
         self._version += 1
         self._weights.write(params, self._version)
         pending = deque(tasks)
         failures: dict[int, int] = {}
-        results: dict[int, EpisodeResult] = {}
-        while len(results) < len(tasks):
+        remaining = len(tasks)
+        while remaining:
             for w in list(self._workers):
                 if w.task is None and w.process.exitcode is not None:
                     self._replace(w, pending, failures, "died while idle")
@@ -234,12 +232,14 @@ class LocalBackend:
             )
             for w in busy:
                 if w.conn in ready or w.process.sentinel in ready:
-                    self._collect(w, ready, pending, failures, results)
+                    result = self._collect(w, ready, pending, failures)
+                    if result is not None:
+                        remaining -= 1
+                        yield result
             now = time.monotonic()
             for w in busy:
                 if w.task is not None and now - w.since > self.spec.episode_timeout:
                     self._replace(w, pending, failures, f"hung for {now - w.since:.0f} s")
-        return [results[t.index] for t in tasks]
 
     def _send(self, w: _Worker, task: EpisodeTask) -> None:
         w.task, w.since = task, time.monotonic()
@@ -253,8 +253,8 @@ class LocalBackend:
         ready: list[object],
         pending: deque[EpisodeTask],
         failures: dict[int, int],
-        results: dict[int, EpisodeResult],
-    ) -> None:
+    ) -> EpisodeResult | None:
+        """The result `w` sent, or None after handling its death, failure or readiness."""
         message = None
         try:
             if w.conn in ready or w.conn.poll():
@@ -264,14 +264,12 @@ class LocalBackend:
         if message is None:
             code = w.process.exitcode if w.process.sentinel in ready else None
             self._replace(w, pending, failures, f"died (exit code {code})")
-            return
+            return None
         if message[0] == "ready":
-            return  # a replacement has started; its episode is on the way
+            return None  # a replacement has started; its episode is on the way
         if message[0] == "done":
-            result: EpisodeResult = message[1]
-            results[result.index] = result
             w.task = None
-            return
+            return message[1]
         _, index, tb = message
         task = w.task
         if task is None or index is None:  # it failed before it could play anything

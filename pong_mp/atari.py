@@ -1,0 +1,110 @@
+"""ALE games driven directly, with ALE v5's semantics, for fast and reproducible training.
+
+Gymnasium's `ALE/Pong-v5` applies a new seed by reloading the ROM (~90 ms, a third of a
+random-play episode) because the seed drives ALE's sticky actions. `FastAtari` runs the
+emulator with sticky actions off and applies them itself, frame by frame exactly as ALE
+does (with probability `repeat_action_probability` the previous action is kept), from a
+generator seeded at reset. Pong itself is deterministic, so an episode is a function of its
+seed and a reset needs no reload.
+
+Its observations are the cropped, downsampled screen as palette indices (80x80 uint8), read
+straight from the emulator instead of a 100 KB RGB image. `binary` turns indices into the
+0/1 pixels of `policy.binarize` through a table learned from ALE's own RGB conversion the
+first time an index is looked up, so the frames are the same as gymnasium's. Tests check
+both claims against gymnasium's env.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from pong_mp import policy
+from pong_mp.envs import make_env
+
+_UNKNOWN = 255  # table entry of a palette index not seen yet
+
+
+class FastAtari(gym.Env):
+    """An ALE game with v5 semantics whose observations are palette-index crops."""
+
+    def __init__(
+        self,
+        env_id: str,
+        frameskip: int = 4,
+        repeat_action_probability: float = 0.25,
+        **kwargs: Any,
+    ) -> None:
+        """Drive `env_id` (an ALE/...-v5 id); other arguments go to make_env."""
+        if not isinstance(frameskip, int) or frameskip < 1:
+            raise ValueError("frameskip must be a positive int")
+        if not 0.0 <= repeat_action_probability <= 1.0:
+            raise ValueError("repeat_action_probability must be in [0, 1]")
+        self._inner = make_env(
+            env_id, frameskip=1, repeat_action_probability=0.0, obs_type="ram", **kwargs
+        )
+        self._inner.reset(seed=0)  # loads the ROM, once
+        ale = self._inner.unwrapped.ale
+        self._ale = ale
+        self._actions = list(self._inner.unwrapped._action_set)
+        self.frameskip = frameskip
+        self.sticky = repeat_action_probability
+        self.action_space = gym.spaces.Discrete(len(self._actions))
+        self.observation_space = gym.spaces.Box(0, 255, (80, 80), np.uint8)
+        self._screen = np.empty((210, 160), dtype=np.uint8)
+        self._crop = self._screen[35:195:2, ::2]
+        self._table = np.full(256, _UNKNOWN, dtype=np.uint8)
+        self._previous = self._actions[0]  # ALE starts every game from NOOP
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """Restart the game (no ROM reload); the seed drives the sticky actions."""
+        super().reset(seed=seed)
+        self._ale.reset_game()
+        self._previous = self._actions[0]
+        return self._frame(), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Play `frameskip` frames; each keeps the previous action with the sticky chance."""
+        wanted = self._actions[action]
+        reward = 0.0
+        draws = self.np_random.random(self.frameskip) if self.sticky > 0 else None
+        for i in range(self.frameskip):
+            if draws is None or draws[i] >= self.sticky:
+                self._previous = wanted
+            reward += self._ale.act(self._previous)
+        terminated = self._ale.game_over(with_truncation=False)
+        truncated = self._ale.game_truncated()
+        return self._frame(), reward, terminated, truncated, {}
+
+    def _frame(self) -> np.ndarray:
+        self._ale.getScreen(self._screen)
+        return self._crop.copy()
+
+    def binary(self, indices: np.ndarray) -> np.ndarray:
+        """The 0/1 pixels (uint8) of palette `indices` taken from the current screen.
+
+        An index seen for the first time is learned from the current RGB screen, which is
+        why the indices must come from it.
+        """
+        pixels = self._table[indices]
+        if pixels.size and pixels.max() == _UNKNOWN:
+            red = self._ale.getScreenRGB()[35:195:2, ::2, 0]
+            for index in np.unique(indices[pixels == _UNKNOWN]):
+                values = np.unique(red[self._crop == index])
+                if len(values) != 1:  # a palette maps an index to one colour; never guess
+                    raise RuntimeError(f"palette index {index} shows red values {values}")
+                self._table[index] = 0 if int(values[0]) in policy.ERASED else 1
+            pixels = self._table[indices]
+        return pixels
+
+    def render(self) -> np.ndarray:
+        """The current frame as RGB (for recording)."""
+        return self._ale.getScreenRGB()
+
+    def close(self) -> None:
+        """Close the emulator."""
+        self._inner.close()

@@ -1,0 +1,88 @@
+"""Frame differences as sparse inputs: the non-zero pixels of binary(frame) - binary(previous).
+
+A difference has ~20 non-zero pixels of 6400. An input stream turns each observation into
+the indices and signs (+1/-1) of those pixels, as cheaply as the env's observations allow:
+- `BinaryInputs` for envs whose observations are RGB frames (FakePong, gymnasium's ALE):
+  `policy.binarize`, then compare;
+- `PaletteInputs` for FastAtari: compare the raw palette indices and look up the colours of
+  the few changed pixels only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import gymnasium as gym
+import numpy as np
+
+from pong_mp import policy
+
+NO_PIXELS = np.zeros(0, dtype=np.int64)
+NO_VALUES = np.zeros(0, dtype=np.float32)
+
+
+class InputStream(Protocol):
+    """Sparse frame differences, one observation at a time."""
+
+    def reset(self, obs: Any) -> None:
+        """Start an episode at observation `obs` (its input is all zeros)."""
+
+    def step(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, float32 values) of binary(obs) - binary(previous observation)."""
+
+
+def _signs(changed: np.ndarray, now: np.ndarray) -> np.ndarray:
+    # At a changed pixel the difference is +1 where it is now on, -1 where it went off.
+    return now[changed].astype(np.float32) * 2.0 - 1.0
+
+
+class BinaryInputs:
+    """Inputs for envs with ALE-format RGB observations."""
+
+    def __init__(self) -> None:
+        """An idle stream; call reset first."""
+        self._prev = policy.binarize(np.zeros((210, 160, 3), dtype=np.uint8))
+
+    def reset(self, obs: np.ndarray) -> None:
+        """Remember the first frame."""
+        self._prev = policy.binarize(obs)
+
+    def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The changed pixels and their signs."""
+        cur = policy.binarize(obs)
+        changed = np.flatnonzero(cur != self._prev)  # a bool mask: ~8x faster than on ints
+        self._prev = cur
+        return changed, _signs(changed, cur)
+
+
+class PaletteInputs:
+    """Inputs for FastAtari: only pixels whose palette index changed can change colour."""
+
+    def __init__(self, env: Any) -> None:
+        """Look up colours through `env.binary` (FastAtari)."""
+        self._env = env
+        self._prev = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
+
+    def reset(self, obs: np.ndarray) -> None:
+        """Remember the first frame and learn every colour in it."""
+        self._prev = obs.ravel()
+        self._env.binary(self._prev)
+
+    def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The pixels whose colour class changed, and their signs."""
+        cur = obs.ravel()
+        moved = np.flatnonzero(cur != self._prev)
+        # The previous colours were looked up (and learned) when they were on screen.
+        now = self._env.binary(cur[moved])
+        before = self._env.binary(self._prev[moved])
+        self._prev = cur
+        changed = np.flatnonzero(now != before)
+        return moved[changed], _signs(changed, now)
+
+
+def input_stream(env: gym.Env) -> InputStream:
+    """The cheapest input stream for this env."""
+    unwrapped = env.unwrapped
+    if hasattr(unwrapped, "binary"):
+        return PaletteInputs(unwrapped)
+    return BinaryInputs()
