@@ -42,12 +42,36 @@ def pong_processes() -> set[int]:
     return pids
 
 
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _runs_pong_mp(pid: int) -> bool:
+    try:
+        return b"pong_mp" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def stray_workers() -> set[int]:
+    """Workers that nothing will clean up: children of this test process, or orphans (their
+    parent is not a pong-mp coordinator). Workers of other pong-mp runs are not counted."""
+    return {
+        pid
+        for pid in pong_processes()
+        if _parent(pid) == os.getpid() or not _runs_pong_mp(_parent(pid))
+    }
+
+
 def wait_until_clean(before_shm: set[str], timeout: float = 10.0) -> tuple[set[str], set[int]]:
     """Wait up to `timeout` s for new shm blocks and worker processes to vanish; the leftovers."""
     deadline = time.monotonic() + timeout
     while True:
         shm = pong_shm_blocks() - before_shm
-        procs = {pid for pid in pong_processes() if pid != os.getpid()}
+        procs = stray_workers()
         if (not shm and not procs) or time.monotonic() > deadline:
             return shm, procs
         time.sleep(0.1)
