@@ -1,16 +1,30 @@
-"""Measurements of raw env speed: `python -m pong_mp.bench` compares FakePong with ALE Pong.
+"""Measurements: `pong-mp bench` puts pong-mp's training speed next to the emulator's limit.
 
-Rounds of the two envs alternate, so that noise on a shared machine hits both alike, and
-the figure that matters is their ratio within the run.
+All figures come from one run on one machine, and the ones that matter are ratios within it:
+- raw: N processes stepping gymnasium's ALE/Pong-v5 with random actions (the limit),
+  measured before and after the training run, averaged;
+- reference: the seeds' serial loop (dense float64 numpy, Karpathy's code path) in one
+  process, against one raw process;
+- training: pong-mp's local backend with N workers training for real;
+- the coordinator's share of each update's wall time, the workers' peak RSS, and the peak
+  RSS of a worker process playing one 1,000-step and one 10,000-step episode.
+`python -m pong_mp.bench` compares FakePong's raw speed with ALE's.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing as mp
+import os
+import platform
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from pong_mp import policy
 from pong_mp.envs import make_env
 
 
@@ -42,9 +56,199 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
     return rates
 
 
+def raw_rate(env_id: str, processes: int, seconds: float) -> float:
+    """Total env steps/s of `processes` processes stepping at once."""
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(processes) as pool:
+        rates = pool.starmap(env_steps_per_sec, [(env_id, seconds, i) for i in range(processes)])
+    return float(sum(rates))
+
+
+def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> float:
+    """Steps/s of the seeds' serial loop: RGB frames, dense float64 rows, dense backward."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        env = make_env(env_id)
+        w1t, w2 = policy.split(policy.init_params(hidden, 0), hidden)
+        rng = np.random.default_rng(0)
+        steps = 0
+        start = time.perf_counter()
+        try:
+            while time.perf_counter() - start < seconds:
+                obs, _ = env.reset()
+                prev = None
+                xs, hs, dlogps, rewards = [], [], [], []
+                done = False
+                while not done and time.perf_counter() - start < seconds:
+                    cur = policy.preprocess(obs)
+                    x = cur - prev if prev is not None else np.zeros(policy.INPUT_SIZE)
+                    prev = cur
+                    p_up, h = policy.forward(w1t, w2, x)
+                    up = rng.random() < p_up
+                    xs.append(x)
+                    hs.append(h)
+                    dlogps.append((1.0 if up else 0.0) - p_up)
+                    obs, reward, terminated, truncated, _ = env.step(2 if up else 3)
+                    rewards.append(reward)
+                    steps += 1
+                    done = terminated or truncated
+                adv = policy.standardize(policy.discount_rewards(np.array(rewards), 0.99))
+                policy.backward(
+                    w2,
+                    np.vstack(xs),
+                    np.vstack(hs),
+                    np.array(dlogps) * adv,
+                    np.empty(policy.param_count(hidden)),
+                )
+        finally:
+            env.close()
+        return steps / (time.perf_counter() - start)
+
+
+def _rss_mb(pid: int, field: str = "VmHWM") -> float | None:
+    """A process's peak (VmHWM) or current (VmRSS) resident memory in MB, where /proc has it."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
+
+
+def training_rate(
+    env_id: str, workers: int, seconds: float, batch_size: int = 10, hidden: int = 200
+) -> dict[str, Any]:
+    """Train for real on the local backend for about `seconds` after one warm-up update."""
+    from pong_mp.backends.local import LocalBackend
+    from pong_mp.checkpoint import TrainState
+    from pong_mp.config import TrainConfig
+    from pong_mp.trainer import rollout_spec, updates
+
+    config = TrainConfig(env=env_id, workers=workers, batch_size=batch_size, hidden=hidden)
+    params = policy.init_params(hidden, 0)
+    backend = LocalBackend(rollout_spec(config))
+    backend.start()
+    try:
+        records = []
+        stream = updates(config, TrainState(params=params, cache=np.zeros_like(params)), backend)
+        next(stream)  # warm-up: first touches of memory and caches
+        broadcast_before = backend.broadcast_seconds
+        start = time.perf_counter()
+        for _, record in stream:
+            records.append(record)
+            if time.perf_counter() - start >= seconds:
+                break
+        broadcast = backend.broadcast_seconds - broadcast_before
+        rss = [_rss_mb(pid) for pid in backend.worker_pids()]
+    finally:
+        backend.close()
+    wall = sum(r["seconds"] for r in records)
+    coordinator = sum(r["update_seconds"] for r in records) + broadcast
+    return {
+        "steps_per_sec": sum(r["steps"] for r in records) / wall,
+        "updates": len(records),
+        "coordinator_share": coordinator / wall,
+        "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
+    }
+
+
+def _episode_memory(steps: int, hidden: int) -> tuple[float, float]:
+    from threadpoolctl import threadpool_limits
+
+    from pong_mp.envs import make_training_env
+    from pong_mp.episode import EpisodeTask, play_episode
+
+    threadpool_limits(limits=1)
+    env, inputs = make_training_env("FakePong-v0", points_to_win=10_000, max_steps=steps)
+    weights = policy.Weights32.from_params(policy.init_params(hidden, 0), hidden)
+    before = _rss_mb(os.getpid(), "VmRSS")
+    # Reset the peak so that set-up does not hide what the episode itself needs.
+    Path("/proc/self/clear_refs").write_text("5")
+    result = play_episode(env, inputs, weights, 0.99, EpisodeTask(0, 0))
+    if result.steps != steps:
+        raise RuntimeError(f"the episode took {result.steps} steps, not {steps}")
+    peak = _rss_mb(os.getpid())
+    if before is None or peak is None:
+        raise RuntimeError("needs Linux's /proc")
+    return before, peak
+
+
+def episode_memory(steps: int, hidden: int = 200) -> dict[str, float] | None:
+    """RSS (MB) of a fresh worker-like process before one episode of exactly `steps` steps,
+    and its peak during it; None where /proc cannot tell."""
+    ctx = mp.get_context("spawn")
+    with ctx.Pool(1) as pool:
+        try:
+            before, peak = pool.apply(_episode_memory, (steps, hidden))
+        except (OSError, RuntimeError):
+            return None
+    return {"before": before, "peak": peak, "added": peak - before}
+
+
+def run_bench(workers: int, seconds: float, env_id: str = "ALE/Pong-v5") -> dict[str, Any]:
+    """Every measurement of `pong-mp bench`, as one dict."""
+    raw_before = raw_rate(env_id, workers, seconds)
+    training = training_rate(env_id, workers, seconds)
+    raw_after = raw_rate(env_id, workers, seconds)
+    raw = (raw_before + raw_after) / 2
+    raw_one = raw_rate(env_id, 1, seconds)
+    reference = dense_reference_rate(env_id, seconds)
+    short, long = episode_memory(1_000), episode_memory(10_000)
+    return {
+        "env": env_id,
+        "workers": workers,
+        "seconds": seconds,
+        "raw_steps_per_sec": raw,
+        "raw_steps_per_sec_before_after": [raw_before, raw_after],
+        "raw_one_process_steps_per_sec": raw_one,
+        "reference_steps_per_sec": reference,
+        "reference_ratio": reference / raw_one,
+        "train_steps_per_sec": training["steps_per_sec"],
+        "train_ratio": training["steps_per_sec"] / raw,
+        "train_updates": training["updates"],
+        "coordinator_share": training["coordinator_share"],
+        "peak_worker_rss_mb": training["peak_worker_rss_mb"],
+        "episode_memory_mb_1k_steps": short,
+        "episode_memory_mb_10k_steps": long,
+        "cpus": mp.cpu_count(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "machine": platform.machine(),
+    }
+
+
+def format_bench(r: dict[str, Any]) -> str:
+    """The bench's results as readable lines."""
+    rss = r["peak_worker_rss_mb"]
+    before, after = r["raw_steps_per_sec_before_after"]
+    lines = [
+        f"raw {r['env']}, {r['workers']} processes: {r['raw_steps_per_sec']:,.0f} steps/s "
+        f"(before training {before:,.0f}, after {after:,.0f})",
+        f"pong-mp train, {r['workers']} local workers: {r['train_steps_per_sec']:,.0f} steps/s"
+        f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of 10 episodes)",
+        f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
+        f" = {r['reference_ratio']:.2f}x one raw process "
+        f"({r['raw_one_process_steps_per_sec']:,.0f})",
+        f"coordinator (sum, RMSProp, broadcast): {100 * r['coordinator_share']:.2f}% of each "
+        "update's wall time",
+        "peak worker RSS: " + ("n/a" if rss is None else f"{rss:.0f} MB"),
+    ]
+    short, long = r["episode_memory_mb_1k_steps"], r["episode_memory_mb_10k_steps"]
+    if short is None or long is None:
+        lines.append("memory one episode adds to a worker: n/a (needs Linux's /proc)")
+    else:
+        lines.append(
+            f"memory one episode adds to a worker: {short['added']:.1f} MB for 1,000 steps, "
+            f"{long['added']:.1f} MB for 10,000 steps (on top of {short['before']:.0f} MB)"
+        )
+    return "\n".join(lines)
+
+
 def main() -> None:
-    """Print FakePong's and ALE Pong's raw speed and their ratio."""
-    parser = argparse.ArgumentParser(description=__doc__)
+    """`python -m pong_mp.bench`: FakePong's and ALE Pong's raw speed and their ratio."""
+    parser = argparse.ArgumentParser(description="Compare FakePong's raw speed with ALE's.")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per env")
     args = parser.parse_args()
@@ -53,6 +257,7 @@ def main() -> None:
     for env_id, median in medians.items():
         print(f"{env_id:<12} {median:>10,.0f} steps/s (median of {args.rounds} rounds)")
     print(f"FakePong-v0 / ALE/Pong-v5: {medians['FakePong-v0'] / medians['ALE/Pong-v5']:.1f}x")
+    sys.exit(0)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from pong_mp.backends import BACKENDS, WorkerError
+from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError
 from pong_mp.checkpoint import load as load_checkpoint
 from pong_mp.config import ConfigError, default_workers
@@ -209,3 +210,30 @@ def play_command(
             f"game {i}: agent {score.agent} - {score.opponent} opponent ({score.steps:,} steps)"
         )
     click.echo(summary(scores))
+
+
+@main.command("bench")
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=default_workers,
+    show_default="number of CPUs",
+    help="Processes for the raw and training runs.",
+)
+@click.option(
+    "--seconds",
+    type=click.FloatRange(min=1),
+    default=10.0,
+    show_default=True,
+    help="Length of each measurement (the whole bench takes about 6x this).",
+)
+@click.option("--env", default="ALE/Pong-v5", show_default=True, help="Env id to measure.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
+def bench_command(workers: int, seconds: float, env: str, as_json: bool) -> None:
+    """Measure training speed against the emulator's raw speed, overhead and memory."""
+    try:
+        check_env_id(env)
+    except UnknownEnvError as exc:
+        _fail(str(exc), EXIT_USAGE)
+    results = run_bench(workers, seconds, env)
+    click.echo(json.dumps(results, indent=2) if as_json else format_bench(results))

@@ -16,6 +16,7 @@ Two implementations of the math live here:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +32,6 @@ DOWN = 3
 
 ERASED = (144, 109, 0)
 """Red values set to 0 by preprocessing: ALE Pong's two backgrounds, and 0 itself."""
-
-_BACKWARD_CHUNK = 2048  # steps per chunk of the sparse backward pass: bounds its memory
 
 
 def param_count(hidden: int) -> int:
@@ -149,28 +148,29 @@ def forward_sparse(weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> flo
     """Probability of UP for the input with values `vals` (float32) at indices `idx`."""
     if len(idx) == 0:
         return 0.5
-    h = vals @ weights.w1t[idx]
+    h = np.dot(vals, weights.w1t.take(idx, axis=0))
     np.maximum(h, 0.0, out=h)
-    logit = float(h @ weights.w2)
+    logit = float(np.dot(h, weights.w2))
     # math.exp overflows only for logit < -709; then p is 0 for all practical purposes.
     return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
 
 
 def backward_sparse(
-    weights: Weights32, xs: scipy.sparse.csr_matrix, dlogps: np.ndarray, out: np.ndarray
+    weights: Weights32,
+    blocks: Iterable[tuple[scipy.sparse.csr_matrix, np.ndarray]],
+    out: np.ndarray,
 ) -> np.ndarray:
-    """`backward` for sparse inputs `xs` (T x 6400 CSR), into the flat float32 `out`.
+    """`backward` for sparse inputs, into the flat float32 `out`.
 
-    The hidden activations are recomputed from `xs` rather than kept from the forward
-    pass, so an episode keeps only its few non-zero inputs per step, and the work goes in
-    chunks of steps, so memory does not grow with the episode's length.
+    `blocks` gives the episode in consecutive chunks: (inputs as a CSR matrix of T_i x 6400,
+    dlogps of those T_i steps). The hidden activations are recomputed from the inputs
+    rather than kept from the forward pass, so an episode needs to keep only its few
+    non-zero inputs per step, and chunks bound the working memory.
     """
     dw1t, dw2 = split(out, weights.w2.shape[0])
     dw1t[:] = 0.0
     dw2[:] = 0.0
-    for start in range(0, xs.shape[0], _BACKWARD_CHUNK):
-        x = xs[start : start + _BACKWARD_CHUNK]
-        d = dlogps[start : start + _BACKWARD_CHUNK]
+    for x, d in blocks:
         h = np.asarray(x @ weights.w1t)
         np.maximum(h, 0.0, out=h)
         dw2 += h.T @ d

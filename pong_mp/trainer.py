@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +150,12 @@ class OrderedSum:
         self._waiting: dict[int, EpisodeResult] = {}
 
     def add(self, result: EpisodeResult) -> None:
-        """Take one episode's result; it is added once all earlier episodes are."""
+        """Take one episode's result; it is added once all earlier episodes are.
+
+        A result that must wait is copied: backends may reuse its gradient's memory.
+        """
+        if result.index != self._next:
+            result = dataclasses.replace(result, grad=np.array(result.grad, copy=True))
         self._waiting[result.index] = result
         while self._next in self._waiting:
             ready = self._waiting.pop(self._next)
@@ -237,16 +242,10 @@ def run(
     with stop_signals_raise():
         try:
             backend.start()
-            size = state.params.shape
-            grad = np.empty(size)
-            spare = (np.empty(size), np.empty(size), np.empty(size))
             with open(run_dir / METRICS_FILE, "a") as metrics:
-                while config.batches is None or state.batch < config.batches:
-                    new_state, record = _play_update(config, state, backend, grad, spare)
+                for new_state, record in updates(config, state, backend):
                     # The commit: an interrupt lands before it or after it, never inside.
                     with stop_signals_deferred():
-                        # The replaced arrays are the next update's output buffers.
-                        spare = (state.params, state.cache, spare[2])
                         state = new_state
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()
@@ -261,6 +260,25 @@ def run(
             finally:
                 backend.close()
     return state
+
+
+def updates(
+    config: TrainConfig, state: TrainState, backend: Backend
+) -> Iterator[tuple[TrainState, dict[str, Any]]]:
+    """Play batches from `state` until `config.batches` (forever if None) on a started
+    backend; yield each new state and its metrics record. Writes nothing.
+
+    Asking for the next update means the caller took the last one: the arrays of the state
+    it replaced become the next update's output buffers.
+    """
+    size = state.params.shape
+    grad = np.empty(size)
+    spare = (np.empty(size), np.empty(size), np.empty(size))
+    while config.batches is None or state.batch < config.batches:
+        new_state, record = _play_update(config, state, backend, grad, spare)
+        yield new_state, record
+        spare = (state.params, state.cache, spare[2])
+        state = new_state
 
 
 def _play_update(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pong_mp.bench import compare_envs, env_steps_per_sec
+from pong_mp.bench import compare_envs, env_steps_per_sec, episode_memory, format_bench
 
 
 def test_env_rate_counts_steps_across_resets() -> None:
@@ -15,3 +15,43 @@ def test_compare_envs_alternates_rounds() -> None:
     assert all(len(r) == 2 for r in rates.values())
     # SlowPong sleeps 10 ms a step: it cannot reach 200 steps/s, FakePong easily does.
     assert max(rates["SlowPong-v0"]) < 200 < min(rates["FakePong-v0"])
+
+
+def test_format_bench_shows_every_figure() -> None:
+    results = {
+        "env": "ALE/Pong-v5",
+        "workers": 2,
+        "raw_steps_per_sec": 8000.0,
+        "raw_steps_per_sec_before_after": [8100.0, 7900.0],
+        "raw_one_process_steps_per_sec": 4000.0,
+        "reference_steps_per_sec": 1800.0,
+        "reference_ratio": 0.45,
+        "train_steps_per_sec": 7600.0,
+        "train_ratio": 0.95,
+        "train_updates": 12,
+        "coordinator_share": 0.004,
+        "peak_worker_rss_mb": 85.0,
+        "episode_memory_mb_1k_steps": {"before": 56.0, "peak": 68.0, "added": 12.0},
+        "episode_memory_mb_10k_steps": {"before": 56.0, "peak": 71.0, "added": 15.0},
+    }
+    text = format_bench(results)
+    for figure in (
+        "8,000 steps/s",
+        "7,600 steps/s",
+        "0.95x raw",
+        "0.45x one raw process",
+        "0.40%",
+        "85 MB",
+        "12.0 MB for 1,000 steps",
+        "15.0 MB for 10,000 steps",
+    ):
+        assert figure in text
+    results["episode_memory_mb_1k_steps"] = None
+    results["peak_worker_rss_mb"] = None
+    assert "n/a" in format_bench(results)
+
+
+def test_episode_memory_measures_a_fresh_process() -> None:
+    memory = episode_memory(200, hidden=8)
+    assert memory is not None  # Linux CI
+    assert 10 < memory["before"] < memory["peak"] < 1000

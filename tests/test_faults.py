@@ -141,7 +141,9 @@ def test_workers_exit_when_the_coordinator_is_killed(tmp_path: Path) -> None:
         "--run-dir",
         str(tmp_path),
     )
-    wait_for_updates(proc, tmp_path, 1)
+    # Two updates logged: the first one's checkpoint is certainly written (a commit logs
+    # its update, then saves).
+    wait_for_updates(proc, tmp_path, 2)
     workers = workers_of(proc.pid)
     assert len(workers) == 2
     proc.kill()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import scipy.sparse
@@ -156,14 +158,16 @@ def test_sparse_backward_matches_the_dense_reference() -> None:
     params = policy.init_params(hidden, 5) * 4  # larger weights: many active units
     w1t, w2 = policy.split(params, hidden)
     weights = policy.Weights32.from_params(params, hidden)
-    # More steps than one backward chunk, so that the chunking is exercised too.
     xs, dlogps = _sparse_episode(3000, hidden, 2)
     hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
     dense = policy.backward(w2, xs, hs, dlogps, np.empty_like(params))
-    csr = scipy.sparse.csr_matrix(xs.astype(np.float32))
-    sparse = policy.backward_sparse(
-        weights, csr, dlogps.astype(np.float32), np.empty(len(params), dtype=np.float32)
-    )
+    # In uneven chunks, as an episode's blocks come.
+    cuts = [0, 1024, 2048, 2900, 3000]
+    blocks = [
+        (scipy.sparse.csr_matrix(xs[a:b].astype(np.float32)), dlogps[a:b].astype(np.float32))
+        for a, b in itertools.pairwise(cuts)
+    ]
+    sparse = policy.backward_sparse(weights, blocks, np.empty(len(params), dtype=np.float32))
     scale = np.abs(dense).max()
     assert scale > 0 and np.count_nonzero(dense) > len(dense) // 4
     np.testing.assert_allclose(sparse, dense, rtol=0, atol=scale * 1e-5)

@@ -39,7 +39,8 @@ class Backend(Protocol):
 
     def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[EpisodeResult]:
         """Play `tasks` with flat float64 `params`; yield each result as soon as it is
-        ready, in any order, every task exactly once (the caller orders them)."""
+        ready, in any order, every task exactly once (the caller orders them). A result's
+        gradient may be valid only until the next result is asked for."""
 
     def close(self) -> None:
         """Stop workers and free every resource; safe to call more than once."""

@@ -32,7 +32,7 @@ from multiprocessing.process import BaseProcess
 import numpy as np
 
 from pong_mp.backends.base import RolloutSpec, WorkerError, raise_worker_error
-from pong_mp.backends.shm import SharedWeights
+from pong_mp.backends.shm import SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeResult, EpisodeTask
 
 log = logging.getLogger("pong_mp")
@@ -61,7 +61,9 @@ def _set_os_process_name(name: str) -> None:
             ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
 
 
-def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_pid: int) -> None:
+def worker_main(
+    spec: RolloutSpec, weights_name: str, grad_name: str, conn: Connection, parent_pid: int
+) -> None:
     """Loop of one worker: receive (version, task), play it, send back the result.
 
     Messages sent: ("ready",) once set up, then ("done", EpisodeResult) or
@@ -79,10 +81,12 @@ def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_p
 
     env = None
     weights = None
+    grad = None
     try:
         threadpool_limits(limits=1)
         try:
             weights = SharedWeights.attach(weights_name, spec.hidden)
+            grad = SharedGradient.attach(grad_name, spec.hidden)
             env, inputs = make_training_env(spec.env_id, **spec.env_kwargs)
         except Exception:
             conn.send(("error", None, traceback.format_exc()))
@@ -94,10 +98,13 @@ def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_p
                 return
             version, task = message
             try:
-                result = play_episode(env, inputs, weights.read(version), spec.gamma, task)
+                result = play_episode(
+                    env, inputs, weights.read(version), spec.gamma, task, out=grad.array
+                )
             except Exception:
                 conn.send(("error", task.index, traceback.format_exc()))
             else:
+                result.grad = None  # it is in the shared slot: only the small rest travels
                 conn.send(("done", result))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the coordinator is gone: nothing left to do
@@ -106,6 +113,8 @@ def worker_main(spec: RolloutSpec, weights_name: str, conn: Connection, parent_p
             env.close()
         if weights is not None:
             weights.close()
+        if grad is not None:
+            grad.close()
         conn.close()
 
 
@@ -117,6 +126,7 @@ class _Worker:
     slot: int
     process: BaseProcess
     conn: Connection
+    grad: SharedGradient
     task: EpisodeTask | None = None
     since: float = 0.0  # when the current task was sent
 
@@ -131,10 +141,13 @@ class LocalBackend:
         self.spec = spec
         self._ctx = mp.get_context("spawn")
         self._weights: SharedWeights | None = None
+        self._grads: list[SharedGradient] = []
         self._workers: list[_Worker] = []
         self._version = 0
         self.replacements = 0
         """How many workers were replaced after dying or hanging (for tests and logs)."""
+        self.broadcast_seconds = 0.0
+        """Total time spent writing weights to shared memory (for `pong-mp bench`)."""
 
     # lifecycle
 
@@ -145,7 +158,9 @@ class LocalBackend:
         """
         self._weights = SharedWeights.create(self.spec.hidden)
         try:
-            self._workers = [self._spawn(slot) for slot in range(self.spec.workers)]
+            slots = range(self.spec.workers)
+            self._grads = [SharedGradient.create(self.spec.hidden) for _ in slots]
+            self._workers = [self._spawn(slot) for slot in slots]
             self._await_ready()
         except BaseException:
             self.close()
@@ -170,16 +185,17 @@ class LocalBackend:
 
     def _spawn(self, slot: int) -> _Worker:
         assert self._weights is not None
+        grad = self._grads[slot]
         ours, theirs = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
             target=worker_main,
             name=f"pong-mp-worker-{slot}",
-            args=(self.spec, self._weights.name, theirs, os.getpid()),
+            args=(self.spec, self._weights.name, grad.name, theirs, os.getpid()),
             daemon=True,
         )
         process.start()
         theirs.close()
-        return _Worker(slot=slot, process=process, conn=ours)
+        return _Worker(slot=slot, process=process, conn=ours, grad=grad)
 
     def worker_pids(self) -> list[int]:
         """Pids of the current worker processes."""
@@ -202,6 +218,10 @@ class LocalBackend:
                 _kill(w.process)
                 w.conn.close()
         finally:
+            for grad in self._grads:
+                grad.close()
+                grad.unlink()
+            self._grads = []
             if self._weights is not None:
                 self._weights.close()
                 self._weights.unlink()
@@ -210,11 +230,18 @@ class LocalBackend:
     # the batch
 
     def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[EpisodeResult]:
-        """Play `tasks` on the pool with `params`; yield results as they arrive."""
+        """Play `tasks` on the pool with `params`; yield results as they arrive.
+
+        A result's gradient is a view of its worker's shared slot: it stays valid until the
+        next result is asked for (the worker gets no new episode before), so copy it to
+        keep it longer.
+        """
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
         self._version += 1
+        start = time.perf_counter()
         self._weights.write(params, self._version)
+        self.broadcast_seconds += time.perf_counter() - start
         pending = deque(tasks)
         failures: dict[int, int] = {}
         remaining = len(tasks)
@@ -269,7 +296,9 @@ class LocalBackend:
             return None  # a replacement has started; its episode is on the way
         if message[0] == "done":
             w.task = None
-            return message[1]
+            result: EpisodeResult = message[1]
+            result.grad = w.grad.array  # valid until this worker gets its next episode
+            return result
         _, index, tb = message
         task = w.task
         if task is None or index is None:  # it failed before it could play anything

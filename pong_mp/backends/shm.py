@@ -86,3 +86,42 @@ class SharedWeights:
         """Remove the block from the system (creator only); safe to call twice."""
         with contextlib.suppress(FileNotFoundError):
             self._shm.unlink()
+
+
+class SharedGradient:
+    """One worker's gradient slot: the worker's backward pass writes into it, the
+    coordinator reads it in place, so 5 MB never go through a pipe. Only the creator
+    unlinks."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, hidden: int, owner: bool) -> None:
+        """Wrap an open block; use `create` or `attach` instead of calling this."""
+        self._shm = shm
+        self._owner = owner
+        self.array = np.ndarray((policy.param_count(hidden),), dtype=np.float32, buffer=shm.buf)
+
+    @property
+    def name(self) -> str:
+        """The block's name, to pass to `attach` in another process."""
+        return self._shm.name
+
+    @classmethod
+    def create(cls, hidden: int) -> SharedGradient:
+        """A new slot for a policy of `hidden` units, owned (and unlinked) by the caller."""
+        name = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        size = 4 * policy.param_count(hidden)
+        return cls(shared_memory.SharedMemory(name=name, create=True, size=size), hidden, True)
+
+    @classmethod
+    def attach(cls, name: str, hidden: int) -> SharedGradient:
+        """Open an existing slot (in the worker that writes it)."""
+        return cls(shared_memory.SharedMemory(name=name), hidden, owner=False)
+
+    def close(self) -> None:
+        """Drop this process's mapping (views into it must be gone)."""
+        del self.array
+        self._shm.close()
+
+    def unlink(self) -> None:
+        """Remove the block from the system (creator only); safe to call twice."""
+        with contextlib.suppress(FileNotFoundError):
+            self._shm.unlink()
