@@ -224,9 +224,11 @@ def format_bench(r: dict[str, Any]) -> str:
     rss = r["peak_worker_rss_mb"]
     before, after = r["raw_steps_per_sec_before_after"]
     lines = [
-        f"raw {r['env']}, {r['workers']} processes: {r['raw_steps_per_sec']:,.0f} steps/s "
+        f"raw {r['env']}, {r['workers']} process{'es' * (r['workers'] != 1)}: "
+        f"{r['raw_steps_per_sec']:,.0f} steps/s "
         f"(before training {before:,.0f}, after {after:,.0f})",
-        f"pong-mp train, {r['workers']} local workers: {r['train_steps_per_sec']:,.0f} steps/s"
+        f"pong-mp train, {r['workers']} local worker{'s' * (r['workers'] != 1)}: "
+        f"{r['train_steps_per_sec']:,.0f} steps/s"
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of 10 episodes)",
         f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
         f" = {r['reference_ratio']:.2f}x one raw process "
