@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -248,12 +249,89 @@ def format_bench(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, float]:
+    """What one update of `episodes` episodes costs the driver on a simulated Ray cluster.
+
+    `nodes` Ray nodes run on this machine (ray.cluster_utils); actors on the non-head nodes
+    put gradients of the real size into their nodes' object stores, and the driver fetches
+    them (one object-store transfer each, here over loopback) and sums them in episode
+    order, as the Ray backend does. Needs Ray.
+    """
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from pong_mp.trainer import OrderedSum
+
+    size = policy.param_count(hidden)
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    for _ in range(nodes - 1):
+        cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+
+        @ray.remote(num_cpus=1)
+        class Producer:
+            def make(self, index: int) -> np.ndarray:
+                return np.random.default_rng(index).standard_normal(size).astype(np.float32)
+
+        producers = [Producer.remote() for _ in range(nodes - 1)]
+        refs = [producers[i % len(producers)].make.remote(i) for i in range(episodes)]
+        ray.wait(refs, num_returns=len(refs))  # all made, still on the producers' nodes
+        summed = OrderedSum(0, np.empty(size))
+        fetch = add = 0.0
+        for i, ref in enumerate(refs):
+            start = time.perf_counter()
+            grad = ray.get(ref)
+            fetch += time.perf_counter() - start
+            start = time.perf_counter()
+            summed.add(_FakeResult(i, grad))
+            add += time.perf_counter() - start
+        put_start = time.perf_counter()
+        ray.put(np.zeros(size, dtype=np.float32))
+        put = time.perf_counter() - put_start
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    megabytes = 4 * size / 1e6
+    return {
+        "episodes": episodes,
+        "gradient_mb": megabytes,
+        "driver_in_mb": megabytes * episodes,
+        "fetch_seconds": fetch,
+        "sum_seconds": add,
+        "broadcast_put_seconds": put,
+    }
+
+
+@dataclass
+class _FakeResult:
+    index: int
+    grad: np.ndarray
+    reward_sum: float = 0.0
+    steps: int = 0
+
+
 def main() -> None:
-    """`python -m pong_mp.bench`: FakePong's and ALE Pong's raw speed and their ratio."""
+    """`python -m pong_mp.bench`: FakePong's and ALE Pong's raw speed and their ratio;
+    with --ray-driver, the driver's cost of one 300-episode update on a simulated cluster."""
     parser = argparse.ArgumentParser(description="Compare FakePong's raw speed with ALE's.")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per env")
+    parser.add_argument(
+        "--ray-driver",
+        action="store_true",
+        help="measure the Ray driver's cost of a 300-episode update instead",
+    )
     args = parser.parse_args()
+    if args.ray_driver:
+        cost = ray_driver_cost()
+        print(
+            f"{cost['episodes']} gradients of {cost['gradient_mb']:.1f} MB "
+            f"({cost['driver_in_mb'] / 1e3:.2f} GB into the driver): fetch "
+            f"{cost['fetch_seconds']:.2f} s, ordered sum {cost['sum_seconds']:.2f} s, "
+            f"weights put {1e3 * cost['broadcast_put_seconds']:.1f} ms"
+        )
+        sys.exit(0)
     rates = compare_envs(("ALE/Pong-v5", "FakePong-v0"), args.seconds, args.rounds)
     medians = {env_id: float(np.median(r)) for env_id, r in rates.items()}
     for env_id, median in medians.items():

@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from pong_mp.backends import BACKENDS, WorkerError
+from pong_mp.backends import BACKENDS, BackendUnavailable, WorkerError
 from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError
 from pong_mp.checkpoint import load as load_checkpoint
@@ -154,7 +154,7 @@ def train_command(
     try:
         config, state = prepare_run(Path(options["run_dir"]), resume, given)
         state = run(config, state, resumed=resume)
-    except (ConfigError, RunDirError, CheckpointError) as exc:
+    except (ConfigError, RunDirError, CheckpointError, BackendUnavailable) as exc:
         _fail(str(exc), EXIT_USAGE)
     except Interrupted as exc:
         # Everything is saved and closed: a further Ctrl-C must not turn this clean exit

@@ -47,9 +47,9 @@ def prepare_run(
     """Check the run directory and options; returns the run's config and starting state.
 
     `given` holds the options the user set. A new run refuses a directory that already
-    holds one; a resumed run keeps its stored algorithm options (see merge_for_resume) and
-    drops metrics lines newer than its checkpoint, which will be played again.
-    Raises ConfigError, RunDirError or CheckpointError, and writes nothing when it does.
+    holds one; a resumed run keeps its stored algorithm options (see merge_for_resume).
+    Writes nothing: `run` writes the run's files once its backend has started. Raises
+    ConfigError, RunDirError or CheckpointError.
     """
     run_dir = Path(run_dir)
     given = {**given, "run_dir": str(run_dir)}
@@ -67,7 +67,6 @@ def prepare_run(
                     f"({name} {ckpt_config.get(name)!r}, config.json says "
                     f"{getattr(stored, name)!r})"
                 )
-        _truncate_metrics(run_dir / METRICS_FILE, state.batch)
     else:
         existing = [
             f for f in (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE) if (run_dir / f).exists()
@@ -84,9 +83,15 @@ def prepare_run(
         _validate(config)
         params = policy.init_params(config.hidden, config.seed)
         state = TrainState(params=params, cache=np.zeros_like(params))
+    return config, state
+
+
+def _open_run_dir(run_dir: Path, config: TrainConfig, last_batch: int) -> None:
+    # Metrics lines newer than the checkpoint (and a line cut off by a crash) describe
+    # updates that are played again; keeping them would record those updates twice.
     run_dir.mkdir(parents=True, exist_ok=True)
     _write_atomic(run_dir / CONFIG_FILE, config.to_json() + "\n")
-    return config, state
+    _truncate_metrics(run_dir / METRICS_FILE, last_batch)
 
 
 def _validate(config: TrainConfig) -> None:
@@ -106,8 +111,6 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def _truncate_metrics(path: Path, last_batch: int) -> None:
-    # Lines after the checkpoint (and a line cut off by a crash) describe updates that the
-    # resumed run plays again; keeping them would record those updates twice.
     if not path.exists():
         return
     kept = []
@@ -232,16 +235,21 @@ def run(
 ) -> TrainState:
     """Train from `state` until `config.batches` updates are done or a stop signal arrives.
 
-    Raises Interrupted after saving a checkpoint when SIGINT or SIGTERM arrives; on any
-    exit the last complete update is saved and the backend is closed.
+    The run's files are written once the backend has started, so a backend that cannot
+    start leaves the run directory as it was. Raises Interrupted after saving a checkpoint
+    when SIGINT or SIGTERM arrives; on any exit after the start the last complete update
+    is saved, and the backend is always closed.
     """
     run_dir = Path(config.run_dir)
     log(_banner(config, state, resumed))
     backend = make_backend(config.backend, rollout_spec(config), config.ray_address)
     saved_batch = state.batch if resumed else -1
+    started = False
     with stop_signals_raise():
         try:
             backend.start()
+            _open_run_dir(run_dir, config, state.batch)
+            started = True
             with open(run_dir / METRICS_FILE, "a") as metrics:
                 for new_state, record in updates(config, state, backend):
                     # The commit: an interrupt lands before it or after it, never inside.
@@ -255,7 +263,7 @@ def run(
                             saved_batch = state.batch
         finally:
             try:
-                if state.batch != saved_batch:
+                if started and state.batch != saved_batch:
                     _save(run_dir, state, config)
             finally:
                 backend.close()

@@ -11,6 +11,10 @@ import pytest
 
 SHM = Path("/dev/shm")
 
+# Ray, where tests start it, must not try to send usage reports from a machine without a
+# network.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
 METRIC_FIELDS = frozenset(
     {"batch", "episodes", "steps", "reward_mean", "running_reward", "seconds", "steps_per_sec"}
 )

@@ -53,10 +53,15 @@ def reference():
     return _run("serial", _spec())
 
 
-@pytest.mark.parametrize(("backend", "workers"), [("serial", 1), ("local", 1), ("local", 3)])
+@pytest.mark.parametrize(
+    ("backend", "workers"),
+    [("serial", 1), ("local", 1), ("local", 3), pytest.param("ray", 2, marks=pytest.mark.ray)],
+)
 def test_same_bytes_on_every_backend_and_worker_count(
     backend: str, workers: int, reference, clean_system
 ) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray")
     assert _run(backend, _spec(workers=workers)) == reference
 
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from pong_mp.backends.base import Backend, RolloutSpec, WorkerError
-from pong_mp.config import ConfigError
+from pong_mp.backends.base import Backend, BackendUnavailable, RolloutSpec, WorkerError
 
 BACKENDS = ("local", "serial", "ray")
 
@@ -19,8 +18,21 @@ def make_backend(name: str, spec: RolloutSpec, ray_address: str | None = None) -
 
         return LocalBackend(spec)
     if name == "ray":
-        raise ConfigError("the ray backend is not available yet: use --backend local or serial")
-    raise ValueError(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
+        try:
+            from pong_mp.backends.ray import RayBackend
+        except ImportError:
+            raise BackendUnavailable(
+                "the ray backend needs Ray: pip install 'pong-mp[ray]'"
+            ) from None
+        return RayBackend(spec, ray_address)
+    raise BackendUnavailable(f"unknown backend {name!r}; choose one of {', '.join(BACKENDS)}")
 
 
-__all__ = ["BACKENDS", "Backend", "RolloutSpec", "WorkerError", "make_backend"]
+__all__ = [
+    "BACKENDS",
+    "Backend",
+    "BackendUnavailable",
+    "RolloutSpec",
+    "WorkerError",
+    "make_backend",
+]

@@ -57,6 +57,10 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.tb}"""'
 
 
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here: ray is not installed, or no cluster can be joined."""
+
+
 class WorkerError(RuntimeError):
     """An episode failed in a worker more often than allowed; `__cause__` has its traceback."""
 

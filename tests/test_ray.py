@@ -1,0 +1,156 @@
+"""The Ray backend: faults, a two-node cluster, and joining a cluster from the command line.
+
+Every test compares bytes with the serial backend's (test_backends.reference), and skips
+only where Ray is not installed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pong_mp import policy
+from pong_mp.backends import WorkerError, make_backend
+from pong_mp.backends.base import RemoteTraceback
+from pong_mp.episode import make_tasks
+from tests.test_backends import HIDDEN, _run, _spec
+from tests.test_backends import reference as reference
+from tests.test_cli import pong_mp
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.ray
+
+
+def test_a_killed_actor_is_replaced_and_its_episode_replayed(reference, clean_system) -> None:
+    backend = make_backend("ray", _spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.002}))
+    backend.start()
+    killed = []
+
+    def kill_one_mid_episode() -> None:
+        time.sleep(0.5)
+        pid = backend.actor_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    try:
+        out = []
+        for b in range(2):
+            if b == 0:
+                threading.Thread(target=kill_one_mid_episode).start()
+            batch = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
+            results = sorted((r.index, r.grad.tobytes(), r.steps, r.reward_sum) for r in batch)
+            out.append([r[1:] for r in results])
+        assert killed and backend.replacements == 1
+    finally:
+        backend.close()
+    assert out == reference
+
+
+def test_an_exception_in_an_episode_is_retried(reference, clean_system) -> None:
+    spec = _spec("CrashingPong-v0", workers=2, env_kwargs={"crash_episodes": (1,)})
+    assert _run("ray", spec) == reference
+
+
+def test_a_persistent_error_stops_with_the_actor_traceback(clean_system) -> None:
+    spec = _spec("CrashingPong-v0", workers=2, env_kwargs={"crash_episodes": tuple(range(99))})
+    backend = make_backend("ray", spec)
+    backend.start()
+    try:
+        with pytest.raises(WorkerError, match=r"failed 3 times on Ray actors") as info:
+            list(backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4)))
+    finally:
+        backend.close()
+    assert isinstance(info.value.__cause__, RemoteTraceback)
+    assert "CrashingPong: planned failure" in info.value.__cause__.tb
+
+
+def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> None:
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+        backend = make_backend("ray", _spec(workers=2))
+        backend.start()
+        try:
+            assert len(set(backend.actor_nodes())) == 2  # one actor on each node
+            out = []
+            for b in range(2):
+                batch = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
+                results = sorted((r.index, r.grad.tobytes(), r.steps, r.reward_sum) for r in batch)
+                out.append([r[1:] for r in results])
+        finally:
+            backend.close()
+        assert out == reference
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ray_cli(*args: str) -> subprocess.CompletedProcess:
+    ray_bin = Path(sys.executable).with_name("ray")
+    return subprocess.run([str(ray_bin), *args], capture_output=True, text=True, timeout=120)
+
+
+def test_train_joins_a_cluster_started_with_ray_start(tmp_path: Path, clean_system) -> None:
+    port = _free_port()
+    head = _ray_cli(
+        "start",
+        "--head",
+        "--node-ip-address=127.0.0.1",
+        f"--port={port}",
+        "--num-cpus=2",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    )
+    assert head.returncode == 0, head.stderr
+    try:
+        args = "train --env FakePong-v0 --batch-size 4 --batches 3 --seed 1 --workers 2".split()
+        joined = pong_mp(
+            *args, "--ray-address", f"127.0.0.1:{port}", "--run-dir", str(tmp_path / "ray")
+        )
+        assert joined.returncode == 0, joined.stderr
+    finally:
+        _ray_cli("stop")
+    local = pong_mp(*args, "--backend", "local", "--run-dir", str(tmp_path / "local"))
+    assert local.returncode == 0, local.stderr
+    weights = []
+    for name in ("ray", "local"):
+        with np.load(tmp_path / name / "checkpoint.npz", allow_pickle=False) as npz:
+            weights.append(npz["W1"].tobytes() + npz["W2"].tobytes())
+    assert weights[0] == weights[1]
+    assert '"backend": "ray"' in (tmp_path / "ray" / "config.json").read_text()
+
+
+def test_an_unreachable_cluster_is_one_line_and_quick(tmp_path: Path) -> None:
+    start = time.monotonic()
+    done = pong_mp(
+        "train",
+        "--env",
+        "FakePong-v0",
+        "--ray-address",
+        f"127.0.0.1:{_free_port()}",
+        "--run-dir",
+        str(tmp_path / "R"),
+    )
+    assert time.monotonic() - start < 30
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "cannot reach a Ray cluster at 127.0.0.1:" in done.stderr
+    assert not (tmp_path / "R").exists()
