@@ -22,6 +22,9 @@ from pong_mp.checkpoint import load as load_checkpoint
 from pong_mp.config import ConfigError, default_workers
 from pong_mp.envs import UnknownEnvError, check_env_id
 from pong_mp.play import play_games, summary
+from pong_mp.plot import PlotError, plot_run
+from pong_mp.progress import make_reporter
+from pong_mp.recording import VideoRecorder
 from pong_mp.signals import STOP_SIGNALS, Interrupted
 from pong_mp.trainer import NonFiniteError, RunDirError, prepare_run, run
 
@@ -134,9 +137,10 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     show_default=True,
     help="Seconds before a worker stuck in one episode is replaced.",
 )
+@click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context
 def train_command(
-    ctx: click.Context, resume: bool, env_args: tuple[str, ...], **options: Any
+    ctx: click.Context, resume: bool, quiet: bool, env_args: tuple[str, ...], **options: Any
 ) -> None:
     """Train a policy; Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 / 143)."""
     options["env_kwargs"] = _parse_env_args(env_args)
@@ -153,7 +157,8 @@ def train_command(
         given = options
     try:
         config, state = prepare_run(Path(options["run_dir"]), resume, given)
-        state = run(config, state, resumed=resume)
+        reporter = make_reporter(quiet, state.batch, config.batches)
+        state = run(config, state, resumed=resume, reporter=reporter)
     except (ConfigError, RunDirError, CheckpointError, BackendUnavailable) as exc:
         _fail(str(exc), EXIT_USAGE)
     except Interrupted as exc:
@@ -190,8 +195,28 @@ def train_command(
     "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the games."
 )
 @click.option("--greedy", is_flag=True, help="Take the likelier action instead of sampling.")
+@click.option(
+    "--record",
+    type=click.Path(path_type=Path),
+    default=None,
+    metavar="FILE.gif|FILE.mp4",
+    help="Write the games as a video.",
+)
+@click.option(
+    "--scale",
+    type=click.IntRange(min=1, max=8),
+    default=3,
+    show_default=True,
+    help="Upscaling of the recorded frames.",
+)
 def play_command(
-    checkpoint_path: Path, env: str | None, episodes: int, seed: int, greedy: bool
+    checkpoint_path: Path,
+    env: str | None,
+    episodes: int,
+    seed: int,
+    greedy: bool,
+    record: Path | None,
+    scale: int,
 ) -> None:
     """Play full games with a checkpoint's policy and print the scores."""
     try:
@@ -199,17 +224,50 @@ def play_command(
         env_id = env or config.get("env", "ALE/Pong-v5")
         env_kwargs = config.get("env_kwargs", {}) if env is None else {}
         check_env_id(env_id)
-    except (CheckpointError, UnknownEnvError) as exc:
+        recorder = VideoRecorder(record, scale=scale) if record is not None else None
+    except (CheckpointError, UnknownEnvError, ValueError, OSError) as exc:
         _fail(str(exc), EXIT_USAGE)
     hidden = int(config["hidden"])
-    scores = play_games(
-        state.params, hidden, env_id, episodes, seed=seed, greedy=greedy, env_kwargs=env_kwargs
-    )
+    try:
+        scores = play_games(
+            state.params,
+            hidden,
+            env_id,
+            episodes,
+            seed=seed,
+            greedy=greedy,
+            env_kwargs=env_kwargs,
+            on_frame=recorder.add if recorder is not None else None,
+        )
+    finally:
+        if recorder is not None:
+            recorder.close()
     for i, score in enumerate(scores, 1):
         click.echo(
             f"game {i}: agent {score.agent} - {score.opponent} opponent ({score.steps:,} steps)"
         )
     click.echo(summary(scores))
+    if recorder is not None:
+        click.echo(f"recorded {recorder.frames:,} frames to {record}")
+
+
+@main.command("plot")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="PNG to write (default: RUN_DIR/learning.png).",
+)
+def plot_command(run_dir: Path, output: Path | None) -> None:
+    """Plot a run's learning curve and speed (works while it is still running)."""
+    out = output or Path(run_dir) / "learning.png"
+    try:
+        plot_run(run_dir, out)
+    except (PlotError, OSError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+    click.echo(f"wrote {out}")
 
 
 @main.command("bench")

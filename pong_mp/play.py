@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,13 +34,18 @@ def play_games(
     seed: int = 0,
     greedy: bool = False,
     env_kwargs: dict[str, Any] | None = None,
+    on_frame: Callable[[np.ndarray], None] | None = None,
 ) -> list[GameScore]:
     """Play `games` full games; game i is seeded from (seed, i), so results repeat.
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
+    `on_frame`, if given, receives the RGB frame after every step (for recording).
     """
     weights = policy.Weights32.from_params(params, hidden)
-    env, inputs = make_training_env(env_id, **(env_kwargs or {}))
+    kwargs = dict(env_kwargs or {})
+    if on_frame is not None:
+        kwargs["render_mode"] = "rgb_array"
+    env, inputs = make_training_env(env_id, **kwargs)
     scores = []
     try:
         for i in range(games):
@@ -59,6 +65,8 @@ def play_games(
                 steps += 1
                 done = terminated or truncated
                 idx, vals = inputs.step(obs)
+                if on_frame is not None:
+                    on_frame(env.render())
             scores.append(GameScore(agent=int(agent), opponent=int(opponent), steps=steps))
     finally:
         env.close()

@@ -21,6 +21,7 @@ from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_conf
 from pong_mp.envs import UnknownEnvError, check_env_id
 from pong_mp.episode import EpisodeResult, make_tasks
 from pong_mp.optim import rmsprop_step
+from pong_mp.progress import LineReporter, Reporter
 from pong_mp.signals import stop_signals_deferred, stop_signals_raise
 
 CONFIG_FILE = "config.json"
@@ -221,9 +222,10 @@ def apply_batch(
 def train(
     config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] = print
 ) -> TrainState:
-    """Train a run described by `config` (the Python API): prepare_run, then run."""
+    """Train a run described by `config` (the Python API): prepare_run, then run, with
+    plain progress lines going to `log`."""
     config, state = prepare_run(Path(config.run_dir), resume, dataclasses.asdict(config))
-    return run(config, state, resumed=resume, log=log)
+    return run(config, state, resumed=resume, reporter=LineReporter(log))
 
 
 def run(
@@ -231,7 +233,7 @@ def run(
     state: TrainState,
     *,
     resumed: bool = False,
-    log: Callable[[str], None] = print,
+    reporter: Reporter | None = None,
 ) -> TrainState:
     """Train from `state` until `config.batches` updates are done or a stop signal arrives.
 
@@ -241,7 +243,8 @@ def run(
     is saved, and the backend is always closed.
     """
     run_dir = Path(config.run_dir)
-    log(_banner(config, state, resumed))
+    reporter = reporter or LineReporter()
+    reporter.banner(_banner(config, state, resumed))
     backend = make_backend(config.backend, rollout_spec(config), config.ray_address)
     saved_batch = state.batch if resumed else -1
     started = False
@@ -257,7 +260,7 @@ def run(
                         state = new_state
                         metrics.write(json.dumps(record) + "\n")
                         metrics.flush()
-                        log(format_update(record))
+                        reporter.update(record)
                         if state.batch % config.checkpoint_every == 0:
                             _save(run_dir, state, config)
                             saved_batch = state.batch
@@ -267,6 +270,7 @@ def run(
                     _save(run_dir, state, config)
             finally:
                 backend.close()
+                reporter.close()
     return state
 
 
@@ -327,15 +331,6 @@ def _play_update(
 
 def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
     checkpoint.save(run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json())
-
-
-def format_update(record: dict[str, Any]) -> str:
-    """One readable line for an update's metrics record."""
-    return (
-        f"batch {record['batch']:>6} | episodes {record['episodes']:>7} | "
-        f"reward {record['reward_mean']:>7.2f} | running {record['running_reward']:>7.2f} | "
-        f"{record['steps_per_sec']:>7,.0f} steps/s"
-    )
 
 
 def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:

@@ -1,0 +1,118 @@
+"""What `pong-mp train` shows while it runs: a live line on a terminal, plain lines in logs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from typing import IO, Any, Protocol
+
+
+class Reporter(Protocol):
+    """Receives the run's banner and each update's metrics record."""
+
+    def banner(self, text: str) -> None:
+        """The line that says what the run is."""
+
+    def update(self, record: dict[str, Any]) -> None:
+        """One update is done."""
+
+    def close(self) -> None:
+        """The run is over (whatever the reason)."""
+
+
+def format_update(record: dict[str, Any]) -> str:
+    """One readable line for an update's metrics record."""
+    return (
+        f"batch {record['batch']:>6} | episodes {record['episodes']:>7} | "
+        f"reward {record['reward_mean']:>7.2f} | running {record['running_reward']:>7.2f} | "
+        f"{record['steps_per_sec']:>7,.0f} steps/s"
+    )
+
+
+class LineReporter:
+    """Plain lines, one per update: for logs, pipes and CI (no control characters)."""
+
+    def __init__(self, write: Callable[[str], None] = print) -> None:
+        """Print through `write`."""
+        self._write = write
+
+    def banner(self, text: str) -> None:
+        """Print the banner."""
+        self._write(text)
+
+    def update(self, record: dict[str, Any]) -> None:
+        """Print the update's line."""
+        self._write(format_update(record))
+
+    def close(self) -> None:
+        """Nothing to finish."""
+
+
+class QuietReporter:
+    """Prints nothing (--quiet): errors and the final summary come from the CLI."""
+
+    def banner(self, text: str) -> None:
+        """Nothing."""
+
+    def update(self, record: dict[str, Any]) -> None:
+        """Nothing."""
+
+    def close(self) -> None:
+        """Nothing."""
+
+
+class BarReporter:
+    """One live status line (tqdm) with an ETA when the number of updates is known."""
+
+    def __init__(self, start: int, total: int | None, stream: IO[str]) -> None:
+        """A bar from update `start` to `total` (None: open-ended), drawn on `stream`."""
+        from tqdm import tqdm
+
+        self._stream = stream
+        # A terminal that reports no size (script, some CI ptys) would hide tqdm's bar.
+        try:
+            size = os.get_terminal_size(stream.fileno())
+            known = size.columns > 0 and size.lines > 0
+        except (OSError, ValueError, AttributeError):
+            known = False
+        fallback = {} if known else {"ncols": 160, "nrows": 24}
+        self._bar = tqdm(
+            total=total,
+            initial=start,
+            unit="update",
+            file=stream,
+            dynamic_ncols=known,
+            smoothing=0.1,
+            leave=True,
+            **fallback,
+        )
+
+    def banner(self, text: str) -> None:
+        """Print the banner above the bar."""
+        self._bar.write(text, file=self._stream)
+
+    def update(self, record: dict[str, Any]) -> None:
+        """Advance the bar and show the update's figures."""
+        self._bar.set_postfix_str(
+            f"episodes {record['episodes']:,} | reward {record['reward_mean']:.2f} | "
+            f"running {record['running_reward']:.2f} | {record['steps_per_sec']:,.0f} steps/s",
+            refresh=False,
+        )
+        self._bar.update(1)
+
+    def close(self) -> None:
+        """Leave the bar's last state on screen."""
+        self._bar.close()
+
+
+def make_reporter(
+    quiet: bool, start: int, total: int | None, stream: IO[str] | None = None
+) -> Reporter:
+    """Quiet, a live bar on a terminal, or plain lines otherwise."""
+    stream = stream or sys.stdout
+    if quiet:
+        return QuietReporter()
+    if stream.isatty():
+        return BarReporter(start, total, stream)
+    return LineReporter(lambda line: print(line, file=stream, flush=True))

@@ -1,0 +1,62 @@
+"""`pong-mp plot`: a PNG of the learning curve and the speed, even of a running run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import imageio.v2 as imageio
+import pytest
+
+from pong_mp.plot import PlotError, plot_run, read_metrics
+from tests.test_cli import pong_mp
+
+
+def _fake_run(run_dir: Path, updates: int = 30, partial: bool = False) -> None:
+    run_dir.mkdir()
+    (run_dir / "config.json").write_text(
+        json.dumps({"env": "FakePong-v0", "batch_size": 10, "lr": 0.003, "hidden": 32, "seed": 7})
+    )
+    lines = [
+        json.dumps(
+            {
+                "batch": b,
+                "episodes": 10 * b,
+                "steps": 3000,
+                "reward_mean": -5 + b / 5,
+                "running_reward": -5 + b / 6,
+                "seconds": 1.0,
+                "steps_per_sec": 3000.0,
+                "elapsed": float(b),
+            }
+        )
+        for b in range(1, updates + 1)
+    ]
+    text = "\n".join(lines) + "\n" + ('{"batch": 31, "epis' if partial else "")
+    (run_dir / "metrics.jsonl").write_text(text)
+
+
+def test_plot_of_a_run_that_is_still_writing(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R", partial=True)
+    assert len(read_metrics(tmp_path / "R")) == 30  # the half-written line is skipped
+    done = pong_mp("plot", str(tmp_path / "R"), "-o", str(tmp_path / "curve.png"))
+    assert done.returncode == 0, done.stderr
+    image = imageio.imread(tmp_path / "curve.png")
+    assert image.shape[0] >= 600 and image.shape[1] >= 800
+    assert image[..., :3].std() > 10  # something is drawn
+
+
+def test_plot_defaults_to_the_run_directory(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")
+    out = plot_run(tmp_path / "R", tmp_path / "R" / "learning.png")
+    assert out.stat().st_size > 10_000
+    done = pong_mp("plot", str(tmp_path / "R"))
+    assert done.returncode == 0 and (tmp_path / "R" / "learning.png").exists()
+
+
+def test_nothing_to_plot_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(PlotError, match=r"no metrics\.jsonl"):
+        read_metrics(tmp_path)
+    done = pong_mp("plot", str(tmp_path / "missing"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "no metrics.jsonl" in done.stderr and "Traceback" not in done.stderr

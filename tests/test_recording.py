@@ -1,0 +1,79 @@
+"""`pong-mp play --record`: videos a person can watch, with one frame per step played."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import imageio.v2 as imageio
+import numpy as np
+import pytest
+
+from pong_mp.config import TrainConfig
+from pong_mp.recording import VideoRecorder
+from pong_mp.trainer import train
+from tests.test_cli import pong_mp
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory) -> Path:
+    """A checkpoint from a short FakePong run (2-point games)."""
+    run_dir = tmp_path_factory.mktemp("run")
+    train(
+        TrainConfig(
+            env="FakePong-v0",
+            env_kwargs={"points_to_win": 2},
+            backend="serial",
+            batch_size=2,
+            batches=1,
+            hidden=8,
+            run_dir=str(run_dir),
+        ),
+        log=lambda line: None,
+    )
+    return run_dir / "checkpoint.npz"
+
+
+def _steps(stdout: str) -> int:
+    return sum(int(n.replace(",", "")) for n in re.findall(r"\(([\d,]+) steps\)", stdout))
+
+
+@pytest.mark.parametrize("suffix", [".gif", ".mp4"])
+def test_record_writes_one_upscaled_frame_per_step(
+    checkpoint: Path, tmp_path: Path, suffix: str
+) -> None:
+    video = tmp_path / f"game{suffix}"
+    done = pong_mp(
+        "play", str(checkpoint), "--episodes", "2", "--record", str(video), "--scale", "2"
+    )
+    assert done.returncode == 0, done.stderr
+    steps = _steps(done.stdout)
+    assert steps > 20 and f"recorded {steps:,} frames to {video}" in done.stdout
+    reader = imageio.get_reader(video)
+    try:
+        count = reader.count_frames() if suffix == ".mp4" else reader.get_length()
+        frame = reader.get_data(count // 2)
+    finally:
+        reader.close()
+    assert count == steps
+    assert frame.shape[:2] == (420, 320)  # 210x160, twice
+    # Real frames: mostly FakePong's brown background, with paddles and ball on it.
+    assert np.mean(np.abs(frame[200, :, :3].astype(int) - [144, 72, 17]).sum(axis=1) < 40) > 0.8
+
+
+def test_record_refuses_other_formats(checkpoint: Path, tmp_path: Path) -> None:
+    done = pong_mp("play", str(checkpoint), "--record", str(tmp_path / "game.avi"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "needs a .gif or .mp4 file" in done.stderr
+    assert not (tmp_path / "game.avi").exists()
+
+
+def test_recorder_upscales_without_blurring(tmp_path: Path) -> None:
+    frame = np.zeros((210, 160, 3), dtype=np.uint8)
+    frame[100, 50] = [236, 236, 236]
+    with VideoRecorder(tmp_path / "one.gif", scale=3) as recorder:
+        recorder.add(frame)
+    assert recorder.frames == 1
+    out = imageio.imread(tmp_path / "one.gif")
+    assert out.shape[:2] == (630, 480)
+    assert out[300:303, 150:153].min() > 200 and out[303, 150].max() < 20
