@@ -55,7 +55,8 @@ def _parent(pid: int) -> int:
 
 def _runs_pong_mp(pid: int) -> bool:
     try:
-        return b"pong_mp" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"pong_mp" in cmdline or b"pong-mp" in cmdline  # python -m, or the script
     except OSError:
         return False
 
@@ -89,3 +90,23 @@ def clean_system() -> Iterator[None]:
     shm, procs = wait_until_clean(before)
     assert not shm, f"leaked shared memory: {shm}"
     assert not procs, f"orphan worker processes: {procs}"
+
+
+@pytest.fixture(scope="session")
+def fake_checkpoint(tmp_path_factory) -> Path:
+    """checkpoint.npz of a one-update FakePong run (2-point games, 8 hidden units)."""
+    from pong_mp.config import TrainConfig
+    from pong_mp.trainer import train
+
+    run_dir = tmp_path_factory.mktemp("fake-run")
+    config = TrainConfig(
+        env="FakePong-v0",
+        env_kwargs={"points_to_win": 2},
+        backend="serial",
+        batch_size=2,
+        batches=1,
+        hidden=8,
+        run_dir=str(run_dir),
+    )
+    train(config, log=lambda line: None)
+    return run_dir / "checkpoint.npz"

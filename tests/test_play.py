@@ -8,10 +8,8 @@ import gymnasium as gym
 import pytest
 
 from pong_mp import policy
-from pong_mp.config import TrainConfig
 from pong_mp.envs import make_training_env
 from pong_mp.play import GameScore, play_games, summary
-from pong_mp.trainer import train
 from tests.test_cli import pong_mp
 
 GAME = {"points_to_win": 3}
@@ -58,24 +56,14 @@ def test_summary_counts_wins_and_mean_difference() -> None:
     assert summary(scores) == "won 1 of 2 games; mean point difference -6.00"
 
 
-def test_cli_play_uses_the_env_the_policy_was_trained_on(tmp_path: Path, clean_system) -> None:
-    train(
-        TrainConfig(
-            env="FakePong-v0",
-            env_kwargs=GAME,
-            backend="serial",
-            batch_size=2,
-            batches=1,
-            hidden=8,
-            run_dir=str(tmp_path),
-        ),
-        log=lambda line: None,
-    )
-    done = pong_mp("play", str(tmp_path / "checkpoint.npz"), "--episodes", "2")
+def test_cli_play_uses_the_env_the_policy_was_trained_on(
+    fake_checkpoint: Path, clean_system
+) -> None:
+    done = pong_mp("play", str(fake_checkpoint), "--episodes", "2")
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert len(lines) == 3 and lines[0].startswith("game 1: agent ")
-    assert all(" 3 opponent" in line or "agent 3 " in line for line in lines[:2])
+    assert all(" 2 opponent" in line or "agent 2 " in line for line in lines[:2])
     assert lines[2].startswith("won ")
 
 

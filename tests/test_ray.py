@@ -1,17 +1,13 @@
-"""The Ray backend: faults, a two-node cluster, and joining a cluster from the command line.
-
-Every test compares bytes with the serial backend's (test_backends.reference), and skips
-only where Ray is not installed.
+"""The Ray backend beyond what test_backends checks for every backend (determinism, a
+killed worker, retried and persistent failures): a two-node cluster, and joining a cluster
+from the command line. Skipped only where Ray is not installed.
 """
 
 from __future__ import annotations
 
-import os
-import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,58 +15,14 @@ import numpy as np
 import pytest
 
 from pong_mp import policy
-from pong_mp.backends import WorkerError, make_backend
-from pong_mp.backends.base import RemoteTraceback
+from pong_mp.backends import make_backend
 from pong_mp.episode import make_tasks
-from tests.test_backends import HIDDEN, _run, _spec
+from tests.test_backends import HIDDEN, _spec
 from tests.test_backends import reference as reference
 from tests.test_cli import pong_mp
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
-
-
-def test_a_killed_actor_is_replaced_and_its_episode_replayed(reference, clean_system) -> None:
-    backend = make_backend("ray", _spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.002}))
-    backend.start()
-    killed = []
-
-    def kill_one_mid_episode() -> None:
-        time.sleep(0.5)
-        pid = backend.actor_pids()[0]
-        os.kill(pid, signal.SIGKILL)
-        killed.append(pid)
-
-    try:
-        out = []
-        for b in range(2):
-            if b == 0:
-                threading.Thread(target=kill_one_mid_episode).start()
-            batch = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
-            results = sorted((r.index, r.grad.tobytes(), r.steps, r.reward_sum) for r in batch)
-            out.append([r[1:] for r in results])
-        assert killed and backend.replacements == 1
-    finally:
-        backend.close()
-    assert out == reference
-
-
-def test_an_exception_in_an_episode_is_retried(reference, clean_system) -> None:
-    spec = _spec("CrashingPong-v0", workers=2, env_kwargs={"crash_episodes": (1,)})
-    assert _run("ray", spec) == reference
-
-
-def test_a_persistent_error_stops_with_the_actor_traceback(clean_system) -> None:
-    spec = _spec("CrashingPong-v0", workers=2, env_kwargs={"crash_episodes": tuple(range(99))})
-    backend = make_backend("ray", spec)
-    backend.start()
-    try:
-        with pytest.raises(WorkerError, match=r"failed 3 times on Ray actors") as info:
-            list(backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4)))
-    finally:
-        backend.close()
-    assert isinstance(info.value.__cause__, RemoteTraceback)
-    assert "CrashingPong: planned failure" in info.value.__cause__.tb
 
 
 def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> None:

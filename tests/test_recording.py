@@ -9,29 +9,8 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-from pong_mp.config import TrainConfig
 from pong_mp.recording import VideoRecorder
-from pong_mp.trainer import train
 from tests.test_cli import pong_mp
-
-
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory) -> Path:
-    """A checkpoint from a short FakePong run (2-point games)."""
-    run_dir = tmp_path_factory.mktemp("run")
-    train(
-        TrainConfig(
-            env="FakePong-v0",
-            env_kwargs={"points_to_win": 2},
-            backend="serial",
-            batch_size=2,
-            batches=1,
-            hidden=8,
-            run_dir=str(run_dir),
-        ),
-        log=lambda line: None,
-    )
-    return run_dir / "checkpoint.npz"
 
 
 def _steps(stdout: str) -> int:
@@ -40,11 +19,11 @@ def _steps(stdout: str) -> int:
 
 @pytest.mark.parametrize("suffix", [".gif", ".mp4"])
 def test_record_writes_one_upscaled_frame_per_step(
-    checkpoint: Path, tmp_path: Path, suffix: str
+    fake_checkpoint: Path, tmp_path: Path, suffix: str
 ) -> None:
     video = tmp_path / f"game{suffix}"
     done = pong_mp(
-        "play", str(checkpoint), "--episodes", "2", "--record", str(video), "--scale", "2"
+        "play", str(fake_checkpoint), "--episodes", "2", "--record", str(video), "--scale", "2"
     )
     assert done.returncode == 0, done.stderr
     steps = _steps(done.stdout)
@@ -61,8 +40,8 @@ def test_record_writes_one_upscaled_frame_per_step(
     assert np.mean(np.abs(frame[200, :, :3].astype(int) - [144, 72, 17]).sum(axis=1) < 40) > 0.8
 
 
-def test_record_refuses_other_formats(checkpoint: Path, tmp_path: Path) -> None:
-    done = pong_mp("play", str(checkpoint), "--record", str(tmp_path / "game.avi"))
+def test_record_refuses_other_formats(fake_checkpoint: Path, tmp_path: Path) -> None:
+    done = pong_mp("play", str(fake_checkpoint), "--record", str(tmp_path / "game.avi"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "needs a .gif or .mp4 file" in done.stderr
     assert not (tmp_path / "game.avi").exists()

@@ -15,6 +15,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import re
 import signal
 import socket
 import time
@@ -182,7 +183,7 @@ class RayBackend:
     def _new_actor(self) -> Any:
         return EpisodeActor.remote(self.spec)
 
-    def actor_pids(self) -> list[int]:
+    def worker_pids(self) -> list[int]:
         """Process ids of the current actors (for fault tests)."""
         return ray.get([s.actor.pid.remote() for s in self._slots])
 
@@ -227,7 +228,9 @@ class RayBackend:
                     self._replace(slot)
                     continue
                 except ray.exceptions.RayTaskError as exc:
-                    self._retry(task, pending, failures, "it raised", tb=str(exc))
+                    # Ray's traceback, with its terminal colour codes taken out for logs.
+                    tb = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+                    self._retry(task, pending, failures, "it raised", tb=tb)
                     continue
                 remaining -= 1
                 yield result

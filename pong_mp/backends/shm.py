@@ -13,6 +13,7 @@ import contextlib
 import os
 import secrets
 from multiprocessing import shared_memory
+from typing import Self
 
 import numpy as np
 
@@ -26,102 +27,103 @@ class StaleWeightsError(RuntimeError):
     """A worker was asked for a weights version that is not the one in shared memory."""
 
 
-class SharedWeights:
-    """The float32 policy weights plus a version number in shared memory."""
+class _Block:
+    """A named shared-memory block sized for a policy of `hidden` units. Subclasses say its
+    size and map their arrays on it; only the creator unlinks."""
 
     def __init__(self, shm: shared_memory.SharedMemory, hidden: int, owner: bool) -> None:
         """Wrap an open block; use `create` or `attach` instead of calling this."""
         self._shm = shm
         self._owner = owner
         self.hidden = hidden
-        self._version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=0)
+
+    @staticmethod
+    def size(hidden: int) -> int:
+        """Bytes the block needs."""
+        raise NotImplementedError
+
+    @property
+    def name(self) -> str:
+        """The block's name, to pass to `attach` in another process."""
+        return self._shm.name
+
+    @classmethod
+    def create(cls, hidden: int) -> Self:
+        """A new block, owned (and later unlinked) by the caller."""
+        name = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size(hidden))
+        return cls(shm, hidden, owner=True)
+
+    @classmethod
+    def attach(cls, name: str, hidden: int) -> Self:
+        """Open an existing block (spawned children share the creator's resource tracker)."""
+        return cls(shared_memory.SharedMemory(name=name), hidden, owner=False)
+
+    def close(self) -> None:
+        """Drop this process's mapping: the arrays mapped on it go first."""
+        self.__dict__.pop("_views", None)
+        self._shm.close()
+
+    def unlink(self) -> None:
+        """Remove the block from the system (creator only); safe to call twice."""
+        with contextlib.suppress(FileNotFoundError):
+            self._shm.unlink()
+
+
+class SharedWeights(_Block):
+    """The float32 policy weights plus a version number in shared memory."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, hidden: int, owner: bool) -> None:
+        """Map the version and the weights (read-only unless this process owns them)."""
+        super().__init__(shm, hidden, owner)
+        version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=0)
         flat = np.ndarray(
             (policy.param_count(hidden),), dtype=np.float32, buffer=shm.buf, offset=HEADER_BYTES
         )
-        w1t, w2 = policy.split(flat, hidden)
-        if not owner:
+        if owner:
+            version[0] = -1
+        else:
             flat.flags.writeable = False
-        self._weights = policy.Weights32(w1t, w2)
+        self._views = (version, policy.Weights32(*policy.split(flat, hidden)))
 
-    @property
-    def name(self) -> str:
-        """The block's name, to pass to `attach` in another process."""
-        return self._shm.name
-
-    @classmethod
-    def create(cls, hidden: int) -> SharedWeights:
-        """A new block for a policy of `hidden` units, owned (and unlinked) by the caller."""
-        name = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-        size = HEADER_BYTES + 4 * policy.param_count(hidden)
-        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-        weights = cls(shm, hidden, owner=True)
-        weights._version[0] = -1
-        return weights
-
-    @classmethod
-    def attach(cls, name: str, hidden: int) -> SharedWeights:
-        """Open an existing block read-only (spawned children share the creator's tracker)."""
-        return cls(shared_memory.SharedMemory(name=name), hidden, owner=False)
+    @staticmethod
+    def size(hidden: int) -> int:
+        """The header, then the float32 weights."""
+        return HEADER_BYTES + 4 * policy.param_count(hidden)
 
     def write(self, params: np.ndarray, version: int) -> None:
         """Publish float64 `params` as `version` (coordinator only, while no one reads)."""
+        stamp, weights = self._views
         w1t, w2 = policy.split(params, self.hidden)
-        np.copyto(self._weights.w1t, w1t, casting="same_kind")
-        np.copyto(self._weights.w2, w2, casting="same_kind")
-        self._version[0] = version
+        np.copyto(weights.w1t, w1t, casting="same_kind")
+        np.copyto(weights.w2, w2, casting="same_kind")
+        stamp[0] = version
 
     def read(self, version: int) -> policy.Weights32:
         """Read-only views of the weights; raises if they are not `version`."""
-        current = int(self._version[0])
-        if current != version:
-            raise StaleWeightsError(f"shared weights are version {current}, expected {version}")
-        return self._weights
-
-    def close(self) -> None:
-        """Drop this process's mapping (views into it must be gone)."""
-        del self._version, self._weights
-        self._shm.close()
-
-    def unlink(self) -> None:
-        """Remove the block from the system (creator only); safe to call twice."""
-        with contextlib.suppress(FileNotFoundError):
-            self._shm.unlink()
+        stamp, weights = self._views
+        if int(stamp[0]) != version:
+            raise StaleWeightsError(
+                f"shared weights are version {int(stamp[0])}, expected {version}"
+            )
+        return weights
 
 
-class SharedGradient:
+class SharedGradient(_Block):
     """One worker's gradient slot: the worker's backward pass writes into it, the
-    coordinator reads it in place, so 5 MB never go through a pipe. Only the creator
-    unlinks."""
+    coordinator reads it in place, so 5 MB never go through a pipe."""
 
     def __init__(self, shm: shared_memory.SharedMemory, hidden: int, owner: bool) -> None:
-        """Wrap an open block; use `create` or `attach` instead of calling this."""
-        self._shm = shm
-        self._owner = owner
-        self.array = np.ndarray((policy.param_count(hidden),), dtype=np.float32, buffer=shm.buf)
+        """Map the flat float32 gradient."""
+        super().__init__(shm, hidden, owner)
+        self._views = np.ndarray((policy.param_count(hidden),), dtype=np.float32, buffer=shm.buf)
+
+    @staticmethod
+    def size(hidden: int) -> int:
+        """A flat float32 gradient."""
+        return 4 * policy.param_count(hidden)
 
     @property
-    def name(self) -> str:
-        """The block's name, to pass to `attach` in another process."""
-        return self._shm.name
-
-    @classmethod
-    def create(cls, hidden: int) -> SharedGradient:
-        """A new slot for a policy of `hidden` units, owned (and unlinked) by the caller."""
-        name = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-        size = 4 * policy.param_count(hidden)
-        return cls(shared_memory.SharedMemory(name=name, create=True, size=size), hidden, True)
-
-    @classmethod
-    def attach(cls, name: str, hidden: int) -> SharedGradient:
-        """Open an existing slot (in the worker that writes it)."""
-        return cls(shared_memory.SharedMemory(name=name), hidden, owner=False)
-
-    def close(self) -> None:
-        """Drop this process's mapping (views into it must be gone)."""
-        del self.array
-        self._shm.close()
-
-    def unlink(self) -> None:
-        """Remove the block from the system (creator only); safe to call twice."""
-        with contextlib.suppress(FileNotFoundError):
-            self._shm.unlink()
+    def array(self) -> np.ndarray:
+        """The gradient, flat float32."""
+        return self._views
