@@ -149,3 +149,62 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         running_reward=None if np.isnan(running) else running,
     )
     return state, config
+
+
+def export_model(checkpoint_path: Path, out: Path) -> Path:
+    """Write the policy of a checkpoint as a small float32 model file (W1, W2, config).
+
+    A model file plays (`pong-mp play`) but cannot resume training: it has no optimizer
+    state. Written atomically, like checkpoints.
+    """
+    state, config = load(checkpoint_path)
+    hidden = int(config["hidden"])
+    w1t, w2 = policy.split(state.params, hidden)
+    arrays = {
+        "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
+        "W2": w2.astype(np.float32),
+        "config": np.str_(json.dumps(config)),
+        "batch": np.int64(state.batch),
+        "episodes": np.int64(state.episodes),
+        "format_version": np.int64(FORMAT_VERSION),
+    }
+    out = Path(out)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, out)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+    return out
+
+
+def load_policy(path: Path) -> tuple[np.ndarray, dict]:
+    """(flat float64 params, config) from a checkpoint or a model file, validated."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            keys = set(npz.files)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such checkpoint") from None
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from exc
+    if "rmsprop_W1" in keys:  # a full checkpoint
+        state, config = load(path)
+        return state.params, config
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            w1, w2 = npz["W1"], npz["W2"]
+            config = json.loads(str(npz["config"]))
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile) as exc:
+        raise CheckpointError(f"{path}: not a pong-mp model or checkpoint ({exc})") from None
+    if w1.ndim != 2 or w1.shape[1] != policy.INPUT_SIZE or w2.shape != (w1.shape[0],):
+        raise CheckpointError(f"{path}: W1/W2 have shapes {w1.shape}/{w2.shape}")
+    if not (np.all(np.isfinite(w1)) and np.all(np.isfinite(w2))):
+        raise CheckpointError(f"{path}: W1/W2 hold non-finite values")
+    if not isinstance(config, dict) or config.get("hidden") != w1.shape[0]:
+        raise CheckpointError(f"{path}: its config does not match its weights")
+    return policy.join(w1, w2), config

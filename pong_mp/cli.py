@@ -17,8 +17,7 @@ import click
 
 from pong_mp.backends import BACKENDS, BackendUnavailable, WorkerError
 from pong_mp.bench import format_bench, run_bench
-from pong_mp.checkpoint import CheckpointError
-from pong_mp.checkpoint import load as load_checkpoint
+from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import ConfigError, default_workers
 from pong_mp.envs import UnknownEnvError, check_env_id
 from pong_mp.play import play_games, summary
@@ -220,7 +219,7 @@ def play_command(
 ) -> None:
     """Play full games with a checkpoint's policy and print the scores."""
     try:
-        state, config = load_checkpoint(checkpoint_path)
+        params, config = load_policy(checkpoint_path)
         env_id = env or config.get("env", "ALE/Pong-v5")
         env_kwargs = config.get("env_kwargs", {}) if env is None else {}
         check_env_id(env_id)
@@ -230,7 +229,7 @@ def play_command(
     hidden = int(config["hidden"])
     try:
         scores = play_games(
-            state.params,
+            params,
             hidden,
             env_id,
             episodes,
@@ -249,6 +248,18 @@ def play_command(
     click.echo(summary(scores))
     if recorder is not None:
         click.echo(f"recorded {recorder.frames:,} frames to {record}")
+
+
+@main.command("export")
+@click.argument("checkpoint_path", metavar="CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("out", metavar="MODEL.npz", type=click.Path(path_type=Path))
+def export_command(checkpoint_path: Path, out: Path) -> None:
+    """Write a checkpoint's policy as a small float32 model file, for `pong-mp play`."""
+    try:
+        export_model(checkpoint_path, out)
+    except (CheckpointError, OSError) as exc:
+        _fail(str(exc), EXIT_USAGE)
+    click.echo(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
 
 
 @main.command("plot")

@@ -122,3 +122,31 @@ def test_a_valid_raw_checkpoint_loads(tmp_path: Path) -> None:
     _save_raw(tmp_path / "c.npz")
     state, _ = checkpoint.load(tmp_path / "c.npz")
     assert state.episodes == 10
+
+
+def test_an_exported_model_is_small_float32_and_plays(tmp_path: Path, fake_checkpoint) -> None:
+    model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
+    with np.load(model, allow_pickle=False) as npz:
+        assert npz["W1"].dtype == np.float32 and npz["W1"].shape == (8, 6400)
+        assert "rmsprop_W1" not in npz.files  # no optimizer state: it plays, it does not train
+    params, config = checkpoint.load_policy(model)
+    full, _ = checkpoint.load(fake_checkpoint)
+    np.testing.assert_array_equal(params, full.params.astype(np.float32).astype(np.float64))
+    assert config["hidden"] == 8
+    assert checkpoint.load_policy(fake_checkpoint)[0].tobytes() == full.params.tobytes()
+
+
+def test_load_policy_names_bad_files(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        checkpoint.load_policy(tmp_path / "nope.npz")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with pytest.raises(CheckpointError, match="not a pong-mp model or checkpoint"):
+        checkpoint.load_policy(tmp_path / "other.npz")
+    np.savez(
+        tmp_path / "bad.npz",
+        W1=np.full((2, 6400), np.nan, np.float32),
+        W2=np.zeros(2, np.float32),
+        config=np.str_('{"hidden": 2}'),
+    )
+    with pytest.raises(CheckpointError, match="non-finite"):
+        checkpoint.load_policy(tmp_path / "bad.npz")

@@ -81,3 +81,12 @@ def test_cli_play_on_a_bad_file_is_one_line(tmp_path: Path, make, message: str) 
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"pong-mp: error: {path}: {message}")
     assert "Traceback" not in done.stderr
+
+
+def test_cli_exports_a_model_that_plays(fake_checkpoint: Path, tmp_path: Path) -> None:
+    model = tmp_path / "pong.npz"
+    done = pong_mp("export", str(fake_checkpoint), str(model))
+    assert done.returncode == 0 and done.stdout.startswith(f"wrote {model}")
+    played = pong_mp("play", str(model), "--episodes", "1")
+    assert played.returncode == 0, played.stderr
+    assert played.stdout.splitlines()[-1].startswith("won ")
