@@ -21,7 +21,7 @@ from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import ConfigError, default_workers
 from pong_mp.envs import UnknownEnvError, check_env_id
 from pong_mp.play import play_games, summary
-from pong_mp.plot import PlotError, plot_run
+from pong_mp.plot import PlotError, milestones_table, plot_run, read_metrics
 from pong_mp.progress import make_reporter
 from pong_mp.recording import VideoRecorder
 from pong_mp.signals import STOP_SIGNALS, Interrupted
@@ -271,14 +271,22 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     default=None,
     help="PNG to write (default: RUN_DIR/learning.png).",
 )
-def plot_command(run_dir: Path, output: Path | None) -> None:
+@click.option(
+    "--milestones",
+    is_flag=True,
+    help="Also print when the running reward first reached -20, -15, ... 0.",
+)
+def plot_command(run_dir: Path, output: Path | None, milestones: bool) -> None:
     """Plot a run's learning curve and speed (works while it is still running)."""
     out = output or Path(run_dir) / "learning.png"
     try:
         plot_run(run_dir, out)
+        table = milestones_table(read_metrics(run_dir)) if milestones else None
     except (PlotError, OSError) as exc:
         _fail(str(exc), EXIT_USAGE)
     click.echo(f"wrote {out}")
+    if table is not None:
+        click.echo(table)
 
 
 @main.command("bench")

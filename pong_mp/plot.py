@@ -91,3 +91,43 @@ def plot_run(run_dir: Path, out: Path) -> Path:
     fig.savefig(out, dpi=100)
     plt.close(fig)
     return Path(out)
+
+
+THRESHOLDS = (-20.0, -15.0, -10.0, -5.0, 0.0)
+
+
+def milestones(
+    records: list[dict[str, Any]], thresholds: tuple[float, ...] = THRESHOLDS
+) -> list[dict[str, Any]]:
+    """For each threshold, the first update whose running reward reached it (or None)."""
+    rows = []
+    for threshold in thresholds:
+        hit = next((r for r in records if r["running_reward"] >= threshold), None)
+        rows.append(
+            {
+                "threshold": threshold,
+                "batch": hit and hit["batch"],
+                "episodes": hit and hit["episodes"],
+                "steps": hit and hit.get("total_steps"),
+                "minutes": hit and hit.get("elapsed", float("nan")) / 60,
+            }
+        )
+    return rows
+
+
+def milestones_table(records: list[dict[str, Any]]) -> str:
+    """The milestones as a Markdown table."""
+    lines = [
+        "| running reward | update | episodes | env steps | wall time |",
+        "|---|---|---|---|---|",
+    ]
+    for row in milestones(records):
+        if row["batch"] is None:
+            lines.append(f"| >= {row['threshold']:g} | not yet | | | |")
+        else:
+            steps = "?" if row["steps"] is None else f"{row['steps']:,}"
+            lines.append(
+                f"| >= {row['threshold']:g} | {row['batch']} | {row['episodes']:,} | "
+                f"{steps} | {row['minutes']:.1f} min |"
+            )
+    return "\n".join(lines)

@@ -8,7 +8,7 @@ from pathlib import Path
 import imageio.v2 as imageio
 import pytest
 
-from pong_mp.plot import PlotError, plot_run, read_metrics
+from pong_mp.plot import PlotError, milestones, plot_run, read_metrics
 from tests.test_cli import pong_mp
 
 
@@ -60,3 +60,12 @@ def test_nothing_to_plot_is_one_line(tmp_path: Path) -> None:
     done = pong_mp("plot", str(tmp_path / "missing"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "no metrics.jsonl" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_milestones_give_the_first_update_at_each_threshold(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")  # running reward -5 + b/6: reaches -5 at update 0, 0 at 30
+    rows = {row["threshold"]: row for row in milestones(read_metrics(tmp_path / "R"))}
+    assert rows[-5.0]["batch"] == 1 and rows[0.0]["batch"] == 30
+    assert rows[0.0]["episodes"] == 300 and rows[0.0]["minutes"] == pytest.approx(0.5)
+    done = pong_mp("plot", str(tmp_path / "R"), "--milestones")
+    assert "| >= 0 | 30 | 300 |" in done.stdout and "| >= -5 | 1 | 10 |" in done.stdout
