@@ -71,7 +71,11 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
         "config": np.str_(config_json),
         "format_version": np.int64(FORMAT_VERSION),
     }
-    path = Path(path)
+    _write_npz_atomic(Path(path), arrays)
+
+
+def _write_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
+    # Temp file, fsync, rename, fsync the directory: a reader sees the old file or the new.
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         with open(tmp, "wb") as fh:
@@ -169,16 +173,7 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         "format_version": np.int64(FORMAT_VERSION),
     }
     out = Path(out)
-    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, out)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
+    _write_npz_atomic(out, arrays)
     return out
 
 
