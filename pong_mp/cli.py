@@ -118,7 +118,13 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     help="Where config.json, metrics.jsonl and checkpoint.npz live.",
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its checkpoint.")
-@click.option("--lr", type=float, default=1e-4, show_default=True, help="RMSProp learning rate.")
+@click.option(
+    "--lr",
+    type=float,
+    default=1e-3,
+    show_default=True,
+    help="RMSProp learning rate (Karpathy's reference: 1e-4).",
+)
 @click.option("--gamma", type=float, default=0.99, show_default=True, help="Discount factor.")
 @click.option("--decay-rate", type=float, default=0.99, show_default=True, help="RMSProp decay.")
 @click.option("--hidden", type=int, default=200, show_default=True, help="Hidden units.")

@@ -44,8 +44,9 @@ class TrainConfig:
     """Run seed: initial weights and every episode's seed derive from it."""
     run_dir: str = "runs/pong"
     """Directory of config.json, metrics.jsonl and checkpoint.npz."""
-    lr: float = 1e-4
-    """RMSProp learning rate."""
+    lr: float = 1e-3
+    """RMSProp learning rate. Karpathy's reference is 1e-4; 1e-3 learns real Pong much
+    faster on the same budget (docs/learning.md)."""
     gamma: float = 0.99
     """Discount factor of the returns."""
     decay_rate: float = 0.99

@@ -122,7 +122,7 @@ def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> Non
     with pytest.raises(RunDirError, match="nothing to resume"):
         prepare_run(tmp_path, True, {})
     train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
-    with pytest.raises(ConfigError, match=r"trained with --lr 0\.0001"):
+    with pytest.raises(ConfigError, match=r"trained with --lr 0\.001,"):
         prepare_run(tmp_path, True, {"lr": 0.5})
     config, state = prepare_run(tmp_path, True, {"batches": 5, "workers": 1})
     assert (config.batches, config.workers, config.hidden, state.batch) == (5, 1, 16, 1)
