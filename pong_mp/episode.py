@@ -8,7 +8,7 @@ Everything random in an episode comes from its seed, and the seed is a pure func
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -60,6 +60,19 @@ def make_tasks(run_seed: int, first_index: int, count: int) -> list[EpisodeTask]
     ]
 
 
+def start_episode(env: gym.Env, inputs: InputStream, seed: int) -> Callable[[], float]:
+    """Reset `env` and `inputs` for an episode with `seed`; return its action sampler.
+
+    Everything random in an episode comes from here: the env's reset (ALE's sticky actions,
+    FakePong's serves) and the uniform draws that pick the actions are two independent
+    streams of `seed`.
+    """
+    env_seq, action_seq = np.random.SeedSequence(seed).spawn(2)
+    obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
+    inputs.reset(obs)
+    return np.random.default_rng(action_seq).random
+
+
 def play_episode(
     env: gym.Env,
     inputs: InputStream,
@@ -77,11 +90,7 @@ def play_episode(
     reward (see Trajectory): about 70 bytes instead of a 51 KB dense row.
     """
     start = time.perf_counter()
-    env_seq, action_seq = np.random.SeedSequence(task.seed).spawn(2)
-    uniform = np.random.default_rng(action_seq).random
-
-    obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
-    inputs.reset(obs)
+    uniform = start_episode(env, inputs, task.seed)
     idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
     trajectory = Trajectory()
     done = False

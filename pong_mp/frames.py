@@ -41,7 +41,7 @@ class BinaryInputs:
 
     def __init__(self) -> None:
         """An idle stream; call reset first."""
-        self._prev = policy.binarize(np.zeros((210, 160, 3), dtype=np.uint8))
+        self._prev = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
 
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame."""

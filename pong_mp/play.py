@@ -10,7 +10,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
-from pong_mp.episode import episode_seed
+from pong_mp.episode import episode_seed, start_episode
 from pong_mp.frames import NO_PIXELS, NO_VALUES
 
 
@@ -49,10 +49,7 @@ def play_games(
     scores = []
     try:
         for i in range(games):
-            env_seq, action_seq = np.random.SeedSequence(episode_seed(seed, i)).spawn(2)
-            uniform = np.random.default_rng(action_seq).random
-            obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
-            inputs.reset(obs)
+            uniform = start_episode(env, inputs, episode_seed(seed, i))
             idx, vals = NO_PIXELS, NO_VALUES
             agent = opponent = steps = 0
             done = False

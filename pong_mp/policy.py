@@ -9,7 +9,7 @@ only their rows. Checkpoints store W1 in the usual H x 6400 orientation.
 Two implementations of the math live here:
 - the dense float64 reference (`preprocess`, `forward`, `backward`), line for line
   Karpathy's, kept as the readable definition and for tests;
-- the sparse float32 path that episodes use (`SparseInput`, `forward_sparse`,
+- the sparse float32 path that episodes use (`Weights32`, `forward_sparse`,
   `backward_sparse`); tests check it against the reference.
 """
 
