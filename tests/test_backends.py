@@ -26,9 +26,16 @@ def _spec(env_id: str = "FakePong-v0", workers: int = 2, **kwargs) -> RolloutSpe
     )
 
 
+def _make(name: str, spec: RolloutSpec):
+    """The backend `name`; skips the test where it needs Ray and Ray is not installed."""
+    if name == "ray":
+        pytest.importorskip("ray")
+    return make_backend(name, spec)
+
+
 def _run(backend_name: str, spec: RolloutSpec, batches: int = 2, batch_size: int = 5):
     """Grad bytes and step counts of `batches` batches, changing the weights in between."""
-    backend = make_backend(backend_name, spec)
+    backend = _make(backend_name, spec)
     backend.start()
     try:
         out = []
@@ -60,8 +67,6 @@ def reference():
 def test_same_bytes_on_every_backend_and_worker_count(
     backend: str, workers: int, reference, clean_system
 ) -> None:
-    if backend == "ray":
-        pytest.importorskip("ray")
     assert _run(backend, _spec(workers=workers)) == reference
 
 
@@ -79,12 +84,6 @@ def test_local_workers_are_named_processes(clean_system) -> None:
 
 
 BACKENDS_WITH_WORKERS = ["local", pytest.param("ray", marks=pytest.mark.ray)]
-
-
-def _make(name: str, spec: RolloutSpec):
-    if name == "ray":
-        pytest.importorskip("ray")
-    return make_backend(name, spec)
 
 
 @pytest.mark.parametrize("name", BACKENDS_WITH_WORKERS)
@@ -125,8 +124,6 @@ def test_a_failure_inside_an_episode_is_retried(
 ) -> None:
     # Each env instance fails in its second episode; the retry goes through.
     spec = _spec("CrashingPong-v0", workers=2, env_kwargs={"crash_episodes": (1,), "mode": mode})
-    if name == "ray":
-        pytest.importorskip("ray")
     assert _run(name, spec) == reference
 
 
