@@ -156,18 +156,20 @@ def training_rate(
 
 
 def _episode_memory(steps: int, hidden: int) -> tuple[float, float]:
-    from threadpoolctl import threadpool_limits
-
+    from pong_mp.backends.base import prepare_worker_process
     from pong_mp.envs import make_training_env
-    from pong_mp.episode import EpisodeTask, play_episode
+    from pong_mp.episode import EpisodeGradient, EpisodeTask, play_episode
 
-    threadpool_limits(limits=1)
+    prepare_worker_process()
     env, inputs = make_training_env("FakePong-v0", points_to_win=10_000, max_steps=steps)
     weights = policy.Weights32.from_params(policy.init_params(hidden, 0), hidden)
+    # What a worker holds for all its episodes: the gradient's working memory and its slot.
+    work = EpisodeGradient(hidden)
+    grad = np.ones(policy.param_count(hidden), dtype=np.float32)
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.
     Path("/proc/self/clear_refs").write_text("5")
-    result = play_episode(env, inputs, weights, 0.99, EpisodeTask(0, 0))
+    result = play_episode(env, inputs, weights, 0.99, EpisodeTask(0, 0), grad, work)
     if result.steps != steps:
         raise RuntimeError(f"the episode took {result.steps} steps, not {steps}")
     peak = _rss_mb(os.getpid())
@@ -176,15 +178,19 @@ def _episode_memory(steps: int, hidden: int) -> tuple[float, float]:
     return before, peak
 
 
-def episode_memory(steps: int, hidden: int = 200) -> dict[str, float] | None:
+def episode_memory(steps: int, hidden: int = 200, repeats: int = 3) -> dict[str, float] | None:
     """RSS (MB) of a fresh worker-like process before one episode of exactly `steps` steps,
-    and its peak during it; None where /proc cannot tell."""
+    and its peak during it (the median of `repeats` processes: the allocator adds ~0.2 MB of
+    noise); None where /proc cannot tell."""
     ctx = mp.get_context("spawn")
-    with ctx.Pool(1) as pool:
-        try:
-            before, peak = pool.apply(_episode_memory, (steps, hidden))
-        except (OSError, RuntimeError):
-            return None
+    runs = []
+    for _ in range(repeats):
+        with ctx.Pool(1) as pool:
+            try:
+                runs.append(pool.apply(_episode_memory, (steps, hidden)))
+            except (OSError, RuntimeError):
+                return None
+    before, peak = sorted(runs, key=lambda run: run[1])[len(runs) // 2]
     return {"before": before, "peak": peak, "added": peak - before}
 
 
@@ -243,8 +249,9 @@ def format_bench(r: dict[str, Any]) -> str:
         lines.append("memory one episode adds to a worker: n/a (needs Linux's /proc)")
     else:
         lines.append(
-            f"memory one episode adds to a worker: {short['added']:.1f} MB for 1,000 steps, "
-            f"{long['added']:.1f} MB for 10,000 steps (on top of {short['before']:.0f} MB)"
+            f"peak RSS of a worker over one episode: {short['peak']:.1f} MB at 1,000 steps, "
+            f"{long['peak']:.1f} MB at 10,000 steps ({long['peak'] / short['peak']:.3f}x); "
+            f"the episode adds {short['added']:.1f} and {long['added']:.1f} MB"
         )
     return "\n".join(lines)
 

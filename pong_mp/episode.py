@@ -7,8 +7,9 @@ Everything random in an episode comes from its seed, and the seed is a pure func
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import gymnasium as gym
@@ -80,91 +81,227 @@ def play_episode(
     gamma: float,
     task: EpisodeTask,
     out: np.ndarray | None = None,
+    work: EpisodeGradient | None = None,
 ) -> EpisodeResult:
     """Play one episode with the stochastic policy `weights`, and return its gradient.
 
     The gradient is written into `out` (flat float32) when given, else into a new array.
-    The env is reset with a seed derived from the task's seed, and actions are sampled from
-    a generator seeded the same way, so the result depends only on (weights, task). Each
-    step keeps only the input's non-zero pixels (indices and signs), its (y - p) and its
-    reward (see Trajectory): about 70 bytes instead of a 51 KB dense row.
+    `work` is the gradient's working memory; a worker passes the same one to every episode
+    so that nothing large is allocated per episode. The env is reset with a seed derived
+    from the task's seed, and actions are sampled from a generator seeded the same way, so
+    the result depends only on (weights, task).
     """
     start = time.perf_counter()
     uniform = start_episode(env, inputs, task.seed)
+    hidden = weights.w2.shape[0]
+    if work is None:
+        work = EpisodeGradient(hidden)
+    work.start(weights, gamma)
     idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
-    trajectory = Trajectory()
     done = False
     while not done:
         p_up = policy.forward_sparse(weights, idx, vals)
         up = uniform() < p_up
         dlogp = (1.0 if up else 0.0) - p_up  # d log pi(a) / d logit
         obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
-        trajectory.add(idx, vals, dlogp, reward)
+        work.add(idx, vals, dlogp, reward)
         done = terminated or truncated
         idx, vals = inputs.step(obs)
-
-    rewards, dlogps = trajectory.finish()
-    advantages = policy.standardize(policy.discount_rewards(rewards, gamma))
-    weighted = (dlogps * advantages).astype(np.float32)
-    grad = np.empty(policy.param_count(weights.w2.shape[0]), np.float32) if out is None else out
-    policy.backward_sparse(weights, trajectory.blocks(weighted), grad)
+    grad = np.empty(policy.param_count(hidden), np.float32) if out is None else out
+    work.finish(grad)
     return EpisodeResult(
         index=task.index,
         grad=grad,
-        reward_sum=float(rewards.sum()),
-        steps=len(rewards),
+        reward_sum=work.reward_sum,
+        steps=work.steps,
         seconds=time.perf_counter() - start,
     )
 
 
-class Trajectory:
-    """An episode's steps, compacted every BLOCK steps into sparse blocks: ~70 bytes a step
-    (int16 pixel indices, int8 signs, the step's dlogp and reward), so that memory barely
-    depends on the episode's length. Each block is one chunk of the backward pass."""
+@dataclass
+class Moments:
+    """Count, mean and sum of squared deviations of a stream of values, merged chunk by chunk
+    (Chan et al.), so that an episode's returns can be standardised without keeping them."""
+
+    count: int = 0
+    mean: float = 0.0
+    m2: float = 0.0
+
+    def add(self, values: np.ndarray) -> None:
+        """Take in a chunk of values."""
+        if len(values) == 0:
+            return
+        mean = float(values.mean())
+        m2 = float(np.square(values - mean).sum())
+        total = self.count + len(values)
+        delta = mean - self.mean
+        self.m2 += m2 + delta * delta * self.count * len(values) / total
+        self.mean += delta * len(values) / total
+        self.count = total
+
+    def add_zeros(self, count: int) -> None:
+        """Take in `count` zeros."""
+        if count:
+            total = self.count + count
+            self.m2 += self.mean * self.mean * self.count * count / total
+            self.mean -= self.mean * count / total
+            self.count = total
+
+    @property
+    def std(self) -> float:
+        """Population standard deviation (numpy's default, ddof=0)."""
+        return math.sqrt(self.m2 / self.count) if self.count else 0.0
+
+
+class EpisodeGradient:
+    """An episode's policy gradient, accumulated as the episode is played, in fixed memory.
+
+    The objective is sum_t adv_t * logp_t with adv = standardize(discounted returns). Its
+    gradient is sum_t (R_t - mu) / sigma * g_t, with g_t = dlogp_t * d logit_t / d params,
+    which is (A - mu * B) / sigma with A = sum_t R_t g_t and B = sum_t g_t. A rally's
+    returns are known when its point is scored (R_t = r * gamma^(T - t)), so the steps are
+    buffered until then, BLOCK at a time, and folded into the float64 sums A and B; mu and
+    sigma come from running moments of the returns. Memory is the three accumulators plus
+    at most BLOCK steps, whatever the episode's length.
+
+    A rally longer than BLOCK steps is folded into a third accumulator, the carry:
+    C = sum_s gamma^(t_c - s) g_s up to the last folded step t_c, so that when its point r
+    is scored at T, A += r * gamma^(T - t_c) * C.
+    """
 
     BLOCK = 1024
+    """Steps buffered before they are folded into the accumulators."""
 
-    def __init__(self) -> None:
-        """An empty trajectory."""
-        self._blocks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        self._scalars: list[np.ndarray] = []
+    def __init__(self, hidden: int) -> None:
+        """Working memory for the gradients of policies with `hidden` units."""
+        self._hidden = hidden
+        size = policy.param_count(hidden)
+        # Written through once here, so that the memory is resident from the start and an
+        # episode's peak does not depend on what its first rallies touch.
+        self._a = np.ones(size)
+        self._b = np.ones(size)
+        self._carry = np.ones(size)
+        self._touched = np.ones(policy.INPUT_SIZE, dtype=bool)  # W1 rows that may be non-zero
+        self._weights: policy.Weights32 | None = None
+        self._gamma = 1.0
+        self._clear()
+
+    def _clear(self) -> None:
         self._idx: list[np.ndarray] = []
         self._vals: list[np.ndarray] = []
-        self._steps: list[tuple[float, float]] = []
+        self._dlogps: list[float] = []
+        self._rewards: list[float] = []
+        self._carried = 0  # steps of the rally in progress that are in the carry
+        self._moments = Moments()
+        self.steps = 0
+        """Steps added so far."""
+        self.reward_sum = 0.0
+        """Sum of the rewards added so far."""
+
+    @property
+    def buffered(self) -> int:
+        """Steps held as sparse inputs, not yet folded into the accumulators (< BLOCK)."""
+        return len(self._dlogps)
+
+    def start(self, weights: policy.Weights32, gamma: float) -> None:
+        """Begin an episode played with `weights`, discounting with `gamma`."""
+        self._clear()
+        self._weights = weights
+        self._gamma = gamma
+        # Only the rows that the last episode touched can be non-zero: clear just those.
+        for acc in (self._a, self._b):
+            w1t, w2 = policy.split(acc, self._hidden)
+            w1t[np.flatnonzero(self._touched)] = 0.0
+            w2[:] = 0.0
+        self._touched[:] = False
 
     def add(self, idx: np.ndarray, vals: np.ndarray, dlogp: float, reward: float) -> None:
         """Record one step: its input's non-zero pixels, its dlogp and its reward."""
         self._idx.append(idx)
         self._vals.append(vals)
-        self._steps.append((reward, dlogp))
-        if len(self._steps) == self.BLOCK:
-            self._compact()
+        self._dlogps.append(dlogp)
+        self._rewards.append(reward)
+        self.steps += 1
+        self.reward_sum += reward
+        if len(self._dlogps) == self.BLOCK:
+            self._fold(final=False)
 
-    def _compact(self) -> None:
-        if not self._steps:
+    def finish(self, out: np.ndarray) -> np.ndarray:
+        """End the episode: write its gradient into the flat float32 `out`."""
+        self._fold(final=True)
+        mu, sigma = self._moments.mean, self._moments.std
+        scale = 1.0 / sigma if sigma > 0 else 1.0  # standardize's rule: only centre if flat
+        (a1, a2), (b1, b2), (o1, o2) = (
+            policy.split(v, self._hidden) for v in (self._a, self._b, out)
+        )
+        o1.fill(0.0)
+        touched = np.flatnonzero(self._touched)
+        for first in range(0, len(touched), policy.ROWS):  # in slices: bounded temporaries
+            rows = touched[first : first + policy.ROWS]
+            part = b1.take(rows, axis=0)
+            part *= -mu
+            part += a1.take(rows, axis=0)
+            part *= scale
+            o1[rows] = part
+        o2[:] = (a2 - mu * b2) * scale
+        return out
+
+    def _fold(self, final: bool) -> None:
+        rewards = np.array(self._rewards)
+        scored = np.flatnonzero(rewards)
+        done = int(scored[-1]) + 1 if len(scored) else 0  # buffered steps of finished rallies
+        if not final and done == 0:
+            self._fold_into_carry()
             return
-        indptr = np.zeros(len(self._idx) + 1, dtype=np.int32)
-        np.cumsum([len(i) for i in self._idx], out=indptr[1:])
-        indices = np.concatenate(self._idx).astype(np.int16)
-        signs = np.concatenate(self._vals).astype(np.int8)
-        self._blocks.append((indptr, indices, signs))
-        self._scalars.append(np.array(self._steps, dtype=np.float64))
-        self._idx, self._vals, self._steps = [], [], []
+        if self._carried and done:
+            # The carried rally ends at its first point in the buffer.
+            end = int(scored[0])
+            r, lag = float(rewards[end]), end + 1
+            self._a += r * self._gamma**lag * self._carry
+            self._moments_of_rally(r, lag, self._carried)
+            self._carried = 0
+        count = len(rewards) if final else done
+        returns = np.zeros(count)
+        returns[:done] = policy.discount_rewards(rewards[:done], self._gamma)
+        self._moments.add(returns[:done])
+        if final:
+            self._moments.add_zeros(count - done + self._carried)
+        dlogps = np.array(self._dlogps[:count])
+        coeffs = np.stack([dlogps * returns, dlogps], axis=1)
+        self._accumulate(count, coeffs, [self._a, self._b])
+        del self._idx[:count], self._vals[:count], self._dlogps[:count], self._rewards[:count]
 
-    def finish(self) -> tuple[np.ndarray, np.ndarray]:
-        """Close the episode: (rewards, dlogps) of all its steps."""
-        self._compact()
-        scalars = np.concatenate(self._scalars)
-        return scalars[:, 0], scalars[:, 1]
+    def _fold_into_carry(self) -> None:
+        count = len(self._dlogps)
+        dlogps = np.array(self._dlogps)
+        decay = self._gamma ** np.arange(count - 1, -1, -1)  # gamma^(t_c - s)
+        if self._carried:
+            self._carry *= self._gamma**count
+        else:
+            self._carry[:] = 0.0
+        self._accumulate(count, np.stack([dlogps * decay, dlogps], axis=1), [self._carry, self._b])
+        self._carried += count
+        self._idx, self._vals, self._dlogps, self._rewards = [], [], [], []
 
-    def blocks(self, weights: np.ndarray) -> Iterator[tuple[scipy.sparse.csr_matrix, np.ndarray]]:
-        """(inputs as a CSR matrix, float32 per-step weights) block by block."""
-        start = 0
-        for indptr, indices, signs in self._blocks:
-            steps = len(indptr) - 1
-            xs = scipy.sparse.csr_matrix(
-                (signs.astype(np.float32), indices.astype(np.int32), indptr),
-                shape=(steps, policy.INPUT_SIZE),
-            )
-            yield xs, weights[start : start + steps]
-            start += steps
+    def _moments_of_rally(self, r: float, lag: int, count: int) -> None:
+        # The carried steps' returns: r * gamma^(lag + k) for k = 0 .. count - 1.
+        for first in range(0, count, self.BLOCK):
+            k = np.arange(first, min(first + self.BLOCK, count))
+            self._moments.add(r * self._gamma ** (lag + k))
+
+    def _accumulate(self, count: int, coeffs: np.ndarray, outs: list[np.ndarray]) -> None:
+        assert self._weights is not None, "start() was not called"
+        if count == 0:
+            return
+        indptr = np.zeros(count + 1, dtype=np.int32)
+        np.cumsum([len(i) for i in self._idx[:count]], out=indptr[1:])
+        x = scipy.sparse.csr_matrix(
+            (
+                np.concatenate(self._vals[:count]).astype(np.float32),
+                np.concatenate(self._idx[:count]).astype(np.int32),
+                indptr,
+            ),
+            shape=(count, policy.INPUT_SIZE),
+        )
+        pixels = policy.accumulate_sparse(self._weights, x, coeffs.astype(np.float32), outs)
+        self._touched[pixels] = True

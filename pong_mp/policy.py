@@ -10,13 +10,13 @@ Two implementations of the math live here:
 - the dense float64 reference (`preprocess`, `forward`, `backward`), line for line
   Karpathy's, kept as the readable definition and for tests;
 - the sparse float32 path that episodes use (`Weights32`, `forward_sparse`,
-  `backward_sparse`); tests check it against the reference.
+  `accumulate_sparse`); tests check it against the reference.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -155,26 +155,49 @@ def forward_sparse(weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> flo
     return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
 
 
-def backward_sparse(
-    weights: Weights32,
-    blocks: Iterable[tuple[scipy.sparse.csr_matrix, np.ndarray]],
-    out: np.ndarray,
-) -> np.ndarray:
-    """`backward` for sparse inputs, into the flat float32 `out`.
+ROWS = 256
+"""Rows of W1 that the sparse path computes at a time (bounds its temporaries)."""
 
-    `blocks` gives the episode in consecutive chunks: (inputs as a CSR matrix of T_i x 6400,
-    dlogps of those T_i steps). The hidden activations are recomputed from the inputs
-    rather than kept from the forward pass, so an episode needs to keep only its few
-    non-zero inputs per step, and chunks bound the working memory.
+
+def accumulate_sparse(
+    weights: Weights32,
+    x: scipy.sparse.csr_matrix,
+    coeffs: np.ndarray,
+    outs: Sequence[np.ndarray],
+) -> np.ndarray:
+    """`outs[j] +=` the gradient of sum_t coeffs[t, j] * logit_t w.r.t. (W1, W2), sparse inputs.
+
+    `x` (T x 6400 CSR, float32) holds T steps' inputs, `coeffs` (T x k, float32) k weightings
+    of those steps, and `outs` k flat float64 accumulators. The k gradients share one pass
+    over the inputs. The hidden activations are recomputed from the inputs rather than kept
+    from the forward pass, so an episode keeps only its few non-zero inputs per step; and
+    only the rows of W1 of pixels that occur in `x` are computed and added (~700 of 6400
+    for 1,000 steps of Pong). Returns those pixels.
     """
-    dw1t, dw2 = split(out, weights.w2.shape[0])
-    dw1t[:] = 0.0
-    dw2[:] = 0.0
-    for x, d in blocks:
-        h = np.asarray(x @ weights.w1t)
-        np.maximum(h, 0.0, out=h)
-        dw2 += h.T @ d
-        dh = np.outer(d, weights.w2)
-        dh[h <= 0] = 0.0  # relu
-        dw1t += x.T @ dh
-    return out
+    steps = x.shape[0]
+    hidden = weights.w2.shape[0]
+    h = np.asarray(x @ weights.w1t)
+    np.maximum(h, 0.0, out=h)
+    active = h > 0  # relu
+    # The same inputs with their columns renumbered 0 .. U-1 over the pixels that occur.
+    seen = np.zeros(INPUT_SIZE, dtype=bool)
+    seen[x.indices] = True
+    pixels = np.flatnonzero(seen)
+    column = np.empty(INPUT_SIZE, dtype=np.int32)
+    column[pixels] = np.arange(len(pixels), dtype=np.int32)
+    compact_t = scipy.sparse.csr_matrix(
+        (x.data, column[x.indices], x.indptr), shape=(steps, len(pixels))
+    ).T.tocsr()
+    dh = np.empty_like(h)
+    for j, out in enumerate(outs):
+        w1t, w2 = split(out, hidden)
+        w2 += h.T @ coeffs[:, j]
+        np.multiply.outer(coeffs[:, j], weights.w2, out=dh)
+        dh *= active
+        # A slice of rows at a time, so that temporaries do not grow with the pixels seen.
+        for first in range(0, len(pixels), ROWS):
+            some = pixels[first : first + ROWS]
+            rows = w1t.take(some, axis=0)
+            rows += compact_t[first : first + ROWS] @ dh
+            w1t[some] = rows
+    return pixels

@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
-from pong_mp.episode import EpisodeTask, episode_seed, make_tasks, play_episode
+from pong_mp.episode import (
+    EpisodeGradient,
+    EpisodeTask,
+    Moments,
+    episode_seed,
+    make_tasks,
+    play_episode,
+)
 
 HIDDEN = 16
 
 
-def _play(env_and_inputs, weights, task):
+def _play(env_and_inputs, weights, task, work=None):
     env, inputs = env_and_inputs
-    return play_episode(env, inputs, weights, 0.99, task)
+    return play_episode(env, inputs, weights, 0.99, task, work=work)
 
 
 def test_episode_seeds_are_a_function_of_run_seed_and_index() -> None:
@@ -47,3 +55,79 @@ def test_result_is_a_finite_gradient_of_the_right_size() -> None:
     assert np.all(np.isfinite(result.grad)) and np.any(result.grad != 0)
     assert result.steps > 10 and result.reward_sum in {-2.0, -1.0, 0.0, 1.0, 2.0}
     assert result.seconds > 0
+
+
+class _Recording(EpisodeGradient):
+    """Keeps every step it is given, for comparison with the dense reference."""
+
+    def __init__(self, hidden: int, block: int) -> None:
+        super().__init__(hidden)
+        self.BLOCK = block
+        self.log: list[tuple[np.ndarray, np.ndarray, float, float]] = []
+        self.most_buffered = 0
+
+    def add(self, idx, vals, dlogp, reward) -> None:
+        self.log.append((idx.copy(), vals.copy(), dlogp, reward))
+        super().add(idx, vals, dlogp, reward)
+        self.most_buffered = max(self.most_buffered, self.buffered)
+
+
+def _dense_gradient(log, params: np.ndarray, hidden: int, gamma: float) -> np.ndarray:
+    """Karpathy's computation of an episode's gradient, dense and in float64."""
+    xs = np.zeros((len(log), policy.INPUT_SIZE))
+    for t, (idx, vals, _, _) in enumerate(log):
+        xs[t, idx] = vals
+    dlogps = np.array([step[2] for step in log])
+    rewards = np.array([step[3] for step in log])
+    advantages = policy.standardize(policy.discount_rewards(rewards, gamma))
+    w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), hidden)
+    hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
+    return policy.backward(w2, xs, hs, dlogps * advantages, np.empty_like(params))
+
+
+@pytest.mark.parametrize(
+    ("block", "max_steps"),
+    [
+        (1024, 27_000),  # rallies fit in a block
+        (16, 27_000),  # rallies span several blocks: the carry
+        (7, 300),  # ... and the episode is cut off in the middle of a rally
+    ],
+)
+def test_episode_gradient_matches_the_dense_reference(block: int, max_steps: int) -> None:
+    params = policy.init_params(HIDDEN, 2) * 3  # larger weights: many active units
+    weights = policy.Weights32.from_params(params, HIDDEN)
+    env = make_training_env("FakePong-v0", points_to_win=3, max_steps=max_steps)
+    work = _Recording(HIDDEN, block)
+    result = _play(env, weights, EpisodeTask(0, 5), work)
+    rewards = [step[3] for step in work.log]
+    assert result.steps == len(work.log) and result.reward_sum == sum(rewards)
+    rally = np.diff(np.flatnonzero(np.r_[1.0, rewards])).max()
+    assert rally > block or block == 1024
+    assert work.most_buffered < block
+    dense = _dense_gradient(work.log, params, HIDDEN, 0.99)
+    scale = np.abs(dense).max()
+    assert scale > 0
+    np.testing.assert_allclose(result.grad, dense, rtol=0, atol=scale * 1e-5)
+
+
+def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
+    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), HIDDEN)
+    env = make_training_env("FakePong-v0", points_to_win=2)
+    work = EpisodeGradient(HIDDEN)
+    _play(env, weights, EpisodeTask(0, 11), work)  # leaves its sums in the workspace
+    reused = _play(env, weights, EpisodeTask(1, 12), work)
+    fresh = _play(env, weights, EpisodeTask(1, 12), EpisodeGradient(HIDDEN))
+    assert reused.grad.tobytes() == fresh.grad.tobytes()
+
+
+def test_moments_merge_chunks_like_numpy() -> None:
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal(1000) * 3 + 1
+    moments = Moments()
+    for chunk in np.split(values, [10, 11, 500]):
+        moments.add(chunk)
+    moments.add_zeros(40)
+    everything = np.r_[values, np.zeros(40)]
+    assert moments.count == 1040
+    assert moments.mean == pytest.approx(everything.mean(), rel=1e-12)
+    assert moments.std == pytest.approx(everything.std(), rel=1e-12)

@@ -153,7 +153,7 @@ def test_sparse_forward_matches_the_dense_reference() -> None:
         assert p_sparse == pytest.approx(policy.forward(w1t, w2, x)[0], abs=1e-6)
 
 
-def test_sparse_backward_matches_the_dense_reference() -> None:
+def test_sparse_accumulation_matches_the_dense_reference() -> None:
     hidden = 24
     params = policy.init_params(hidden, 5) * 4  # larger weights: many active units
     w1t, w2 = policy.split(params, hidden)
@@ -161,13 +161,14 @@ def test_sparse_backward_matches_the_dense_reference() -> None:
     xs, dlogps = _sparse_episode(3000, hidden, 2)
     hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
     dense = policy.backward(w2, xs, hs, dlogps, np.empty_like(params))
-    # In uneven chunks, as an episode's blocks come.
-    cuts = [0, 1024, 2048, 2900, 3000]
-    blocks = [
-        (scipy.sparse.csr_matrix(xs[a:b].astype(np.float32)), dlogps[a:b].astype(np.float32))
-        for a, b in itertools.pairwise(cuts)
-    ]
-    sparse = policy.backward_sparse(weights, blocks, np.empty(len(params), dtype=np.float32))
+    # Two weightings at once (dlogps and -2 dlogps), in uneven chunks as an episode's come.
+    outs = [np.zeros_like(params), np.zeros_like(params)]
+    for a, b in itertools.pairwise([0, 1024, 2048, 2900, 3000]):
+        coeffs = np.stack([dlogps[a:b], -2 * dlogps[a:b]], axis=1).astype(np.float32)
+        x = scipy.sparse.csr_matrix(xs[a:b].astype(np.float32))
+        pixels = policy.accumulate_sparse(weights, x, coeffs, outs)
+        np.testing.assert_array_equal(pixels, np.flatnonzero(np.any(xs[a:b] != 0, axis=0)))
     scale = np.abs(dense).max()
     assert scale > 0 and np.count_nonzero(dense) > len(dense) // 4
-    np.testing.assert_allclose(sparse, dense, rtol=0, atol=scale * 1e-5)
+    np.testing.assert_allclose(outs[0], dense, rtol=0, atol=scale * 1e-5)
+    np.testing.assert_allclose(outs[1], -2 * dense, rtol=0, atol=scale * 2e-5)

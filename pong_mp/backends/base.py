@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -9,6 +11,25 @@ from typing import Any, Protocol
 import numpy as np
 
 from pong_mp.episode import EpisodeResult, EpisodeTask
+
+_M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
+
+
+def prepare_worker_process() -> None:
+    """Set up a process that plays episodes: BLAS on one thread (one process per core is
+    the parallelism), and glibc's malloc told to hand large freed blocks back to the OS.
+
+    glibc raises its mmap threshold each time a large block is freed, after which blocks
+    of a few hundred KB come from the heap, whose fragments pile up: a worker's RSS then
+    creeps up episode after episode. A fixed threshold (its default, 128 KiB) keeps every
+    large temporary in its own mapping, so that memory does not depend on how long a
+    worker or an episode runs. Elsewhere than glibc this is skipped.
+    """
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1)
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
 
 
 @dataclass(frozen=True)

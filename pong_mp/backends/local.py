@@ -31,7 +31,12 @@ from multiprocessing.process import BaseProcess
 
 import numpy as np
 
-from pong_mp.backends.base import RolloutSpec, WorkerError, raise_worker_error
+from pong_mp.backends.base import (
+    RolloutSpec,
+    WorkerError,
+    prepare_worker_process,
+    raise_worker_error,
+)
 from pong_mp.backends.shm import SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeResult, EpisodeTask
 
@@ -73,21 +78,19 @@ def worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_os_process_name(mp.current_process().name)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
-    # Imported here so that BLAS is pinned before any numpy work in this process.
-    from threadpoolctl import threadpool_limits
-
     from pong_mp.envs import make_training_env
-    from pong_mp.episode import play_episode
+    from pong_mp.episode import EpisodeGradient, play_episode
 
     env = None
     weights = None
     grad = None
     try:
-        threadpool_limits(limits=1)
+        prepare_worker_process()
         try:
             weights = SharedWeights.attach(weights_name, spec.hidden)
             grad = SharedGradient.attach(grad_name, spec.hidden)
             env, inputs = make_training_env(spec.env_id, **spec.env_kwargs)
+            work = EpisodeGradient(spec.hidden)
         except Exception:
             conn.send(("error", None, traceback.format_exc()))
             return
@@ -99,7 +102,7 @@ def worker_main(
             version, task = message
             try:
                 result = play_episode(
-                    env, inputs, weights.read(version), spec.gamma, task, out=grad.array
+                    env, inputs, weights.read(version), spec.gamma, task, grad.array, work
                 )
             except Exception:
                 conn.send(("error", task.index, traceback.format_exc()))

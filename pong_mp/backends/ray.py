@@ -34,6 +34,7 @@ from pong_mp.backends.base import (
     BackendUnavailable,
     RolloutSpec,
     WorkerError,
+    prepare_worker_process,
     raise_worker_error,
 )
 from pong_mp.episode import EpisodeResult, EpisodeTask
@@ -51,14 +52,15 @@ class EpisodeActor:
     """One env in one Ray worker process, playing episodes on demand."""
 
     def __init__(self, spec: RolloutSpec) -> None:
-        """Pin BLAS to one thread and build the env (once)."""
-        from threadpoolctl import threadpool_limits
-
+        """Set up the process as a worker's, and build the env (once)."""
         from pong_mp.envs import make_training_env
+        from pong_mp.episode import EpisodeGradient
 
-        threadpool_limits(limits=1)
+        prepare_worker_process()
         self.spec = spec
+
         self.env, self.inputs = make_training_env(spec.env_id, **spec.env_kwargs)
+        self.work = EpisodeGradient(spec.hidden)
 
     def pid(self) -> int:
         """This actor's process id (readiness check, and for fault tests)."""
@@ -73,7 +75,8 @@ class EpisodeActor:
         from pong_mp.episode import play_episode
 
         w1t, w2 = policy.split(flat32, self.spec.hidden)
-        return play_episode(self.env, self.inputs, policy.Weights32(w1t, w2), self.spec.gamma, task)
+        weights = policy.Weights32(w1t, w2)
+        return play_episode(self.env, self.inputs, weights, self.spec.gamma, task, work=self.work)
 
 
 @dataclass
