@@ -16,6 +16,7 @@ import numpy as np
 from pong_mp import checkpoint, policy
 from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend
+from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_config
 from pong_mp.envs import UnknownEnvError, check_env_id
@@ -139,43 +140,10 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
     )
 
 
-class OrderedSum:
-    """Adds episodes' float32 gradients into one float64 total in episode order, as they
-    arrive in any order: the bytes never depend on which worker finished first, and a
-    gradient is added (and freed) while later episodes are still being played."""
-
-    def __init__(self, first_index: int, out: np.ndarray) -> None:
-        """Sum episodes first_index, first_index + 1, ... into `out` (overwritten)."""
-        self.total = out
-        self.count = 0
-        self.steps = 0
-        self.rewards: list[float] = []
-        self._next = first_index
-        self._waiting: dict[int, EpisodeResult] = {}
-
-    def add(self, result: EpisodeResult) -> None:
-        """Take one episode's result; it is added once all earlier episodes are.
-
-        A result that must wait is copied: backends may reuse its gradient's memory.
-        """
-        if result.index != self._next:
-            result = dataclasses.replace(result, grad=np.array(result.grad, copy=True))
-        self._waiting[result.index] = result
-        while self._next in self._waiting:
-            ready = self._waiting.pop(self._next)
-            if self.count == 0:
-                np.copyto(self.total, ready.grad)
-            else:
-                self.total += ready.grad
-            self.count += 1
-            self.steps += ready.steps
-            self.rewards.append(ready.reward_sum)
-            self._next += 1
-
-
 def sum_gradients(results: list[EpisodeResult]) -> np.ndarray:
-    """Sum of the episodes' gradients (float64), added in episode order."""
-    summed = OrderedSum(min(r.index for r in results), np.empty(results[0].grad.shape))
+    """Sum of a batch's gradients (float64), added in the batch's fixed order."""
+    first = min(r.index for r in results)
+    summed = BatchSum(first, len(results), np.empty(results[0].grad.shape))
     for result in results:
         summed.add(result)
     return summed.total
@@ -184,7 +152,7 @@ def sum_gradients(results: list[EpisodeResult]) -> np.ndarray:
 def apply_batch(
     config: TrainConfig,
     state: TrainState,
-    summed: OrderedSum,
+    summed: BatchSum,
     out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
 ) -> tuple[TrainState, dict[str, Any]]:
     """The state after one update from a batch's summed gradients, and its statistics.
@@ -202,7 +170,7 @@ def apply_batch(
     if not np.isfinite(params.sum()):
         raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
     running = state.running_reward
-    for reward in summed.rewards:
+    for reward in summed.episode_rewards:
         running = (
             reward if running is None else running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
         )
@@ -215,7 +183,7 @@ def apply_batch(
         steps=state.steps + summed.steps,
         running_reward=running,
     )
-    stats = {"reward_mean": float(np.mean(summed.rewards)), "steps": summed.steps}
+    stats = {"reward_mean": float(np.mean(summed.episode_rewards)), "steps": summed.steps}
     return new_state, stats
 
 
@@ -302,12 +270,14 @@ def _play_update(
 ) -> tuple[TrainState, dict[str, Any]]:
     """Play one batch and compute the next state and its metrics record (nothing written)."""
     start = time.perf_counter()
-    summed = OrderedSum(state.episodes, grad)
+    summed = BatchSum(state.episodes, config.batch_size, grad)
     for result in backend.run_batch(
         state.params, make_tasks(config.seed, state.episodes, config.batch_size)
     ):
         arrived = time.perf_counter()
         summed.add(result)
+    if not summed.complete:
+        raise RuntimeError("the backend ended a batch before every episode was summed")
     new_state, stats = apply_batch(config, state, summed, out)
     seconds = time.perf_counter() - start
     new_state.elapsed = state.elapsed + seconds

@@ -7,12 +7,14 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from pong_mp import policy
 from pong_mp.backends import RolloutSpec, WorkerError, make_backend
 from pong_mp.backends.base import RemoteTraceback
-from pong_mp.episode import make_tasks
+from pong_mp.batch_sum import BatchSum
+from pong_mp.episode import EpisodeResult, make_tasks
 from tests.conftest import pong_processes
 
 HIDDEN = 16
@@ -33,22 +35,30 @@ def _make(name: str, spec: RolloutSpec):
     return make_backend(name, spec)
 
 
+def play_batch(backend, params, tasks) -> tuple[bytes, list[tuple[int, int, float]]]:
+    """One batch as the trainer sums it: (the summed gradient's bytes, the episodes'
+    (index, steps, reward) in order). Results come in any order, each exactly once; a
+    gradient is read on arrival (the local backend reuses its worker's slot)."""
+    summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(HIDDEN)))
+    episodes = []
+    for item in backend.run_batch(params, tasks):
+        summed.add(item)
+        if isinstance(item, EpisodeResult):
+            episodes.append((item.index, item.steps, item.reward_sum))
+    assert summed.complete
+    return summed.total.tobytes(), sorted(episodes)
+
+
 def _run(backend_name: str, spec: RolloutSpec, batches: int = 2, batch_size: int = 5):
-    """Grad bytes and step counts of `batches` batches, changing the weights in between."""
+    """What `batches` batches give, changing the weights in between."""
     backend = _make(backend_name, spec)
     backend.start()
     try:
         out = []
         for b in range(batches):
-            params = policy.init_params(HIDDEN, b)
-            # Results come in any order, each exactly once; a gradient is read on arrival
-            # (the local backend reuses its worker's shared slot for the next episode).
-            results = sorted(
-                (r.index, r.grad.tobytes(), r.steps, r.reward_sum)
-                for r in backend.run_batch(params, make_tasks(1, b * batch_size, batch_size))
-            )
-            assert [r[0] for r in results] == list(range(b * batch_size, (b + 1) * batch_size))
-            out.append([r[1:] for r in results])
+            tasks = make_tasks(1, b * batch_size, batch_size)
+            out.append(play_batch(backend, policy.init_params(HIDDEN, b), tasks))
+            assert [e[0] for e in out[-1][1]] == [t.index for t in tasks]
         return out
     finally:
         backend.close()
@@ -105,9 +115,7 @@ def test_a_killed_worker_is_replaced_and_its_episode_replayed(
         for b in range(2):
             if b == 0:
                 threading.Thread(target=kill_one_mid_episode).start()
-            batch = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
-            results = sorted((r.index, r.grad.tobytes(), r.steps, r.reward_sum) for r in batch)
-            out.append([r[1:] for r in results])
+            out.append(play_batch(backend, policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5)))
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
     finally:

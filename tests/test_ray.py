@@ -16,8 +16,9 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.backends import make_backend
+from pong_mp.batch_sum import GROUP, GroupSum
 from pong_mp.episode import make_tasks
-from tests.test_backends import HIDDEN, _spec
+from tests.test_backends import HIDDEN, _spec, play_batch
 from tests.test_backends import reference as reference
 from tests.test_cli import pong_mp
 
@@ -37,17 +38,52 @@ def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> Non
         backend.start()
         try:
             assert len(set(backend.actor_nodes())) == 2  # one actor on each node
-            out = []
-            for b in range(2):
-                batch = backend.run_batch(policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
-                results = sorted((r.index, r.grad.tobytes(), r.steps, r.reward_sum) for r in batch)
-                out.append([r[1:] for r in results])
+            out = [
+                play_batch(backend, policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
+                for b in range(2)
+            ]
         finally:
             backend.close()
         assert out == reference
     finally:
         ray.shutdown()
         cluster.shutdown()
+
+
+def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> None:
+    from ray.cluster_utils import Cluster
+
+    # Three groups (30, 30 and 3 episodes) of one-point games, on two nodes.
+    count = 2 * GROUP + 3
+    spec = _spec(workers=2, env_kwargs={"points_to_win": 1})
+    tasks = make_tasks(3, 7, count)
+    params = policy.init_params(HIDDEN, 4)
+    local = make_backend("local", spec)
+    local.start()
+    try:
+        expected = play_batch(local, params, tasks)
+    finally:
+        local.close()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster.add_node(num_cpus=1)
+    try:
+        ray.init(address=cluster.address, log_to_driver=False)
+        backend = make_backend("ray", spec)
+        backend.start()
+        try:
+            items = list(backend.run_batch(params, tasks))
+            summed = play_batch(backend, params, tasks)
+        finally:
+            backend.close()
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    assert summed == expected
+    # The driver got no episode's gradient: only the three groups' sums.
+    assert [type(i).__name__ for i in items].count("GroupSum") == 3
+    assert all(i.grad is not None for i in items if isinstance(i, GroupSum))
+    assert all(i.grad is None for i in items if not isinstance(i, GroupSum))
+    assert backend.group_sums == 6
 
 
 def _free_port() -> int:

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 import json
-import random
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pong_mp import checkpoint
+from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult
 from pong_mp.trainer import (
     NonFiniteError,
-    OrderedSum,
     RunDirError,
     apply_batch,
     prepare_run,
-    sum_gradients,
     train,
 )
 from tests.conftest import METRIC_FIELDS
@@ -151,23 +149,11 @@ def _result(index: int, grad: np.ndarray, reward: float = -1.0) -> EpisodeResult
     return EpisodeResult(index=index, grad=grad, reward_sum=reward, steps=10, seconds=0.1)
 
 
-def _summed(results: list[EpisodeResult]) -> OrderedSum:
-    summed = OrderedSum(0, np.empty(results[0].grad.shape))
+def _summed(results: list[EpisodeResult]) -> BatchSum:
+    summed = BatchSum(0, len(results), np.empty(results[0].grad.shape))
     for result in results:
         summed.add(result)
     return summed
-
-
-def test_gradients_are_summed_in_episode_order_whatever_the_arrival_order() -> None:
-    rng = np.random.default_rng(0)
-    results = [
-        _result(i, rng.standard_normal(1000) * 10.0 ** rng.integers(-8, 8)) for i in range(10)
-    ]
-    in_order = sum_gradients(results).tobytes()
-    for _ in range(5):
-        shuffled = results[:]
-        random.Random(_).shuffle(shuffled)
-        assert sum_gradients(shuffled).tobytes() == in_order
 
 
 def test_a_non_finite_gradient_is_refused(tmp_path: Path) -> None:

@@ -3,8 +3,12 @@
 `ray` is imported only here. Each actor keeps one env, with BLAS pinned to one thread, and
 plays one episode at a time; episodes go to whichever actor is idle. The float32 weights go
 into the object store once per update (one transfer per node, zero-copy reads). Gradients
-come back through the object store and the trainer adds them in episode order, so the
-weights are bit-identical to the local backend's. An actor that dies or hangs is replaced
+stay in the object store of the node that played them: each group of batch_sum.GROUP
+episodes is summed there, by batch_sum's own function and order, and the driver fetches
+one float64 sum per group and the episodes' small results. Episodes go preferably to
+actors on the node that plays the rest of their group. So the weights are bit-identical
+to the local backend's, and the driver receives ~GROUP times fewer bytes than one
+gradient per episode. An actor that dies or hangs is replaced
 and its episode played again with the same seed; an exception inside an episode comes back
 with the actor's traceback and is retried a bounded number of times.
 """
@@ -21,13 +25,14 @@ import socket
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 import numpy as np
 import ray
 import ray.exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pong_mp import policy
 from pong_mp.backends.base import (
@@ -37,6 +42,7 @@ from pong_mp.backends.base import (
     prepare_worker_process,
     raise_worker_error,
 )
+from pong_mp.batch_sum import GROUP, GroupSum, sum_group
 from pong_mp.episode import EpisodeResult, EpisodeTask
 
 log = logging.getLogger("pong_mp")
@@ -70,21 +76,49 @@ class EpisodeActor:
         """The id of the Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
-    def play(self, flat32: np.ndarray, task: EpisodeTask) -> EpisodeResult:
-        """Play one episode with the float32 weights `flat32` (a zero-copy view)."""
+    @ray.method(num_returns=2)
+    def play(self, flat32: np.ndarray, task: EpisodeTask) -> tuple[EpisodeResult, np.ndarray]:
+        """Play one episode with the float32 weights `flat32` (a zero-copy view).
+
+        Returns the result without its gradient, and the gradient: two objects, so that the
+        driver fetches only the small one and the gradient stays on this node for its
+        group's sum."""
         from pong_mp.episode import play_episode
 
         w1t, w2 = policy.split(flat32, self.spec.hidden)
         weights = policy.Weights32(w1t, w2)
-        return play_episode(self.env, self.inputs, weights, self.spec.gamma, task, work=self.work)
+        result = play_episode(self.env, self.inputs, weights, self.spec.gamma, task, work=self.work)
+        grad, result.grad = result.grad, None
+        return result, grad
+
+
+@ray.remote(num_cpus=0)
+def _sum_group(*grads: np.ndarray) -> np.ndarray:
+    """A group's gradients summed where they were played, in position order (batch_sum)."""
+    return sum_group(grads)
 
 
 @dataclass
 class _Slot:
     actor: Any
+    node: str = ""
     task: EpisodeTask | None = None
-    ref: Any = None
+    ref: Any = None  # the result's
+    grad_ref: Any = None
     since: float = 0.0
+
+
+@dataclass
+class _Group:
+    """One group of a batch's episodes (batch_sum.GROUP), on its way to one sum."""
+
+    number: int
+    pending: deque[EpisodeTask]
+    size: int
+    node: str | None = None  # where its episodes are preferably played, and summed
+    grads: dict[int, Any] = field(default_factory=dict)  # episode index -> gradient ref
+    sum_ref: Any = None
+    failures: int = 0
 
 
 def _alarm(signum: int, frame: FrameType | None) -> None:
@@ -163,6 +197,8 @@ class RayBackend:
         self._slots: list[_Slot] = []
         self.replacements = 0
         """How many actors were replaced after dying or hanging."""
+        self.group_sums = 0
+        """How many group sums were made on the cluster."""
 
     def start(self) -> None:
         """Start or join Ray and create the actors; WorkerError if one cannot start."""
@@ -179,6 +215,8 @@ class RayBackend:
                     f"actors did not start within {_START_SECONDS:.0f} s: does the cluster "
                     f"have {self.spec.workers} free CPUs?"
                 ) from None
+            for slot, node in zip(self._slots, self.actor_nodes(), strict=True):
+                slot.node = node
         except BaseException:
             self.close()
             raise
@@ -204,46 +242,117 @@ class RayBackend:
             ray.shutdown()
             self._owns_ray = False
 
-    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[EpisodeResult]:
-        """Play `tasks` on the actors with `params`; yield results as they arrive."""
+    def run_batch(
+        self, params: np.ndarray, tasks: list[EpisodeTask]
+    ) -> Iterator[EpisodeResult | GroupSum]:
+        """Play `tasks` on the actors with `params`; yield results (without gradients) as
+        they arrive, and each group's gradient sum, made on the node that played most of it.
+        """
         if not self._slots:
             raise RuntimeError("RayBackend.start() was not called")
         # The same float32 bytes as Weights32.from_params, put in the store once.
         weights = ray.put(params.astype(np.float32))
-        pending = deque(tasks)
+        groups = [
+            _Group(number, deque(tasks[first : first + GROUP]), len(tasks[first : first + GROUP]))
+            for number, first in enumerate(range(0, len(tasks), GROUP))
+        ]
         failures: dict[int, int] = {}
-        remaining = len(tasks)
-        while remaining:
+        reported: set[int] = set()  # episodes whose result was yielded
+        unsummed = len(groups)
+        while unsummed:
             for slot in self._slots:
-                if slot.task is None and pending:
-                    slot.task, slot.since = pending.popleft(), time.monotonic()
-                    slot.ref = slot.actor.play.remote(weights, slot.task)
+                if slot.task is None:
+                    self._hand_out(slot, groups, weights)
             busy = {s.ref: s for s in self._slots if s.task is not None}
-            ready, _ = ray.wait(list(busy), num_returns=1, timeout=_POLL_SECONDS)
+            summing = {g.sum_ref: g for g in groups if g.sum_ref is not None}
+            ready, _ = ray.wait([*busy, *summing], num_returns=1, timeout=_POLL_SECONDS)
             for ref in ready:
+                if ref in summing:
+                    group = summing[ref]
+                    group.sum_ref = None
+                    try:
+                        total = ray.get(ref)
+                    except ray.exceptions.RayError as exc:
+                        self._replay_group(group, tasks, f"its sum failed ({type(exc).__name__})")
+                        continue
+                    unsummed -= 1
+                    group.grads.clear()
+                    yield GroupSum(group.number, total)
+                    continue
                 slot = busy[ref]
-                task, slot.task, slot.ref = slot.task, None, None
+                task, grad_ref = slot.task, slot.grad_ref
+                slot.task = slot.ref = slot.grad_ref = None
                 assert task is not None
+                group = groups[(task.index - tasks[0].index) // GROUP]
                 try:
                     result: EpisodeResult = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    self._retry(task, pending, failures, f"its actor died ({type(exc).__name__})")
+                    why = f"its actor died ({type(exc).__name__})"
+                    self._retry(task, group.pending, failures, why)
                     self._replace(slot)
                     continue
                 except ray.exceptions.RayTaskError as exc:
                     # Ray's traceback, with its terminal colour codes taken out for logs.
                     tb = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-                    self._retry(task, pending, failures, "it raised", tb=tb)
+                    self._retry(task, group.pending, failures, "it raised", tb=tb)
                     continue
-                remaining -= 1
-                yield result
+                group.grads[task.index] = grad_ref
+                if len(group.grads) == group.size:
+                    self._sum(group)
+                if task.index not in reported:
+                    reported.add(task.index)
+                    yield result
             now = time.monotonic()
             for slot in self._slots:
                 if slot.task is not None and now - slot.since > self.spec.episode_timeout:
-                    task, slot.task, slot.ref = slot.task, None, None
-                    self._retry(task, pending, failures, f"hung for {now - slot.since:.0f} s")
+                    task, slot.task, slot.ref, slot.grad_ref = slot.task, None, None, None
+                    group = groups[(task.index - tasks[0].index) // GROUP]
+                    why = f"hung for {now - slot.since:.0f} s"
+                    self._retry(task, group.pending, failures, why)
                     ray.kill(slot.actor)
                     self._replace(slot)
+
+    def _hand_out(self, slot: _Slot, groups: list[_Group], weights: Any) -> None:
+        # An actor takes work from a group of its own node first, then opens a new group
+        # for its node, and only then helps another node's group: most of a group is
+        # played, and so summed, on one node, while no actor waits while work is left.
+        own = [g for g in groups if g.pending and g.node == slot.node]
+        fresh = [g for g in groups if g.pending and g.node is None]
+        other = [g for g in groups if g.pending]
+        for candidates in (own, fresh, other):
+            if candidates:
+                group = candidates[0]
+                break
+        else:
+            return
+        if group.node is None:
+            group.node = slot.node
+        slot.task, slot.since = group.pending.popleft(), time.monotonic()
+        slot.ref, slot.grad_ref = slot.actor.play.remote(weights, slot.task)
+
+    def _sum(self, group: _Group) -> None:
+        refs = [group.grads[index] for index in sorted(group.grads)]
+        if group.node:
+            where = NodeAffinitySchedulingStrategy(node_id=group.node, soft=True)
+            group.sum_ref = _sum_group.options(scheduling_strategy=where).remote(*refs)
+        else:
+            group.sum_ref = _sum_group.remote(*refs)
+        self.group_sums += 1
+
+    def _replay_group(self, group: _Group, tasks: list[EpisodeTask], why: str) -> None:
+        # The group's gradients are gone with their node: play its episodes again (same
+        # seeds, same gradients, same sum).
+        group.failures += 1
+        if group.failures > self.spec.max_retries:
+            raise WorkerError(
+                f"the sum of episodes {group.number * GROUP}.. failed {group.failures} times "
+                f"on Ray (last: {why})"
+            )
+        log.warning(f"group {group.number}: {why}; playing its episodes again")
+        first = group.number * GROUP
+        group.pending = deque(tasks[first : first + group.size])
+        group.grads.clear()
+        group.node = None
 
     def _retry(
         self,
@@ -267,4 +376,7 @@ class RayBackend:
 
     def _replace(self, slot: _Slot) -> None:
         slot.actor = self._new_actor()
+        slot.node = ""  # unknown until it answers
+        with contextlib.suppress(ray.exceptions.RayError):
+            slot.node = ray.get(slot.actor.node_id.remote(), timeout=_START_SECONDS)
         self.replacements += 1

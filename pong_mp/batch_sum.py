@@ -1,0 +1,166 @@
+"""The sum of a batch's gradients: one fixed order of additions, whoever does them.
+
+Floating-point addition is not associative, so "the same weights whatever the worker count
+or backend" needs one order of additions that does not depend on where or when episodes
+ran. That order is a fixed two-level tree over the episodes' positions in the batch:
+
+- positions 0..GROUP-1, GROUP..2*GROUP-1, ... form groups; each group's float32 gradients
+  are added in position order into a float64 group sum (`sum_group`);
+- the group sums are added in group order into the batch's total.
+
+A backend may hand back single episodes (the coordinator groups and adds them) or whole
+group sums made with `sum_group` elsewhere (the Ray backend sums each group on the node
+that played it, so that the driver receives one array per group instead of one per
+episode). Both give the same bytes. A batch of at most GROUP episodes is one group, whose
+sum is the plain in-order sum.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pong_mp.episode import EpisodeResult
+
+GROUP = 30
+"""Episodes per group: about what one node of the seeds' cluster (18 cores) plays in an
+update of 300 episodes, so that a cluster sends about one array per node to the driver."""
+
+
+@dataclass
+class GroupSum:
+    """The float64 sum of one group's gradients, made by `sum_group`."""
+
+    group: int
+    """The group's number in its batch (its first episode's position // GROUP)."""
+    grad: np.ndarray
+    """The sum (float64)."""
+
+
+def group_count(batch_size: int) -> int:
+    """How many groups a batch of `batch_size` episodes has."""
+    return -(-batch_size // GROUP)
+
+
+def sum_group(grads: Iterable[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """The float64 sum of a group's gradients, given in position order, into `out`."""
+    total = out
+    for count, grad in enumerate(grads):
+        total = _add(total, grad, first=count == 0)
+    if total is None:
+        raise ValueError("a group has at least one gradient")
+    return total
+
+
+def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
+    # The one addition step of the tree: the first term is copied (exact), the others added.
+    if first:
+        if total is None:
+            return np.array(grad, dtype=np.float64)
+        np.copyto(total, grad)
+        return total
+    assert total is not None
+    total += grad
+    return total
+
+
+class BatchSum:
+    """Adds a batch's gradients in the fixed order as they arrive, in any order.
+
+    Episodes are added to their group's sum as soon as every earlier episode of the group
+    is; group sums are added to the total as soon as every earlier group is. A gradient that
+    has to wait is copied, since backends may reuse its memory.
+    """
+
+    def __init__(self, first_index: int, batch_size: int, out: np.ndarray) -> None:
+        """Sum episodes first_index .. first_index + batch_size - 1 into `out` (overwritten)."""
+        self.total = out
+        self.count = 0
+        """Episodes whose results arrived."""
+        self.steps = 0
+        self.rewards: dict[int, float] = {}
+        self._first = first_index
+        self._groups = group_count(batch_size)
+        self._batch_size = batch_size
+        self._next_group = 0
+        self._ready: dict[int, np.ndarray] = {}  # group sums waiting for earlier groups
+        self._open: dict[int, _OpenGroup] = {}
+
+    @property
+    def episode_rewards(self) -> list[float]:
+        """The episodes' reward sums, in episode order."""
+        return [self.rewards[i] for i in sorted(self.rewards)]
+
+    @property
+    def complete(self) -> bool:
+        """Whether every episode and every group is in the total."""
+        return self.count == self._batch_size and self._next_group == self._groups
+
+    def add(self, item: EpisodeResult | GroupSum) -> None:
+        """Take one episode's result, or a group's sum.
+
+        A result whose gradient is None only counts the episode (its group's sum comes as a
+        GroupSum).
+        """
+        if isinstance(item, GroupSum):
+            self._group_done(item.group, item.grad)
+            return
+        if item.index in self.rewards:
+            raise ValueError(f"episode {item.index} was added twice")
+        self.count += 1
+        self.steps += item.steps
+        self.rewards[item.index] = item.reward_sum
+        if item.grad is None:
+            return
+        position = item.index - self._first
+        group = position // GROUP
+        size = min(GROUP, self._batch_size - group * GROUP)
+        if group not in self._open:
+            # Group 0 is summed straight into the total, whose first term it is anyway.
+            self._open[group] = _OpenGroup(group * GROUP, size, self.total if group == 0 else None)
+        pending = self._open[group]
+        pending.add(position, item.grad)
+        if pending.done:
+            del self._open[group]
+            assert pending.total is not None
+            self._group_done(group, pending.total)
+
+    def _group_done(self, group: int, grad: np.ndarray) -> None:
+        if group != self._next_group:
+            self._ready[group] = np.array(grad, dtype=np.float64, copy=True)
+            return
+        self._fold(grad)
+        while self._next_group in self._ready:
+            self._fold(self._ready.pop(self._next_group))
+
+    def _fold(self, grad: np.ndarray) -> None:
+        _add(self.total, grad, first=self._next_group == 0)
+        self._next_group += 1
+
+
+class _OpenGroup:
+    """A group whose episodes are still arriving: `sum_group`'s additions, in order."""
+
+    def __init__(self, first: int, size: int, out: np.ndarray | None) -> None:
+        self.total = out
+        self._first = first
+        self._next = first
+        self._end = first + size
+        self._waiting: dict[int, np.ndarray] = {}
+
+    @property
+    def done(self) -> bool:
+        return self._next == self._end
+
+    def add(self, position: int, grad: np.ndarray) -> None:
+        if position != self._next:
+            self._waiting[position] = np.array(grad, copy=True)
+            return
+        while True:
+            self.total = _add(self.total, grad, first=self._next == self._first)
+            self._next += 1
+            if self._next not in self._waiting:
+                return
+            grad = self._waiting.pop(self._next)

@@ -1,0 +1,90 @@
+"""The batch's gradient sum: one fixed order of additions, however results arrive."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from pong_mp.batch_sum import GROUP, BatchSum, GroupSum, group_count, sum_group
+from pong_mp.episode import EpisodeResult
+from pong_mp.trainer import sum_gradients
+
+SIZE = 500
+
+
+def _results(count: int, first: int = 0, seed: int = 0) -> list[EpisodeResult]:
+    # float64 values of magnitudes 1e-8 to 1e8: every order of additions shows in the bytes.
+    rng = np.random.default_rng(seed)
+    return [
+        EpisodeResult(
+            index=first + i,
+            grad=rng.standard_normal(SIZE) * 10.0 ** rng.integers(-8, 8),
+            reward_sum=float(i),
+            steps=i + 1,
+            seconds=0.0,
+        )
+        for i in range(count)
+    ]
+
+
+def _tree(results: list[EpisodeResult]) -> np.ndarray:
+    """The documented order, written out: groups left to right, then their sums."""
+    grads = [r.grad for r in sorted(results, key=lambda r: r.index)]
+    total = None
+    for start in range(0, len(grads), GROUP):
+        group = grads[start].astype(np.float64)
+        for grad in grads[start + 1 : start + GROUP]:
+            group += grad
+        total = group if total is None else total + group
+    return total
+
+
+@pytest.mark.parametrize("count", [1, 10, GROUP, GROUP + 1, 2 * GROUP + 7])
+def test_the_sum_follows_the_tree_whatever_the_arrival_order(count: int) -> None:
+    results = _results(count, first=1234)
+    expected = _tree(results).tobytes()
+    for seed in range(4):
+        shuffled = results[:]
+        random.Random(seed).shuffle(shuffled)
+        assert sum_gradients(shuffled).tobytes() == expected
+
+
+def test_a_batch_of_one_group_is_the_plain_sum_in_episode_order() -> None:
+    results = _results(GROUP, first=5)
+    plain = np.zeros(SIZE)
+    for result in results:
+        plain += result.grad
+    assert sum_gradients(results[::-1]).tobytes() == plain.tobytes()
+
+
+def test_group_sums_made_elsewhere_give_the_same_bytes() -> None:
+    count = 2 * GROUP + 7
+    results = _results(count, first=40)
+    groups = [
+        GroupSum(g, sum_group(r.grad for r in results[g * GROUP : (g + 1) * GROUP]))
+        for g in range(group_count(count))
+    ]
+    # As the Ray backend sends them: results without gradients, and the groups' sums.
+    items: list[EpisodeResult | GroupSum] = [
+        EpisodeResult(r.index, None, r.reward_sum, r.steps, r.seconds) for r in results
+    ]
+    items += groups
+    random.Random(1).shuffle(items)
+    summed = BatchSum(40, count, np.empty(SIZE))
+    for item in items:
+        assert not summed.complete
+        summed.add(item)
+    assert summed.complete
+    assert summed.total.tobytes() == _tree(results).tobytes()
+    assert summed.episode_rewards == [float(i) for i in range(count)]
+    assert summed.steps == sum(range(1, count + 1))
+
+
+def test_an_episode_added_twice_is_refused() -> None:
+    results = _results(3)
+    summed = BatchSum(0, 3, np.empty(SIZE))
+    summed.add(results[1])
+    with pytest.raises(ValueError, match="episode 1 was added twice"):
+        summed.add(results[1])
