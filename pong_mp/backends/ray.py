@@ -142,6 +142,12 @@ def _use_token_if_available() -> None:
     token_file = os.environ.get("RAY_AUTH_TOKEN_PATH", os.path.expanduser("~/.ray/auth_token"))
     if "RAY_AUTH_TOKEN" in os.environ or os.path.isfile(token_file):
         os.environ["RAY_AUTH_MODE"] = "token"
+        # Ray caches its config, mode included, once imported: have it read the mode again,
+        # as Ray's own opt-in does (a private call; where it is missing, there is no cache).
+        with contextlib.suppress(ImportError, AttributeError):
+            from ray._raylet import Config
+
+            Config.initialize("")
 
 
 def connect(address: str | None, num_cpus: int) -> bool:
