@@ -19,13 +19,13 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pong_mp import policy
+from pong_mp.batch_sum import GROUP
 from pong_mp.envs import make_env
 
 
@@ -256,23 +256,33 @@ def format_bench(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, float]:
-    """What one update of `episodes` episodes costs the driver on a simulated Ray cluster.
+def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, Any]:
+    """What one update of `episodes` episodes costs the driver on a simulated Ray cluster,
+    with the gradients summed per group on their nodes (what the Ray backend does) and, for
+    comparison, with every gradient fetched and summed by the driver.
 
     `nodes` Ray nodes run on this machine (ray.cluster_utils); actors on the non-head nodes
-    put gradients of the real size into their nodes' object stores, and the driver fetches
-    them (one object-store transfer each, here over loopback) and sums them in episode
-    order, as the Ray backend does. Needs Ray.
+    put gradients of the real size into their nodes' object stores, each group of
+    batch_sum.GROUP episodes on one node (as the backend's hand-out prefers). Needs Ray.
     """
     import ray
     from ray.cluster_utils import Cluster
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from pong_mp.trainer import OrderedSum
+    from pong_mp.backends.ray import GroupSummer
+    from pong_mp.batch_sum import BatchSum, GroupSum
+    from pong_mp.episode import EpisodeResult
 
     size = policy.param_count(hidden)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    # Object stores big enough for the update (Ray's test nodes get ~150 MB by default, and
+    # spilling to disk would be measured instead).
+    per_node = int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5)
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 0, "object_store_memory": per_node},
+    )
     for _ in range(nodes - 1):
-        cluster.add_node(num_cpus=1)
+        cluster.add_node(num_cpus=1, object_store_memory=per_node)
     try:
         ray.init(address=cluster.address, log_to_driver=False)
 
@@ -281,18 +291,44 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
             def make(self, index: int) -> np.ndarray:
                 return np.random.default_rng(index).standard_normal(size).astype(np.float32)
 
+            def node(self) -> str:
+                return ray.get_runtime_context().get_node_id()
+
         producers = [Producer.remote() for _ in range(nodes - 1)]
-        refs = [producers[i % len(producers)].make.remote(i) for i in range(episodes)]
+        where = ray.get([p.node.remote() for p in producers])
+        owner = [(i // GROUP) % len(producers) for i in range(episodes)]
+        refs = [producers[owner[i]].make.remote(i) for i in range(episodes)]
         ray.wait(refs, num_returns=len(refs))  # all made, still on the producers' nodes
-        summed = OrderedSum(0, np.empty(size))
-        fetch = add = 0.0
+        # The backend's summers: one actor on each node, made when the backend starts.
+        summers = [
+            GroupSummer.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
+            for n in where
+        ]
+        summers = [summer.remote() for summer in summers]
+        ray.get([summer.sum.remote([ray.put(np.zeros(1))]) for summer in summers])
+
+        # Every gradient to the driver, summed there.
+        start = time.perf_counter()
+        summed = BatchSum(0, episodes, np.empty(size))
         for i, ref in enumerate(refs):
-            start = time.perf_counter()
-            grad = ray.get(ref)
-            fetch += time.perf_counter() - start
-            start = time.perf_counter()
-            summed.add(_FakeResult(i, grad))
-            add += time.perf_counter() - start
+            summed.add(EpisodeResult(i, ray.get(ref), 0.0, 0, 0.0))
+        each_seconds = time.perf_counter() - start
+        each_total = summed.total.copy()
+
+        # One sum per group, made on the group's node.
+        start = time.perf_counter()
+        sums = []
+        for first in range(0, episodes, GROUP):
+            sums.append(summers[owner[first]].sum.remote(refs[first : first + GROUP]))
+        summed = BatchSum(0, episodes, np.empty(size))
+        for i in range(episodes):
+            summed.add(EpisodeResult(i, None, 0.0, 0, 0.0))
+        for number, ref in enumerate(sums):
+            summed.add(GroupSum(number, ray.get(ref)))
+        group_seconds = time.perf_counter() - start
+        if summed.total.tobytes() != each_total.tobytes():
+            raise RuntimeError("the two ways of summing gave different bytes")
+
         put_start = time.perf_counter()
         ray.put(np.zeros(size, dtype=np.float32))
         put = time.perf_counter() - put_start
@@ -302,20 +338,15 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     megabytes = 4 * size / 1e6
     return {
         "episodes": episodes,
+        "nodes": nodes,
         "gradient_mb": megabytes,
-        "driver_in_mb": megabytes * episodes,
-        "fetch_seconds": fetch,
-        "sum_seconds": add,
+        "groups": len(sums),
+        "driver_in_mb_each": megabytes * episodes,
+        "driver_seconds_each": each_seconds,
+        "driver_in_mb_groups": 2 * megabytes * len(sums),
+        "driver_seconds_groups": group_seconds,
         "broadcast_put_seconds": put,
     }
-
-
-@dataclass
-class _FakeResult:
-    index: int
-    grad: np.ndarray
-    reward_sum: float = 0.0
-    steps: int = 0
 
 
 def main() -> None:
@@ -333,10 +364,14 @@ def main() -> None:
     if args.ray_driver:
         cost = ray_driver_cost()
         print(
-            f"{cost['episodes']} gradients of {cost['gradient_mb']:.1f} MB "
-            f"({cost['driver_in_mb'] / 1e3:.2f} GB into the driver): fetch "
-            f"{cost['fetch_seconds']:.2f} s, ordered sum {cost['sum_seconds']:.2f} s, "
-            f"weights put {1e3 * cost['broadcast_put_seconds']:.1f} ms"
+            f"{cost['episodes']} episodes, gradients of {cost['gradient_mb']:.1f} MB, "
+            f"{cost['nodes']} nodes on this machine; identical bytes both ways\n"
+            f"every gradient to the driver: {cost['driver_in_mb_each'] / 1e3:.2f} GB in, "
+            f"{cost['driver_seconds_each']:.2f} s\n"
+            f"one sum per group of {GROUP} on its node ({cost['groups']} sums): "
+            f"{cost['driver_in_mb_groups'] / 1e3:.2f} GB in, "
+            f"{cost['driver_seconds_groups']:.2f} s\n"
+            f"weights put: {1e3 * cost['broadcast_put_seconds']:.1f} ms"
         )
         sys.exit(0)
     rates = compare_envs(("ALE/Pong-v5", "FakePong-v0"), args.seconds, args.rounds)

@@ -86,6 +86,21 @@ def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> N
     assert backend.group_sums == 6
 
 
+def test_a_lost_group_sum_is_played_again(reference, clean_system, caplog) -> None:
+    backend = make_backend("ray", _spec(workers=2))
+    backend.start()
+    try:
+        first = play_batch(backend, policy.init_params(HIDDEN, 0), make_tasks(1, 0, 5))
+        for summer in backend._summers.values():  # as if its node had gone
+            ray.kill(summer)
+        second = play_batch(backend, policy.init_params(HIDDEN, 1), make_tasks(1, 5, 5))
+    finally:
+        backend.close()
+    assert [first, second] == reference
+    assert "group 0: its sum failed" in caplog.text
+    assert backend.group_sums == 3  # one per batch, and the replayed one
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
