@@ -55,13 +55,22 @@ class BinaryInputs:
         return changed, _signs(changed, cur)
 
 
+_UNSEEN = 2  # an entry of PaletteInputs' table for a pair of colours not met yet
+
+
 class PaletteInputs:
-    """Inputs for FastAtari: only pixels whose palette index changed can change colour."""
+    """Inputs for FastAtari: only pixels whose palette index changed can change colour.
+
+    The change of a pixel from palette index a to b is binary(b) - binary(a); a table of
+    those for the pairs met so far makes a step a few array operations (a pair not met
+    yet is looked up through `env.binary`, which learns new colours from the screen).
+    """
 
     def __init__(self, env: Any) -> None:
         """Look up colours through `env.binary` (FastAtari)."""
         self._env = env
         self._prev = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
+        self._change = np.full((256, 256), _UNSEEN, dtype=np.int8)
 
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame and learn every colour in it."""
@@ -72,12 +81,17 @@ class PaletteInputs:
         """The pixels whose colour class changed, and their signs."""
         cur = obs.ravel()
         moved = np.flatnonzero(cur != self._prev)
-        # The previous colours were looked up (and learned) when they were on screen.
-        now = self._env.binary(cur[moved])
-        before = self._env.binary(self._prev[moved])
+        before, now = self._prev[moved], cur[moved]
+        change = self._change[before, now]
+        if change.size and change.max() == _UNSEEN:
+            # The previous colours were looked up (and learned) when they were on screen.
+            self._change[before, now] = self._env.binary(now).astype(np.int8) - self._env.binary(
+                before
+            )
+            change = self._change[before, now]
         self._prev = cur
-        changed = np.flatnonzero(now != before)
-        return moved[changed], _signs(changed, now)
+        changed = np.flatnonzero(change)
+        return moved[changed], change[changed].astype(np.float32)
 
 
 def input_stream(env: gym.Env) -> InputStream:
