@@ -276,7 +276,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     size = policy.param_count(hidden)
     # Object stores big enough for the update (Ray's test nodes get ~150 MB by default, and
     # spilling to disk would be measured instead).
-    per_node = int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5)
+    per_node = max(int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5), 80 * 2**20)
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "object_store_memory": per_node},

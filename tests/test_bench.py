@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from pong_mp.bench import compare_envs, env_steps_per_sec, episode_memory, format_bench
+import pytest
+
+from pong_mp.batch_sum import GROUP
+from pong_mp.bench import (
+    compare_envs,
+    env_steps_per_sec,
+    episode_memory,
+    format_bench,
+    ray_driver_cost,
+)
 
 
 def test_env_rate_counts_steps_across_resets() -> None:
@@ -56,3 +65,14 @@ def test_episode_memory_measures_a_fresh_process() -> None:
     memory = episode_memory(200, hidden=8, repeats=1)
     assert memory is not None  # Linux CI
     assert 10 < memory["before"] < memory["peak"] < 1000
+
+
+@pytest.mark.ray
+def test_ray_driver_cost_sums_both_ways_to_the_same_bytes(clean_system) -> None:
+    pytest.importorskip("ray")
+    cost = ray_driver_cost(episodes=2 * GROUP + 5, nodes=3, hidden=4)
+    # ray_driver_cost raises if the two sums differ; here, what it reports.
+    assert cost["groups"] == 3
+    assert cost["driver_in_mb_groups"] == pytest.approx(3 * 2 * cost["gradient_mb"])
+    assert cost["driver_in_mb_each"] == pytest.approx((2 * GROUP + 5) * cost["gradient_mb"])
+    assert cost["driver_seconds_each"] > 0 and cost["driver_seconds_groups"] > 0
