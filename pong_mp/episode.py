@@ -257,7 +257,8 @@ class EpisodeGradient:
             # The carried rally ends at its first point in the buffer.
             end = int(scored[0])
             r, lag = float(rewards[end]), end + 1
-            self._a += r * self._gamma**lag * self._carry
+            self._carry *= r * self._gamma**lag  # in place: no 10 MB temporary
+            self._a += self._carry
             self._moments_of_rally(r, lag, self._carried)
             self._carried = 0
         count = len(rewards) if final else done
