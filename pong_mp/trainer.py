@@ -1,4 +1,4 @@
-"""The coordinator: hand out episodes, sum gradients in episode order, step RMSProp, log and
+"""The coordinator: hand out episodes, sum gradients in their fixed order, step RMSProp, log and
 checkpoint. It talks to any backend through the same three calls.
 """
 
