@@ -70,8 +70,8 @@ class BatchSum:
     """Adds a batch's gradients in the fixed order as they arrive, in any order.
 
     Episodes are added to their group's sum as soon as every earlier episode of the group
-    is; group sums are added to the total as soon as every earlier group is. A gradient that
-    has to wait is copied, since backends may reuse its memory.
+    is; group sums are added to the total as soon as every earlier group is. An episode's
+    gradient that has to wait is copied, since backends may reuse its memory.
     """
 
     def __init__(self, first_index: int, batch_size: int, out: np.ndarray) -> None:
@@ -129,7 +129,9 @@ class BatchSum:
 
     def _group_done(self, group: int, grad: np.ndarray) -> None:
         if group != self._next_group:
-            self._ready[group] = np.array(grad, dtype=np.float64, copy=True)
+            # A group's sum is its own array (made here or by a backend), never reused
+            # memory: it can wait as it is.
+            self._ready[group] = grad
             return
         self._fold(grad)
         while self._next_group in self._ready:
