@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -94,3 +95,28 @@ class WorkerError(RuntimeError):
 def raise_worker_error(message: str, tb: str) -> None:
     """Raise WorkerError(message) with the worker's traceback attached as its cause."""
     raise WorkerError(message) from RemoteTraceback(tb)
+
+
+def requeue_or_raise(
+    task: EpisodeTask,
+    pending: deque[EpisodeTask],
+    failures: dict[int, int],
+    max_retries: int,
+    failed: str,
+    tb: str | None = None,
+) -> int:
+    """Count one more failure of `task` and put it back first in `pending` (the same seed
+    gives the same result); returns its failure count.
+
+    Past `max_retries` it raises WorkerError("episode I {failed} N times"), with the
+    worker's traceback `tb` as its cause when there is one.
+    """
+    failures[task.index] = failures.get(task.index, 0) + 1
+    count = failures[task.index]
+    if count > max_retries:
+        message = f"episode {task.index} {failed.format(count=count)}"
+        if tb is not None:
+            raise_worker_error(message, tb)
+        raise WorkerError(message)
+    pending.appendleft(task)
+    return count

@@ -36,6 +36,7 @@ from pong_mp.backends.base import (
     WorkerError,
     prepare_worker_process,
     raise_worker_error,
+    requeue_or_raise,
 )
 from pong_mp.backends.shm import SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeResult, EpisodeTask
@@ -308,17 +309,14 @@ class LocalBackend:
             raise_worker_error(f"worker {w.slot} failed to start", tb)
         assert task is not None
         w.task = None
-        failures[task.index] = failures.get(task.index, 0) + 1
-        if failures[task.index] > self.spec.max_retries:
-            raise_worker_error(
-                f"episode {task.index} failed {failures[task.index]} times in a worker", tb
-            )
+        failed = "failed {count} times in a worker"
+        count = requeue_or_raise(task, pending, failures, self.spec.max_retries, failed, tb)
         last_line = tb.strip().splitlines()[-1]
         log.warning(
             f"episode {task.index} failed in worker {w.slot} ({last_line}); "
-            f"retrying ({failures[task.index]}/{self.spec.max_retries})"
+            f"retrying ({count}/{self.spec.max_retries})"
         )
-        pending.appendleft(task)
+        return None
 
     def _replace(
         self,
@@ -331,13 +329,8 @@ class LocalBackend:
         _kill(w.process)
         w.conn.close()
         if task is not None:
-            failures[task.index] = failures.get(task.index, 0) + 1
-            if failures[task.index] > self.spec.max_retries:
-                raise WorkerError(
-                    f"episode {task.index} lost its worker {failures[task.index]} times "
-                    f"(last: {why})"
-                )
-            pending.appendleft(task)  # played again with the same seed: same result
+            failed = f"lost its worker {{count}} times (last: {why})"
+            requeue_or_raise(task, pending, failures, self.spec.max_retries, failed)
         replay = f"; episode {task.index} will be played again" if task is not None else ""
         log.warning(f"worker {w.slot} {why}: replaced{replay}")
         fresh = self._spawn(w.slot)

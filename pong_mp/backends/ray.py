@@ -41,6 +41,7 @@ from pong_mp.backends.base import (
     WorkerError,
     prepare_worker_process,
     raise_worker_error,
+    requeue_or_raise,
 )
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
 from pong_mp.episode import EpisodeResult, EpisodeTask
@@ -389,17 +390,11 @@ class RayBackend:
         why: str,
         tb: str | None = None,
     ) -> None:
-        failures[task.index] = failures.get(task.index, 0) + 1
-        count = failures[task.index]
-        if count > self.spec.max_retries:
-            message = f"episode {task.index} failed {count} times on Ray actors (last: {why})"
-            if tb is not None:
-                raise_worker_error(message, tb)
-            raise WorkerError(message)
+        failed = f"failed {{count}} times on Ray actors (last: {why})"
+        count = requeue_or_raise(task, pending, failures, self.spec.max_retries, failed, tb)
         log.warning(
             f"episode {task.index}: {why}; playing it again ({count}/{self.spec.max_retries})"
         )
-        pending.appendleft(task)  # same seed: same result
 
     def _replace(self, slot: _Slot) -> None:
         slot.actor = self._new_actor()
