@@ -44,6 +44,11 @@ def group_count(batch_size: int) -> int:
     return -(-batch_size // GROUP)
 
 
+def group_of(index: int, first_index: int) -> int:
+    """The group of episode `index` in a batch that starts at episode `first_index`."""
+    return (index - first_index) // GROUP
+
+
 def sum_group(grads: Iterable[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
     """The float64 sum of a group's gradients, given in position order, into `out`."""
     total = out
@@ -115,7 +120,7 @@ class BatchSum:
         if item.grad is None:
             return
         position = item.index - self._first
-        group = position // GROUP
+        group = group_of(item.index, self._first)
         size = min(GROUP, self._batch_size - group * GROUP)
         if group not in self._open:
             # Group 0 is summed straight into the total, whose first term it is anyway.

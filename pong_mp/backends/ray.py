@@ -43,7 +43,7 @@ from pong_mp.backends.base import (
     raise_worker_error,
     requeue_or_raise,
 )
-from pong_mp.batch_sum import GROUP, GroupSum, sum_group
+from pong_mp.batch_sum import GROUP, GroupSum, group_of, sum_group
 from pong_mp.episode import EpisodeResult, EpisodeTask
 
 log = logging.getLogger("pong_mp")
@@ -122,12 +122,15 @@ class _Group:
     """One group of a batch's episodes (batch_sum.GROUP), on its way to one sum."""
 
     number: int
-    pending: deque[EpisodeTask]
-    size: int
+    tasks: list[EpisodeTask]
+    pending: deque[EpisodeTask] = field(init=False)
     node: str | None = None  # where its episodes are preferably played, and summed
     grads: dict[int, Any] = field(default_factory=dict)  # episode index -> gradient ref
     sum_ref: Any = None
     failures: int = 0
+
+    def __post_init__(self) -> None:
+        self.pending = deque(self.tasks)
 
 
 def _alarm(signum: int, frame: FrameType | None) -> None:
@@ -272,7 +275,7 @@ class RayBackend:
         # The same float32 bytes as Weights32.from_params, put in the store once.
         weights = ray.put(params.astype(np.float32))
         groups = [
-            _Group(number, deque(tasks[first : first + GROUP]), len(tasks[first : first + GROUP]))
+            _Group(number, tasks[first : first + GROUP])
             for number, first in enumerate(range(0, len(tasks), GROUP))
         ]
         failures: dict[int, int] = {}
@@ -293,7 +296,7 @@ class RayBackend:
                         total = ray.get(ref)
                     except ray.exceptions.RayError as exc:
                         self._summers.pop(group.node or "", None)  # made anew if needed
-                        self._replay_group(group, tasks, f"its sum failed ({type(exc).__name__})")
+                        self._replay_group(group, f"its sum failed ({type(exc).__name__})")
                         continue
                     unsummed -= 1
                     group.grads.clear()
@@ -303,7 +306,7 @@ class RayBackend:
                 task, grad_ref = slot.task, slot.grad_ref
                 slot.task = slot.ref = slot.grad_ref = None
                 assert task is not None
-                group = groups[(task.index - tasks[0].index) // GROUP]
+                group = groups[group_of(task.index, tasks[0].index)]
                 try:
                     result: EpisodeResult = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
@@ -317,7 +320,7 @@ class RayBackend:
                     self._retry(task, group.pending, failures, "it raised", tb=tb)
                     continue
                 group.grads[task.index] = grad_ref
-                if len(group.grads) == group.size:
+                if len(group.grads) == len(group.tasks):
                     self._sum(group)
                 if task.index not in reported:
                     reported.add(task.index)
@@ -326,7 +329,7 @@ class RayBackend:
             for slot in self._slots:
                 if slot.task is not None and now - slot.since > self.spec.episode_timeout:
                     task, slot.task, slot.ref, slot.grad_ref = slot.task, None, None, None
-                    group = groups[(task.index - tasks[0].index) // GROUP]
+                    group = groups[group_of(task.index, tasks[0].index)]
                     why = f"hung for {now - slot.since:.0f} s"
                     self._retry(task, group.pending, failures, why)
                     ray.kill(slot.actor)
@@ -336,14 +339,12 @@ class RayBackend:
         # An actor takes work from a group of its own node first, then opens a new group
         # for its node, and only then helps another node's group: most of a group is
         # played, and so summed, on one node, while no actor waits while work is left.
-        own = [g for g in groups if g.pending and g.node == slot.node]
-        fresh = [g for g in groups if g.pending and g.node is None]
-        other = [g for g in groups if g.pending]
-        for candidates in (own, fresh, other):
-            if candidates:
-                group = candidates[0]
-                break
-        else:
+        group = min(
+            (g for g in groups if g.pending),
+            key=lambda g: (g.node != slot.node, g.node is not None),  # own, fresh, other
+            default=None,
+        )  # min keeps the first of equals: the lowest group number
+        if group is None:
             return
         if group.node is None:
             group.node = slot.node
@@ -367,7 +368,7 @@ class RayBackend:
             self._summers[node] = GroupSummer.options(scheduling_strategy=where).remote()
         return self._summers[node]
 
-    def _replay_group(self, group: _Group, tasks: list[EpisodeTask], why: str) -> None:
+    def _replay_group(self, group: _Group, why: str) -> None:
         # The group's gradients are gone with their node: play its episodes again (same
         # seeds, same gradients, same sum).
         group.failures += 1
@@ -377,8 +378,7 @@ class RayBackend:
                 f"on Ray (last: {why})"
             )
         log.warning(f"group {group.number}: {why}; playing its episodes again")
-        first = group.number * GROUP
-        group.pending = deque(tasks[first : first + group.size])
+        group.pending = deque(group.tasks)
         group.grads.clear()
         group.node = None
 
