@@ -39,9 +39,15 @@ def play_batch(backend, params, tasks) -> tuple[bytes, list[tuple[int, int, floa
     """One batch as the trainer sums it: (the summed gradient's bytes, the episodes'
     (index, steps, reward) in order). Results come in any order, each exactly once; a
     gradient is read on arrival (the local backend reuses its worker's slot)."""
+    return sum_batch(backend.run_batch(params, tasks), tasks)
+
+
+def sum_batch(items, tasks) -> tuple[bytes, list[tuple[int, int, float]]]:
+    """What play_batch gives, from the items a backend's run_batch yielded for `tasks`.
+    Items kept in a list must stay valid: Ray's do, the local backend's gradients do not."""
     summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(HIDDEN)))
     episodes = []
-    for item in backend.run_batch(params, tasks):
+    for item in items:
         summed.add(item)
         if isinstance(item, EpisodeResult):
             episodes.append((item.index, item.steps, item.reward_sum))
