@@ -1,5 +1,6 @@
 # Sourced by the other bin/ scripts: makes sure .venv exists and holds this checkout.
-# Installs on first use, and again whenever pyproject.toml changes or other extras are asked.
+# Installs on first use, and again whenever what the install builds from changes
+# (pyproject.toml, setup.py, the compiled loops' source) or other extras are asked.
 
 PONG_MP_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${PONG_MP_VENV:-$PONG_MP_ROOT/.venv}"
@@ -22,7 +23,8 @@ ensure_venv() {
     local extras="${1:-}" spec="$PONG_MP_ROOT" stamp want python
     [ -z "$extras" ] || spec="$PONG_MP_ROOT[$extras]"
     stamp="$VENV/.pong-mp-installed"
-    want="$(cat "$PONG_MP_ROOT/pyproject.toml" | sha256sum | cut -c1-16) ${extras:-base}"
+    want="$(cat "$PONG_MP_ROOT"/{pyproject.toml,setup.py,pong_mp/sparse.pyx} | sha256sum |
+            cut -c1-16) ${extras:-base}"
     if [ -x "$VENV/bin/python" ] && [ -f "$stamp" ] && grep -qxF "$want" "$stamp"; then
         return 0
     fi

@@ -5,7 +5,7 @@ the indices and signs (+1/-1) of those pixels, as cheaply as the env's observati
 - `BinaryInputs` for envs whose observations are RGB frames (FakePong, gymnasium's ALE):
   `policy.binarize`, then compare;
 - `PaletteInputs` for FastAtari: compare the raw palette indices and look up the colours of
-  the few changed pixels only.
+  the few changed pixels only (a compiled loop).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from pong_mp import policy
+from pong_mp import policy, sparse
 
-NO_PIXELS = np.zeros(0, dtype=np.int64)
+NO_PIXELS = np.zeros(0, dtype=np.int32)
 NO_VALUES = np.zeros(0, dtype=np.float32)
 
 
@@ -28,7 +28,8 @@ class InputStream(Protocol):
         """Start an episode at observation `obs` (its input is all zeros)."""
 
     def step(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(indices, float32 values) of binary(obs) - binary(previous observation)."""
+        """(int32 indices, float32 values) of binary(obs) - binary(previous observation);
+        the arrays may be reused by the next step."""
 
 
 def _signs(changed: np.ndarray, now: np.ndarray) -> np.ndarray:
@@ -50,52 +51,52 @@ class BinaryInputs:
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The changed pixels and their signs."""
         cur = policy.binarize(obs)
-        changed = np.flatnonzero(cur != self._prev)  # a bool mask: ~8x faster than on ints
+        # A bool mask: ~8x faster than on ints. int32, as sparse's functions take.
+        changed = np.flatnonzero(cur != self._prev).astype(np.int32)
         self._prev = cur
         return changed, _signs(changed, cur)
-
-
-_UNSEEN = 2  # an entry of PaletteInputs' table for a pair of colours not met yet
 
 
 class PaletteInputs:
     """Inputs for FastAtari: only pixels whose palette index changed can change colour.
 
-    The change of a pixel from palette index a to b is binary(b) - binary(a); a table of
-    those for the pairs met so far makes a step a few array operations (a pair not met
-    yet is looked up through `env.binary`, which learns new colours from the screen).
+    The change of a pixel from palette index a to b is binary(b) - binary(a); with a table
+    of those for the pairs met so far, a step is one pass of `sparse.palette_diff` over the
+    frame (a pair not met yet is looked up through `env.binary`, which learns new colours
+    from the screen).
     """
 
     def __init__(self, env: Any) -> None:
         """Look up colours through `env.binary` (FastAtari)."""
         self._env = env
         self._prev = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
-        self._change = np.full((256, 256), _UNSEEN, dtype=np.int8)
-        self._moved = np.empty(policy.INPUT_SIZE, dtype=bool)
+        self._change = np.full((256, 256), sparse.UNSEEN, dtype=np.int8)
+        self._idx = np.empty(policy.INPUT_SIZE, dtype=np.int32)
+        self._vals = np.empty(policy.INPUT_SIZE, dtype=np.float32)
 
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame and learn every colour in it."""
-        self._prev = obs.ravel()
+        self._prev = np.ascontiguousarray(obs).reshape(-1)
         self._env.binary(self._prev)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pixels whose colour class changed, and their signs."""
-        cur = obs.reshape(-1)
-        # (ndarray.nonzero and out= arrays: this runs every step, and numpy's wrappers
-        # around them cost a fifth of it.)
-        np.not_equal(cur, self._prev, out=self._moved)
-        moved = self._moved.nonzero()[0]
-        before, now = self._prev[moved], cur[moved]
-        change = self._change[before, now]
-        if change.size and change.max() == _UNSEEN:
-            # The previous colours were looked up (and learned) when they were on screen.
-            self._change[before, now] = self._env.binary(now).astype(np.int8) - self._env.binary(
-                before
-            )
-            change = self._change[before, now]
+        """The pixels whose colour class changed, and their signs (views that the next
+        step overwrites)."""
+        cur = np.ascontiguousarray(obs).reshape(-1)
+        n = sparse.palette_diff(cur, self._prev, self._change, self._idx, self._vals)
+        if n < 0:
+            self._learn(cur)
+            n = sparse.palette_diff(cur, self._prev, self._change, self._idx, self._vals)
         self._prev = cur
-        changed = change.nonzero()[0]
-        return moved[changed], change[changed].astype(np.float32)
+        return self._idx[:n], self._vals[:n]
+
+    def _learn(self, cur: np.ndarray) -> None:
+        moved = np.flatnonzero(cur != self._prev)
+        before, now = self._prev[moved], cur[moved]
+        # The previous colours were looked up (and learned) when they were on screen.
+        self._change[before, now] = self._env.binary(now).astype(np.int8) - self._env.binary(
+            before
+        )
 
 
 def input_stream(env: gym.Env) -> InputStream:

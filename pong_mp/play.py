@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from pong_mp import policy
+from pong_mp import policy, sparse
 from pong_mp.envs import make_training_env
 from pong_mp.episode import episode_seed, start_episode
 from pong_mp.frames import NO_PIXELS, NO_VALUES
@@ -42,6 +42,7 @@ def play_games(
     `on_frame`, if given, receives the RGB frame after every step (for recording).
     """
     weights = policy.Weights32.from_params(params, hidden)
+    hidden_units = np.empty(hidden, dtype=np.float32)
     kwargs = dict(env_kwargs or {})
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"
@@ -54,7 +55,7 @@ def play_games(
             agent = opponent = steps = 0
             done = False
             while not done:
-                p_up = policy.forward_sparse(weights, idx, vals)
+                p_up = sparse.forward(weights.w1t, weights.w2, idx, vals, hidden_units)
                 up = p_up >= 0.5 if greedy else uniform() < p_up
                 obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
                 agent += reward > 0

@@ -6,21 +6,16 @@ gradient sum and the checkpoint each handle a single array. Its layout is W1 *tr
 difference has ~20 non-zero pixels, and the sparse forward and backward passes below touch
 only their rows. Checkpoints store W1 in the usual H x 6400 orientation.
 
-Two implementations of the math live here:
-- the dense float64 reference (`preprocess`, `forward`, `backward`), line for line
-  Karpathy's, kept as the readable definition and for tests;
-- the sparse float32 path that episodes use (`Weights32`, `forward_sparse`,
-  `accumulate_sparse`); tests check it against the reference.
+The math here is the dense float64 reference (`preprocess`, `forward`, `backward`), line
+for line Karpathy's: the readable definition. Episodes compute with `Weights32`, a float32
+copy, through the compiled sparse loops of `sparse.py`; tests check those against this.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse
 
 INPUT_SIZE = 80 * 80
 """Length of one preprocessed frame: 80x80 pixels."""
@@ -125,7 +120,7 @@ def backward(
     return out
 
 
-# -- the sparse float32 path of episodes ------------------------------------------------------
+# -- the float32 weights of episodes ----------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -142,62 +137,3 @@ class Weights32:
         """The float32 weights of flat float64 parameters (a copy)."""
         w1t, w2 = split(params, hidden)
         return cls(w1t.astype(np.float32), w2.astype(np.float32))
-
-
-def forward_sparse(weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
-    """Probability of UP for the input with values `vals` (float32) at indices `idx`."""
-    if len(idx) == 0:
-        return 0.5
-    h = np.dot(vals, weights.w1t.take(idx, axis=0))
-    np.maximum(h, 0.0, out=h)
-    logit = float(np.dot(h, weights.w2))
-    # math.exp overflows only for logit < -709; then p is 0 for all practical purposes.
-    return 1.0 / (1.0 + math.exp(-logit)) if logit > -700 else 0.0
-
-
-ROWS = 256
-"""Rows of W1 that the sparse path computes at a time (bounds its temporaries)."""
-
-
-def accumulate_sparse(
-    weights: Weights32,
-    x: scipy.sparse.csr_matrix,
-    coeffs: np.ndarray,
-    outs: Sequence[np.ndarray],
-) -> np.ndarray:
-    """`outs[j] +=` the gradient of sum_t coeffs[t, j] * logit_t w.r.t. (W1, W2), sparse inputs.
-
-    `x` (T x 6400 CSR, float32) holds T steps' inputs, `coeffs` (T x k, float32) k weightings
-    of those steps, and `outs` k flat float64 accumulators. The k gradients share one pass
-    over the inputs. The hidden activations are recomputed from the inputs rather than kept
-    from the forward pass, so an episode keeps only its few non-zero inputs per step; and
-    only the rows of W1 of pixels that occur in `x` are computed and added (~700 of 6400
-    for 1,000 steps of Pong). Returns those pixels.
-    """
-    steps = x.shape[0]
-    hidden = weights.w2.shape[0]
-    h = np.asarray(x @ weights.w1t)
-    np.maximum(h, 0.0, out=h)
-    active = h > 0  # relu
-    # The same inputs with their columns renumbered 0 .. U-1 over the pixels that occur.
-    seen = np.zeros(INPUT_SIZE, dtype=bool)
-    seen[x.indices] = True
-    pixels = np.flatnonzero(seen)
-    column = np.empty(INPUT_SIZE, dtype=np.int32)
-    column[pixels] = np.arange(len(pixels), dtype=np.int32)
-    compact_t = scipy.sparse.csr_matrix(
-        (x.data, column[x.indices], x.indptr), shape=(steps, len(pixels))
-    ).T.tocsr()
-    dh = np.empty_like(h)
-    for j, out in enumerate(outs):
-        w1t, w2 = split(out, hidden)
-        w2 += h.T @ coeffs[:, j]
-        np.multiply.outer(coeffs[:, j], weights.w2, out=dh)
-        dh *= active
-        # A slice of rows at a time, so that temporaries do not grow with the pixels seen.
-        for first in range(0, len(pixels), ROWS):
-            some = pixels[first : first + ROWS]
-            rows = w1t.take(some, axis=0)
-            rows += compact_t[first : first + ROWS] @ dh
-            w1t[some] = rows
-    return pixels

@@ -61,14 +61,17 @@ class _Recording(EpisodeGradient):
     """Keeps every step it is given, for comparison with the dense reference."""
 
     def __init__(self, hidden: int, block: int) -> None:
-        super().__init__(hidden)
-        self.BLOCK = block
+        super().__init__(hidden, block)
         self.log: list[tuple[np.ndarray, np.ndarray, float, float]] = []
         self.most_buffered = 0
 
-    def add(self, idx, vals, dlogp, reward) -> None:
-        self.log.append((idx.copy(), vals.copy(), dlogp, reward))
-        super().add(idx, vals, dlogp, reward)
+    def policy(self, idx, vals) -> float:
+        self.log.append((idx.copy(), vals.copy(), 0.0, 0.0))
+        return super().policy(idx, vals)
+
+    def add(self, dlogp, reward) -> None:
+        self.log[-1] = (*self.log[-1][:2], dlogp, reward)
+        super().add(dlogp, reward)
         self.most_buffered = max(self.most_buffered, self.buffered)
 
 

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pytest
-import scipy.sparse
 
 from pong_mp import policy
 from pong_mp.envs import make_env
@@ -130,45 +127,3 @@ def test_backward_matches_finite_differences() -> None:
     # Inputs that are always zero get no gradient.
     zero_col = int(np.flatnonzero(np.abs(xs).sum(axis=0) == 0)[0])
     assert np.all(grad[zero_col * hidden : (zero_col + 1) * hidden] == 0.0)
-
-
-def _sparse_episode(steps: int, hidden: int, seed: int):
-    """Random sparse +-1 inputs like frame differences, and advantage-weighted dlogps."""
-    rng = np.random.default_rng(seed)
-    xs = np.zeros((steps, 6400))
-    for t in range(steps):
-        on = rng.choice(6400, size=rng.integers(0, 40), replace=False)
-        xs[t, on] = rng.choice([-1.0, 1.0], size=len(on))
-    return xs, rng.standard_normal(steps)
-
-
-def test_sparse_forward_matches_the_dense_reference() -> None:
-    params = policy.init_params(50, 3)
-    w1t, w2 = policy.split(params, 50)
-    weights = policy.Weights32.from_params(params, 50)
-    xs, _ = _sparse_episode(200, 50, 1)
-    for x in xs:
-        idx = np.flatnonzero(x)
-        p_sparse = policy.forward_sparse(weights, idx, x[idx].astype(np.float32))
-        assert p_sparse == pytest.approx(policy.forward(w1t, w2, x)[0], abs=1e-6)
-
-
-def test_sparse_accumulation_matches_the_dense_reference() -> None:
-    hidden = 24
-    params = policy.init_params(hidden, 5) * 4  # larger weights: many active units
-    w1t, w2 = policy.split(params, hidden)
-    weights = policy.Weights32.from_params(params, hidden)
-    xs, dlogps = _sparse_episode(3000, hidden, 2)
-    hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
-    dense = policy.backward(w2, xs, hs, dlogps, np.empty_like(params))
-    # Two weightings at once (dlogps and -2 dlogps), in uneven chunks as an episode's come.
-    outs = [np.zeros_like(params), np.zeros_like(params)]
-    for a, b in itertools.pairwise([0, 1024, 2048, 2900, 3000]):
-        coeffs = np.stack([dlogps[a:b], -2 * dlogps[a:b]], axis=1).astype(np.float32)
-        x = scipy.sparse.csr_matrix(xs[a:b].astype(np.float32))
-        pixels = policy.accumulate_sparse(weights, x, coeffs, outs)
-        np.testing.assert_array_equal(pixels, np.flatnonzero(np.any(xs[a:b] != 0, axis=0)))
-    scale = np.abs(dense).max()
-    assert scale > 0 and np.count_nonzero(dense) > len(dense) // 4
-    np.testing.assert_allclose(outs[0], dense, rtol=0, atol=scale * 1e-5)
-    np.testing.assert_allclose(outs[1], -2 * dense, rtol=0, atol=scale * 2e-5)

@@ -1,0 +1,232 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""The per-step loops of an episode, compiled: frame differences, the sparse forward pass,
+and the gradient sums.
+
+An env step of Pong costs ~230 us in the emulator. Written as numpy calls, the work around
+it (the frame difference, the forward pass, the gradient) took ~40 us a step: a dozen calls
+of ~1 us overhead each on arrays of a few dozen elements, and scipy.sparse's scalar loops.
+These loops do the same arithmetic in a few us. `policy.py` keeps the dense float64
+reference (Karpathy's code, pure numpy); tests check these loops against it.
+
+Cython, not numba: numba does the job as well, but loading LLVM puts ~150 MB into every
+worker's RSS, against a budget of 150 MB per worker. This module is compiled when pong-mp
+is installed (setup.py) and costs nothing at run time.
+
+The rules that keep results reproducible:
+- every sum is added in the order written here (compiled with -ffp-contract=off and no
+  fast-math), so the same inputs give the same bytes on every worker, CPU and Ray node;
+- arguments are C-contiguous arrays of fixed dtypes: int32 pixel indices, float32 values,
+  weights and hidden units, float64 sums.
+"""
+
+from libc.math cimport exp
+from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc
+from libc.string cimport memcpy
+
+UNSEEN = 2
+"""An entry of `palette_diff`'s table for a pair of palette indices not met yet."""
+
+cdef int8_t _UNSEEN = UNSEEN
+
+
+def palette_diff(
+    const uint8_t[::1] cur,
+    const uint8_t[::1] prev,
+    const int8_t[:, ::1] change,
+    int32_t[::1] idx,
+    float[::1] vals,
+) -> int:
+    """Write the pixels whose colour class changed from `prev` to `cur` (uint8 palette
+    indices, of a length that is a multiple of 8) into `idx` and their signs into `vals`;
+    return how many, or -1 if a pair of indices has no entry in `change` yet.
+
+    `change[a, b]` (int8) is binary(b) - binary(a), or UNSEEN.
+    """
+    cdef Py_ssize_t n = 0, w, p
+    cdef uint64_t now, before
+    cdef int8_t c
+    if cur.shape[0] != prev.shape[0] or cur.shape[0] % 8 or idx.shape[0] < cur.shape[0] \
+            or vals.shape[0] < cur.shape[0] or change.shape[0] < 256 or change.shape[1] < 256:
+        raise ValueError("palette_diff: arrays of mismatched sizes")
+    for w in range(0, cur.shape[0], 8):
+        # Eight pixels at a time: between two frames, most words are equal.
+        memcpy(&now, &cur[w], 8)
+        memcpy(&before, &prev[w], 8)
+        if now == before:
+            continue
+        for p in range(w, w + 8):
+            if cur[p] == prev[p]:
+                continue
+            c = change[prev[p], cur[p]]
+            if c == _UNSEEN:
+                return -1
+            if c != 0:
+                idx[n] = <int32_t>p
+                vals[n] = c
+                n += 1
+    return n
+
+
+def forward(
+    const float[:, ::1] w1t,
+    const float[::1] w2,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    float[::1] h,
+) -> float:
+    """P(UP) for the input with values `vals` at pixels `idx`; the hidden units (after the
+    relu) are written into `h`."""
+    cdef Py_ssize_t hidden = w2.shape[0], j, k
+    cdef const float* row
+    cdef float v
+    cdef double logit = 0.0
+    if w1t.shape[1] != hidden or h.shape[0] != hidden or vals.shape[0] < idx.shape[0]:
+        raise ValueError("forward: arrays of mismatched sizes")
+    for k in range(hidden):
+        h[k] = 0.0
+    for j in range(idx.shape[0]):
+        if not 0 <= idx[j] < w1t.shape[0]:
+            raise IndexError(f"forward: pixel {idx[j]} out of range")
+        row = &w1t[idx[j], 0]
+        v = vals[j]
+        for k in range(hidden):
+            h[k] += v * row[k]
+    for k in range(hidden):
+        if h[k] < 0.0:
+            h[k] = 0.0
+        logit += h[k] * w2[k]
+    # exp overflows only for logit < -709; then p is 0 for all practical purposes.
+    return 1.0 / (1.0 + exp(-logit)) if logit > -700.0 else 0.0
+
+
+def accumulate(
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    const int64_t[::1] indptr,
+    const float[:, ::1] hs,
+    const float[::1] w2,
+    Py_ssize_t count,
+    const double[::1] coef_a,
+    const double[::1] coef_b,
+    double[::1] out_a,
+    double[::1] out_b,
+    uint8_t[::1] touched,
+) -> None:
+    """Add to the flat float64 parameter vectors `out_a` and `out_b` the gradients of
+    sum_t coef_a[t] * logit_t and sum_t coef_b[t] * logit_t over steps t < `count`.
+
+    Step t's input has values vals[indptr[t]:indptr[t+1]] at pixels idx[...], and hs[t] are
+    its hidden units. Only W1 rows of pixels that occur are written; they are marked in
+    `touched` (a bool array, one per pixel). Each row is summed over its steps in step
+    order and added once, so the large accumulators are read and written once per call,
+    not once per step.
+    """
+    cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
+    cdef Py_ssize_t base = pixels * hidden  # W2's offset in the flat vectors
+    cdef Py_ssize_t t, k, j, p, q, row, entries
+    cdef double ca, cb, hk
+    cdef float* dh = NULL
+    cdef int64_t* first = NULL
+    cdef int64_t* fill = NULL
+    cdef int32_t* step_of = NULL
+    cdef double* sign = NULL
+    cdef double* sum_a = NULL
+    cdef double* sum_b = NULL
+    if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
+            and coef_a.shape[0] >= count and coef_b.shape[0] >= count
+            and out_a.shape[0] == (pixels + 1) * hidden and out_b.shape[0] == out_a.shape[0]):
+        raise ValueError("accumulate: arrays of mismatched sizes")
+    entries = indptr[count]
+    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
+        raise ValueError("accumulate: indptr points outside idx")
+    for j in range(entries):
+        if not 0 <= idx[j] < pixels:
+            raise IndexError(f"accumulate: pixel {idx[j]} out of range")
+    try:
+        dh = <float*>malloc(max(count * hidden, 1) * sizeof(float))
+        first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
+        fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
+        step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
+        sign = <double*>malloc(max(entries, 1) * sizeof(double))
+        sum_a = <double*>malloc(max(hidden, 1) * sizeof(double))
+        sum_b = <double*>malloc(max(hidden, 1) * sizeof(double))
+        if not (dh and first and fill and step_of and sign and sum_a and sum_b):
+            raise MemoryError()
+        # d logit / d h where the relu lets it through; and the W2 gradient, h itself.
+        for t in range(count):
+            ca = coef_a[t]
+            cb = coef_b[t]
+            for k in range(hidden):
+                hk = hs[t, k]
+                out_a[base + k] += ca * hk
+                out_b[base + k] += cb * hk
+                dh[t * hidden + k] = w2[k] if hk > 0.0 else 0.0
+        # The entries grouped by pixel (a counting sort), in step order within a pixel.
+        for j in range(entries):
+            first[idx[j] + 1] += 1
+        for p in range(pixels):
+            first[p + 1] += first[p]
+        memcpy(fill, first, (pixels + 1) * sizeof(int64_t))
+        for t in range(count):
+            for j in range(indptr[t], indptr[t + 1]):
+                p = idx[j]
+                step_of[fill[p]] = <int32_t>t
+                sign[fill[p]] = vals[j]
+                fill[p] += 1
+        for p in range(pixels):
+            if first[p] == first[p + 1]:
+                continue
+            touched[p] = 1
+            for k in range(hidden):
+                sum_a[k] = 0.0
+                sum_b[k] = 0.0
+            for q in range(first[p], first[p + 1]):
+                t = step_of[q]
+                ca = coef_a[t] * sign[q]
+                cb = coef_b[t] * sign[q]
+                for k in range(hidden):
+                    sum_a[k] += ca * dh[t * hidden + k]
+                    sum_b[k] += cb * dh[t * hidden + k]
+            row = p * hidden
+            for k in range(hidden):
+                out_a[row + k] += sum_a[k]
+                out_b[row + k] += sum_b[k]
+    finally:
+        free(dh)
+        free(first)
+        free(fill)
+        free(step_of)
+        free(sign)
+        free(sum_a)
+        free(sum_b)
+
+
+def finish(
+    double[::1] a,
+    double[::1] b,
+    uint8_t[::1] touched,
+    double mu,
+    double scale,
+    float[::1] out,
+) -> None:
+    """Write (a - mu * b) * scale into the flat float32 `out` (zeros in W1 rows not
+    `touched`), and leave `a`, `b` and `touched` all zero for the next episode."""
+    cdef Py_ssize_t pixels = touched.shape[0]
+    cdef Py_ssize_t hidden = a.shape[0] // (pixels + 1)  # W1 (pixels rows) and W2 (one row)
+    cdef Py_ssize_t p, k, row
+    if a.shape[0] != (pixels + 1) * hidden or b.shape[0] != a.shape[0] \
+            or out.shape[0] != a.shape[0]:
+        raise ValueError("finish: arrays of mismatched sizes")
+    for p in range(pixels + 1):  # row `pixels` is W2, always written
+        row = p * hidden
+        if p == pixels or touched[p]:
+            for k in range(row, row + hidden):
+                out[k] = <float>((a[k] - mu * b[k]) * scale)
+                a[k] = 0.0
+                b[k] = 0.0
+            if p < pixels:
+                touched[p] = 0
+        else:
+            for k in range(row, row + hidden):
+                out[k] = 0.0

@@ -1,0 +1,110 @@
+"""The compiled sparse loops against the dense float64 reference of policy.py."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from pong_mp import policy, sparse
+
+
+def _sparse_episode(steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Random sparse +-1 inputs like frame differences, and advantage-weighted dlogps."""
+    rng = np.random.default_rng(seed)
+    xs = np.zeros((steps, policy.INPUT_SIZE))
+    for t in range(steps):
+        on = rng.choice(policy.INPUT_SIZE, size=rng.integers(0, 40), replace=False)
+        xs[t, on] = rng.choice([-1.0, 1.0], size=len(on))
+    return xs, rng.standard_normal(steps)
+
+
+def _csr(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of `xs` as (int32 indices, float32 values, int64 row starts)."""
+    rows = [np.flatnonzero(x).astype(np.int32) for x in xs]
+    indptr = np.zeros(len(xs) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=indptr[1:])
+    idx = np.concatenate(rows)
+    vals = np.concatenate([x[r] for x, r in zip(xs, rows, strict=True)]).astype(np.float32)
+    return idx, vals, indptr
+
+
+def test_forward_matches_the_dense_reference() -> None:
+    params = policy.init_params(50, 3) * 3  # larger weights: some units are cut by the relu
+    w1t, w2 = policy.split(params, 50)
+    weights = policy.Weights32.from_params(params, 50)
+    xs, _ = _sparse_episode(200, 1)
+    h = np.empty(50, dtype=np.float32)
+    cut = 0
+    for x in xs:
+        idx = np.flatnonzero(x).astype(np.int32)
+        p_up = sparse.forward(weights.w1t, weights.w2, idx, x[idx].astype(np.float32), h)
+        p_dense, h_dense = policy.forward(w1t, w2, x)
+        assert p_up == pytest.approx(p_dense, abs=1e-6)
+        np.testing.assert_allclose(h, h_dense, rtol=1e-5, atol=1e-5)
+        cut += np.count_nonzero(h_dense == 0)
+    assert cut > 0
+    empty = np.zeros(0, dtype=np.int32)
+    assert sparse.forward(weights.w1t, weights.w2, empty, empty.astype(np.float32), h) == 0.5
+    assert not h.any()
+
+
+def test_accumulate_matches_the_dense_reference() -> None:
+    hidden = 24
+    params = policy.init_params(hidden, 5) * 4  # larger weights: many active units
+    w1t, w2 = policy.split(params, hidden)
+    weights = policy.Weights32.from_params(params, hidden)
+    xs, dlogps = _sparse_episode(3000, 2)
+    hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
+    dense = policy.backward(w2, xs, hs, dlogps, np.empty_like(params))
+    # Two weightings at once (dlogps and -2 dlogps), in uneven chunks as an episode's come.
+    outs = [np.zeros_like(params), np.zeros_like(params)]
+    touched = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
+    for a, b in itertools.pairwise([0, 1024, 2048, 2900, 3000]):
+        idx, vals, indptr = _csr(xs[a:b])
+        chunk_hs = np.zeros((1024, hidden), dtype=np.float32)  # a buffer longer than the chunk
+        for t in range(b - a):
+            sparse.forward(weights.w1t, weights.w2, idx[indptr[t] : indptr[t + 1]],
+                           vals[indptr[t] : indptr[t + 1]], chunk_hs[t])
+        sparse.accumulate(idx, vals, indptr, chunk_hs, weights.w2, b - a, dlogps[a:b],
+                          -2 * dlogps[a:b], outs[0], outs[1], touched)
+    np.testing.assert_array_equal(touched, np.any(xs != 0, axis=0))  # 0/1 == False/True
+    scale = np.abs(dense).max()
+    assert scale > 0 and np.count_nonzero(dense) > len(dense) // 4
+    np.testing.assert_allclose(outs[0], dense, rtol=0, atol=scale * 1e-5)
+    np.testing.assert_allclose(outs[1], -2 * dense, rtol=0, atol=scale * 2e-5)
+
+
+def test_finish_writes_every_row_and_clears_the_sums() -> None:
+    hidden = 3
+    size = policy.param_count(hidden)
+    rng = np.random.default_rng(0)
+    touched = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
+    touched[[0, 17, 6399]] = 1
+    rows = np.r_[np.flatnonzero(touched), policy.INPUT_SIZE]  # and W2, always
+    a, b = np.zeros(size), np.zeros(size)
+    for acc in (a, b):
+        acc.reshape(-1, hidden)[rows] = rng.standard_normal((len(rows), hidden))
+    want = np.zeros(size, dtype=np.float32)
+    want.reshape(-1, hidden)[rows] = (a - 0.5 * b).reshape(-1, hidden)[rows] * 2.0
+    out = np.full(size, np.nan, dtype=np.float32)  # last episode's gradient: all overwritten
+    sparse.finish(a, b, touched, 0.5, 2.0, out)
+    np.testing.assert_array_equal(out, want)
+    assert not a.any() and not b.any() and not touched.any()
+
+
+def test_palette_diff_finds_changed_colours_and_stops_at_unseen_pairs() -> None:
+    change = np.full((256, 256), sparse.UNSEEN, dtype=np.int8)
+    change[1, 2], change[2, 1] = 1, -1
+    change[1, 3] = change[3, 1] = 0  # both colours erased
+    prev = np.ones(64, dtype=np.uint8)
+    cur = prev.copy()
+    cur[[5, 6, 40, 63]] = [2, 3, 2, 2]
+    idx, vals = np.empty(64, dtype=np.int32), np.empty(64, dtype=np.float32)
+    n = sparse.palette_diff(cur, prev, change, idx, vals)
+    assert (idx[:n].tolist(), vals[:n].tolist()) == ([5, 40, 63], [1.0, 1.0, 1.0])
+    assert sparse.palette_diff(prev, cur, change, idx, vals) == 3
+    assert vals[:3].tolist() == [-1.0, -1.0, -1.0]
+    cur[9] = 7  # 1 -> 7 was never met
+    assert sparse.palette_diff(cur, prev, change, idx, vals) == -1
