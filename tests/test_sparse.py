@@ -108,3 +108,27 @@ def test_palette_diff_finds_changed_colours_and_stops_at_unseen_pairs() -> None:
     assert vals[:3].tolist() == [-1.0, -1.0, -1.0]
     cur[9] = 7  # 1 -> 7 was never met
     assert sparse.palette_diff(cur, prev, change, idx, vals) == -1
+
+
+def test_bad_arrays_raise_instead_of_reading_out_of_bounds() -> None:
+    weights = policy.Weights32.from_params(policy.init_params(4, 0), 4)
+    h = np.empty(4, dtype=np.float32)
+    one = np.ones(1, dtype=np.float32)
+    with pytest.raises(IndexError):
+        sparse.forward(weights.w1t, weights.w2, np.array([6400], dtype=np.int32), one, h)
+    with pytest.raises(ValueError):
+        sparse.forward(weights.w1t, weights.w2, np.array([0], dtype=np.int32), one, h[:3])
+    size = policy.param_count(4)
+    sums = np.zeros(size), np.zeros(size)
+    touched = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
+    hs = np.zeros((2, 4), dtype=np.float32)
+    coef = np.ones(2)
+    with pytest.raises(IndexError):  # a pixel index past W1
+        sparse.accumulate(np.array([7000], dtype=np.int32), one, np.array([0, 1, 1]), hs,
+                          weights.w2, 2, coef, coef, *sums, touched)
+    with pytest.raises(ValueError):  # more steps than hidden units were kept for
+        sparse.accumulate(np.array([0], dtype=np.int32), one, np.array([0, 1, 1, 1]), hs,
+                          weights.w2, 3, np.ones(3), np.ones(3), *sums, touched)
+    with pytest.raises(ValueError):
+        sparse.finish(sums[0], sums[1][:-1], touched, 0.0, 1.0, np.empty(size, np.float32))
+    assert not touched.any() and not sums[0].any()
