@@ -311,7 +311,14 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
     )
     until = f"until update {config.batches}" if config.batches is not None else "until Ctrl-C"
     start = f"resuming at update {state.batch}" if resume else "new run"
+    idle = ""
+    if config.backend != "serial" and config.workers > config.batch_size:
+        # A batch's episodes are all there is to hand out before its update.
+        idle = (
+            f"; only {config.batch_size} of the {config.workers} workers can be busy "
+            f"(--batch-size {config.workers} would use them all)"
+        )
     return (
         f"pong-mp: {config.env} on {where}, batch size {config.batch_size}, {until}; "
-        f"{start} in {config.run_dir}"
+        f"{start} in {config.run_dir}{idle}"
     )

@@ -63,9 +63,18 @@ def test_local_backend_matches_serial_bit_for_bit(
     assert _weights(tmp_path) == serial_weights
 
 
+def test_the_banner_says_when_workers_outnumber_a_batch(tmp_path: Path, clean_system) -> None:
+    lines: list[str] = []
+    train(_config(tmp_path, workers=3, batch_size=2, batches=1), log=lines.append)
+    assert lines[0].endswith(
+        "only 2 of the 3 workers can be busy (--batch-size 3 would use them all)"
+    )
+
+
 def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
     lines: list[str] = []
     state = train(_config(tmp_path), log=lines.append)
+    assert "can be busy" not in lines[0]  # 2 workers, batches of 3
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "checkpoint.npz",
         "config.json",
