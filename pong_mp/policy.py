@@ -3,12 +3,12 @@
 All parameters live in one flat float64 vector so that the optimizer, the broadcast, the
 gradient sum and the checkpoint each handle a single array. Its layout is W1 *transposed*
 (6400 x H: one contiguous row of H weights per input pixel) followed by W2 (H): a frame
-difference has ~20 non-zero pixels, and the sparse forward and backward passes below touch
-only their rows. Checkpoints store W1 in the usual H x 6400 orientation.
+difference has ~30 non-zero pixels, and the sparse forward and backward passes of episodes
+(`sparse.pyx`) touch only their rows. Checkpoints store W1 in the usual H x 6400 orientation.
 
 The math here is the dense float64 reference (`preprocess`, `forward`, `backward`), line
 for line Karpathy's: the readable definition. Episodes compute with `Weights32`, a float32
-copy, through the compiled sparse loops of `sparse.py`; tests check those against this.
+copy, through the compiled sparse loops of `sparse.pyx`; tests check those against this.
 """
 
 from __future__ import annotations
