@@ -94,6 +94,8 @@ def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> floa
                     rewards.append(reward)
                     steps += 1
                     done = terminated or truncated
+                if not xs:  # the time ran out during the reset
+                    break
                 adv = policy.standardize(policy.discount_rewards(np.array(rewards), 0.99))
                 policy.backward(
                     w2,

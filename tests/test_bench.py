@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+
+import gymnasium as gym
 import pytest
 
 from pong_mp.batch_sum import GROUP
@@ -12,10 +15,25 @@ from pong_mp.bench import (
     format_bench,
     ray_driver_cost,
 )
+from pong_mp.envs import make_env
 
 
 def test_env_rate_counts_steps_across_resets() -> None:
     assert env_steps_per_sec("FakePong-v0", seconds=0.2) > 0
+
+
+def test_dense_reference_rate_survives_the_time_running_out_in_a_reset(monkeypatch) -> None:
+    from pong_mp import bench
+
+    class SlowReset(gym.Wrapper):
+        def reset(self, **kwargs):
+            time.sleep(0.3)
+            return self.env.reset(**kwargs)
+
+    assert bench.dense_reference_rate("FakePong-v0", seconds=0.3, hidden=8) > 0
+    monkeypatch.setattr(bench, "make_env", lambda env_id: SlowReset(make_env(env_id)))
+    # The first reset takes the whole budget: no step is played, and no episode is summed.
+    assert bench.dense_reference_rate("FakePong-v0", seconds=0.2, hidden=8) == 0.0
 
 
 def test_compare_envs_alternates_rounds() -> None:
