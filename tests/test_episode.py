@@ -127,6 +127,21 @@ def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
     assert reused.grad.tobytes() == fresh.grad.tobytes()
 
 
+def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one() -> None:
+    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), HIDDEN)
+    crashing = make_training_env(
+        "CrashingPong-v0", crash_episodes=(0,), crash_at_step=60, points_to_win=2
+    )
+    work = EpisodeGradient(HIDDEN, block=8)  # small blocks: folds happen before the failure
+    with pytest.raises(RuntimeError, match="planned failure"):
+        _play(crashing, weights, EpisodeTask(0, 11), work)
+    assert work.steps == 59 and work.buffered < 8
+    reused = _play(crashing, weights, EpisodeTask(1, 12), work)
+    env = make_training_env("FakePong-v0", points_to_win=2)
+    fresh = _play(env, weights, EpisodeTask(1, 12), EpisodeGradient(HIDDEN, block=8))
+    assert reused.grad.tobytes() == fresh.grad.tobytes()
+
+
 def test_moments_merge_chunks_like_numpy() -> None:
     rng = np.random.default_rng(0)
     values = rng.standard_normal(1000) * 3 + 1
