@@ -102,17 +102,38 @@ def _fsync_dir(directory: Path) -> None:
 def load(path: Path) -> tuple[TrainState, dict]:
     """Read and validate a checkpoint: (state, config dict). CheckpointError names the problem."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint")
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            data = {key: npz[key] for key in npz.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from exc
+    data = _read(path)
     try:
         return _validate(data)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
+
+
+def _read(path: Path) -> dict[str, np.ndarray]:
+    # Every array of the file, read once; CheckpointError if it is missing or damaged.
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return {key: npz[key] for key in npz.files}
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from exc
+
+
+def _check_shapes(w1: np.ndarray, w2: np.ndarray) -> None:
+    if w1.ndim != 2 or w1.shape[1] != policy.INPUT_SIZE or w2.shape != (w1.shape[0],):
+        raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, 6400)/(H,)")
+
+
+def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if not np.all(np.isfinite(data[key])):
+            raise CheckpointError(f"{key} holds non-finite values")
+
+
+def _check_config(config: object, hidden: int) -> None:
+    if not isinstance(config, dict) or config.get("hidden") != hidden:
+        raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
 
 
 def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
@@ -121,8 +142,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     if missing:
         raise CheckpointError(f"missing {', '.join(missing)}")
     w1, w2 = data["W1"], data["W2"]
-    if w1.ndim != 2 or w1.shape[1] != policy.INPUT_SIZE or w2.shape != (w1.shape[0],):
-        raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, 6400)/(H,)")
+    _check_shapes(w1, w2)
     hidden = w1.shape[0]
     for key in ("rmsprop_W1", "rmsprop_W2"):
         like = w1 if key.endswith("W1") else w2
@@ -131,16 +151,14 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     for key in ("W1", "W2", "rmsprop_W1", "rmsprop_W2"):
         if data[key].dtype != np.float64:
             raise CheckpointError(f"{key} has dtype {data[key].dtype}, not float64")
-        if not np.all(np.isfinite(data[key])):
-            raise CheckpointError(f"{key} holds non-finite values")
+        _check_finite(data, (key,))
     try:
         config = json.loads(str(data["config"]))
         scalars = {key: data[key].item() for key in _SCALARS}
         running = float(data["running_reward"])
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"bad counters or config ({exc})") from None
-    if not isinstance(config, dict) or config.get("hidden") != hidden:
-        raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
+    _check_config(config, hidden)
     params = policy.join(w1, w2)
     cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
     state = TrainState(
@@ -180,26 +198,19 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
 def load_policy(path: Path) -> tuple[np.ndarray, dict]:
     """(flat float64 params, config) from a checkpoint or a model file, validated."""
     path = Path(path)
+    data = _read(path)
     try:
-        with np.load(path, allow_pickle=False) as npz:
-            keys = set(npz.files)
-    except FileNotFoundError:
-        raise CheckpointError(f"{path}: no such checkpoint") from None
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from exc
-    if "rmsprop_W1" in keys:  # a full checkpoint
-        state, config = load(path)
-        return state.params, config
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            w1, w2 = npz["W1"], npz["W2"]
-            config = json.loads(str(npz["config"]))
-    except (KeyError, ValueError, OSError, zipfile.BadZipFile) as exc:
-        raise CheckpointError(f"{path}: not a pong-mp model or checkpoint ({exc})") from None
-    if w1.ndim != 2 or w1.shape[1] != policy.INPUT_SIZE or w2.shape != (w1.shape[0],):
-        raise CheckpointError(f"{path}: W1/W2 have shapes {w1.shape}/{w2.shape}")
-    if not (np.all(np.isfinite(w1)) and np.all(np.isfinite(w2))):
-        raise CheckpointError(f"{path}: W1/W2 hold non-finite values")
-    if not isinstance(config, dict) or config.get("hidden") != w1.shape[0]:
-        raise CheckpointError(f"{path}: its config does not match its weights")
+        if "rmsprop_W1" in data:  # a full checkpoint
+            state, config = _validate(data)
+            return state.params, config
+        try:
+            w1, w2 = data["W1"], data["W2"]
+            config = json.loads(str(data["config"]))
+        except (KeyError, ValueError) as exc:
+            raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
+        _check_shapes(w1, w2)
+        _check_finite(data, ("W1", "W2"))
+        _check_config(config, w1.shape[0])
+    except CheckpointError as exc:
+        raise CheckpointError(f"{path}: {exc}") from None
     return policy.join(w1, w2), config
