@@ -64,7 +64,8 @@ def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
     if first:
         if total is None:
             return np.array(grad, dtype=np.float64)
-        np.copyto(total, grad)
+        if grad is not total:  # group 0 is summed in the total itself: nothing to copy
+            np.copyto(total, grad)
         return total
     assert total is not None
     total += grad
