@@ -286,8 +286,10 @@ def plot_command(run_dir: Path, output: Path | None, milestones: bool) -> None:
     """Plot a run's learning curve and speed (works while it is still running)."""
     out = output or Path(run_dir) / "learning.png"
     try:
-        plot_run(run_dir, out)
-        table = milestones_table(read_metrics(run_dir)) if milestones else None
+        # Read once: a live run's plot and table then show the same updates.
+        records = read_metrics(run_dir)
+        plot_run(run_dir, out, records)
+        table = milestones_table(records) if milestones else None
     except (PlotError, OSError) as exc:
         _fail(str(exc), EXIT_USAGE)
     click.echo(f"wrote {out}")

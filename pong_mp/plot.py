@@ -51,14 +51,18 @@ def _title(run_dir: Path, records: list[dict[str, Any]]) -> str:
     )
 
 
-def plot_run(run_dir: Path, out: Path) -> Path:
-    """Write a PNG of reward against episodes and of steps/s against time; returns `out`."""
+def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = None) -> Path:
+    """Write a PNG of reward against episodes and of steps/s against time; returns `out`.
+
+    `records` are the run's metrics as `read_metrics` gives them, read here if not given.
+    """
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    records = read_metrics(run_dir)
+    if records is None:
+        records = read_metrics(run_dir)
     episodes = np.array([r["episodes"] for r in records])
     hours = np.array([r.get("elapsed", np.nan) for r in records]) / 3600
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5), constrained_layout=True)
