@@ -1,8 +1,9 @@
 """Checkpoints: atomic save (temp file, fsync, rename) and validated load.
 
 A checkpoint is an .npz that loads with allow_pickle=False. It holds W1 and W2 (the keys
-users rely on) and everything exact resume needs: the RMSProp cache, the update, episode and
-step counters, the running reward, the wall time so far and the run's config as JSON.
+users rely on) and everything exact resume needs: the optimizer's state (RMSProp's cache, or
+Adam's two moments), the update, episode and step counters, the running reward, the wall
+time so far and the run's config as JSON.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class TrainState:
     params: np.ndarray
     """Flat policy parameters (W1 then W2), float64."""
     cache: np.ndarray
-    """RMSProp cache, same shape as params."""
+    """Mean of squared gradients, same shape as params: RMSProp's cache, Adam's v."""
     batch: int = 0
     """Updates done."""
     episodes: int = 0
@@ -43,6 +44,8 @@ class TrainState:
     """Exponential mean (0.99) of episode rewards, in episode order; None before any."""
     elapsed: float = 0.0
     """Wall seconds spent in updates so far, across resumes."""
+    momentum: np.ndarray | None = None
+    """Adam's mean of gradients (m), same shape as params; None for RMSProp."""
 
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
@@ -50,7 +53,10 @@ _SCALARS = ("batch", "episodes", "steps", "elapsed")
 
 def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
     """Write `state` to `path` atomically: a reader sees the old file or the new, never half."""
-    for name, arr in (("params", state.params), ("cache", state.cache)):
+    named = [("params", state.params), ("cache", state.cache)]
+    if state.momentum is not None:
+        named.append(("momentum", state.momentum))
+    for name, arr in named:
         if not np.all(np.isfinite(arr)):
             raise CheckpointError(f"refusing to save non-finite {name} to {path}")
     # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
@@ -71,6 +77,10 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
         "config": np.str_(config_json),
         "format_version": np.int64(FORMAT_VERSION),
     }
+    if state.momentum is not None:
+        m1t, m2 = policy.split(state.momentum, hidden)
+        arrays["adam_m_W1"] = np.ascontiguousarray(m1t.T)
+        arrays["adam_m_W2"] = m2
     _write_npz_atomic(Path(path), arrays)
 
 
@@ -144,11 +154,16 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     w1, w2 = data["W1"], data["W2"]
     _check_shapes(w1, w2)
     hidden = w1.shape[0]
-    for key in ("rmsprop_W1", "rmsprop_W2"):
+    if ("adam_m_W1" in data) != ("adam_m_W2" in data):
+        raise CheckpointError("holds only one of adam_m_W1 and adam_m_W2")
+    state_keys = ("rmsprop_W1", "rmsprop_W2")
+    if "adam_m_W1" in data:
+        state_keys += ("adam_m_W1", "adam_m_W2")
+    for key in state_keys:
         like = w1 if key.endswith("W1") else w2
         if data[key].shape != like.shape:
             raise CheckpointError(f"{key} has shape {data[key].shape}, not {like.shape}")
-    for key in ("W1", "W2", "rmsprop_W1", "rmsprop_W2"):
+    for key in ("W1", "W2", *state_keys):
         if data[key].dtype != np.float64:
             raise CheckpointError(f"{key} has dtype {data[key].dtype}, not float64")
         _check_finite(data, (key,))
@@ -169,6 +184,9 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         steps=int(scalars["steps"]),
         elapsed=float(scalars["elapsed"]),
         running_reward=None if np.isnan(running) else running,
+        momentum=(
+            policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
+        ),
     )
     return state, config
 

@@ -18,14 +18,15 @@ import click
 from pong_mp.backends import BACKENDS, BackendUnavailable, WorkerError
 from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
-from pong_mp.config import ConfigError, default_workers
+from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, default_workers
 from pong_mp.envs import UnknownEnvError, check_env_id
+from pong_mp.optim import OPTIMIZERS
 from pong_mp.play import play_games, summary
 from pong_mp.plot import PlotError, milestones_table, plot_run, read_metrics
 from pong_mp.progress import make_reporter
 from pong_mp.recording import VideoRecorder
 from pong_mp.signals import STOP_SIGNALS, Interrupted
-from pong_mp.trainer import NonFiniteError, RunDirError, prepare_run, run
+from pong_mp.trainer import NonFiniteError, RunDirError, prepare_run, reached_target, run
 
 EXIT_ERROR = 1
 """A run that failed (a worker error, non-finite numbers)."""
@@ -119,11 +120,25 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its checkpoint.")
 @click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help="A named set of algorithm options; options given beside it win. karpathy: "
+    "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200).",
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(OPTIMIZERS),
+    default=TrainConfig.optimizer,
+    show_default=True,
+    help="rmsprop (Karpathy's) or adam.",
+)
+@click.option(
     "--lr",
     type=float,
-    default=1e-3,
+    default=TrainConfig.lr,
     show_default=True,
-    help="RMSProp learning rate (Karpathy's reference: 1e-4).",
+    help="Learning rate (Karpathy's reference: 1e-4).",
 )
 @click.option("--gamma", type=float, default=0.99, show_default=True, help="Discount factor.")
 @click.option("--decay-rate", type=float, default=0.99, show_default=True, help="RMSProp decay.")
@@ -142,10 +157,22 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     show_default=True,
     help="Seconds before a worker stuck in one episode is replaced.",
 )
+@click.option(
+    "--target-reward",
+    type=float,
+    default=None,
+    metavar="R",
+    help="Stop, with the checkpoint saved, once the running reward reaches R (18: solved).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context
 def train_command(
-    ctx: click.Context, resume: bool, quiet: bool, env_args: tuple[str, ...], **options: Any
+    ctx: click.Context,
+    resume: bool,
+    quiet: bool,
+    env_args: tuple[str, ...],
+    preset: str | None,
+    **options: Any,
 ) -> None:
     """Train a policy; Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 / 143)."""
     options["env_kwargs"] = _parse_env_args(env_args)
@@ -158,9 +185,11 @@ def train_command(
     }
     if resume and not env_args:
         del given["env_kwargs"]
-    if not resume:
-        given = options
     try:
+        if resume:
+            given = apply_preset(preset, given, explicit=set(given))
+        else:
+            given = apply_preset(preset, options, explicit=set(given))
         config, state = prepare_run(Path(options["run_dir"]), resume, given)
         reporter = make_reporter(quiet, state.batch, config.batches)
         state = run(config, state, resumed=resume, reporter=reporter)
@@ -184,8 +213,9 @@ def train_command(
         )
         sys.exit(EXIT_ERROR)
     running = "n/a" if state.running_reward is None else f"{state.running_reward:.2f}"
+    reached = f"target {config.target_reward:g} reached; " if reached_target(config, state) else ""
     click.echo(
-        f"pong-mp: done: {state.batch} updates, {state.episodes} episodes, "
+        f"pong-mp: done: {reached}{state.batch} updates, {state.episodes} episodes, "
         f"{state.steps:,} steps, running reward {running}, in {options['run_dir']}"
     )
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from pong_mp.optim import OPTIMIZERS
 
 
 class ConfigError(ValueError):
@@ -44,19 +47,23 @@ class TrainConfig:
     """Run seed: initial weights and every episode's seed derive from it."""
     run_dir: str = "runs/pong"
     """Directory of config.json, metrics.jsonl and checkpoint.npz."""
+    optimizer: str = "rmsprop"
+    """rmsprop (Karpathy's) or adam (beta1 0.9, beta2 0.999, eps 1e-8)."""
     lr: float = 1e-3
-    """RMSProp learning rate. Karpathy's reference is 1e-4; 1e-3 learns real Pong much
-    faster on the same budget (docs/learning.md)."""
+    """Learning rate. Karpathy's reference is 1e-4; 1e-3 learns real Pong much faster on
+    the same budget (docs/learning.md)."""
     gamma: float = 0.99
     """Discount factor of the returns."""
     decay_rate: float = 0.99
-    """RMSProp decay of the mean of squared gradients."""
+    """RMSProp decay of the mean of squared gradients (unused by adam)."""
     hidden: int = 200
     """Hidden units of the policy."""
     checkpoint_every: int = 10
     """Write checkpoint.npz every this many updates (and always at the end)."""
     episode_timeout: float = 600.0
     """Seconds an episode may take before its worker is treated as hung and replaced."""
+    target_reward: float | None = None
+    """Stop, with the checkpoint saved, once the running reward reaches this (e.g. 18)."""
 
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad value."""
@@ -72,6 +79,14 @@ class TrainConfig:
             (self.episode_timeout > 0, "--episode-timeout must be > 0"),
             (self.seed >= 0, "--seed must be >= 0"),
             (self.backend in ("local", "serial", "ray"), "--backend must be local, serial or ray"),
+            (
+                self.optimizer in OPTIMIZERS,
+                f"--optimizer must be one of {', '.join(OPTIMIZERS)}",
+            ),
+            (
+                self.target_reward is None or math.isfinite(self.target_reward),
+                "--target-reward must be a finite number",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -96,12 +111,39 @@ ALGORITHM_FIELDS = (
     "env_kwargs",
     "batch_size",
     "seed",
+    "optimizer",
     "lr",
     "gamma",
     "decay_rate",
     "hidden",
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
+
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "karpathy": {
+        "optimizer": "rmsprop",
+        "lr": 1e-4,
+        "decay_rate": 0.99,
+        "batch_size": 10,
+        "hidden": 200,
+        "gamma": 0.99,
+    },
+}
+"""Named sets of algorithm options. `karpathy` is pg-pong exactly, whatever the defaults."""
+
+
+def apply_preset(
+    name: str | None, options: dict[str, Any], explicit: set[str] | frozenset[str] = frozenset()
+) -> dict[str, Any]:
+    """`options` with the preset's values, except for the options in `explicit`, which the
+    user set and which win. No preset (None) returns `options` unchanged."""
+    if name is None:
+        return dict(options)
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    chosen = {key: value for key, value in PRESETS[name].items() if key not in explicit}
+    return {**options, **chosen}
 
 
 def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:

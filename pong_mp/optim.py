@@ -41,3 +41,48 @@ def rmsprop_step(
     scratch *= lr
     np.add(params, scratch, out=new_params)
     return new_params, new_cache
+
+
+ADAM_BETA1 = 0.9
+"""Adam's decay of the mean of gradients (Kingma and Ba's default)."""
+ADAM_BETA2 = 0.999
+"""Adam's decay of the mean of squared gradients (Kingma and Ba's default)."""
+ADAM_EPS = 1e-8
+"""Adam's epsilon (Kingma and Ba's default)."""
+
+OPTIMIZERS = ("rmsprop", "adam")
+"""The optimizers `--optimizer` accepts."""
+
+
+def adam_step(
+    params: np.ndarray,
+    momentum: np.ndarray,
+    cache: np.ndarray,
+    grad: np.ndarray,
+    *,
+    step: int,
+    lr: float,
+    beta1: float = ADAM_BETA1,
+    beta2: float = ADAM_BETA2,
+    eps: float = ADAM_EPS,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One Adam ascent step (Kingma and Ba, with bias correction): new (params, momentum,
+    cache); the inputs are left untouched, as in `rmsprop_step`. `step` counts from 1.
+
+        m' = beta1 * m + (1 - beta1) * grad
+        v' = beta2 * v + (1 - beta2) * grad^2
+        params' = params + lr * (m' / (1 - beta1^step)) / (sqrt(v' / (1 - beta2^step)) + eps)
+    """
+    if step < 1:
+        raise ValueError(f"Adam's step counts from 1, not {step}")
+    new_momentum = momentum * beta1
+    new_momentum += (1.0 - beta1) * grad
+    new_cache = cache * beta2
+    new_cache += (1.0 - beta2) * np.square(grad)
+    denom = np.sqrt(new_cache / (1.0 - beta2**step))
+    denom += eps
+    new_params = new_momentum / (1.0 - beta1**step)
+    new_params /= denom
+    new_params *= lr
+    new_params += params
+    return new_params, new_momentum, new_cache

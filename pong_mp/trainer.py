@@ -21,7 +21,7 @@ from pong_mp.checkpoint import TrainState
 from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_config
 from pong_mp.envs import UnknownEnvError, check_env_id
 from pong_mp.episode import EpisodeResult, make_tasks
-from pong_mp.optim import rmsprop_step
+from pong_mp.optim import adam_step, rmsprop_step
 from pong_mp.progress import LineReporter, Reporter
 from pong_mp.signals import stop_signals_deferred, stop_signals_raise
 
@@ -69,6 +69,11 @@ def prepare_run(
                     f"({name} {ckpt_config.get(name)!r}, config.json says "
                     f"{getattr(stored, name)!r})"
                 )
+        if (state.momentum is not None) != (config.optimizer == "adam"):
+            raise checkpoint.CheckpointError(
+                f"{run_dir / CHECKPOINT_FILE}: its optimizer state does not fit "
+                f"--optimizer {config.optimizer}"
+            )
     else:
         existing = [
             f for f in (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE) if (run_dir / f).exists()
@@ -84,7 +89,11 @@ def prepare_run(
             raise ConfigError(str(exc)) from None
         _validate(config)
         params = policy.init_params(config.hidden, config.seed)
-        state = TrainState(params=params, cache=np.zeros_like(params))
+        state = TrainState(
+            params=params,
+            cache=np.zeros_like(params),
+            momentum=np.zeros_like(params) if config.optimizer == "adam" else None,
+        )
     return config, state
 
 
@@ -164,9 +173,16 @@ def apply_batch(
     grad = summed.total
     if not np.isfinite(grad.sum()):  # a sum is NaN/inf iff some element is (or it overflows)
         raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
-    params, cache = rmsprop_step(
-        state.params, state.cache, grad, lr=config.lr, decay=config.decay_rate, out=out
-    )
+    momentum = None
+    if config.optimizer == "adam":
+        assert state.momentum is not None, "an adam run's state holds its momentum"
+        params, momentum, cache = adam_step(
+            state.params, state.momentum, state.cache, grad, step=state.batch + 1, lr=config.lr
+        )
+    else:
+        params, cache = rmsprop_step(
+            state.params, state.cache, grad, lr=config.lr, decay=config.decay_rate, out=out
+        )
     if not np.isfinite(params.sum()):
         raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
     running = state.running_reward
@@ -178,6 +194,7 @@ def apply_batch(
         state,
         params=params,
         cache=cache,
+        momentum=momentum,
         batch=state.batch + 1,
         episodes=state.episodes + summed.count,
         steps=state.steps + summed.steps,
@@ -242,11 +259,20 @@ def run(
     return state
 
 
+def reached_target(config: TrainConfig, state: TrainState) -> bool:
+    """Whether the run's --target-reward is set and the running reward has reached it."""
+    return (
+        config.target_reward is not None
+        and state.running_reward is not None
+        and state.running_reward >= config.target_reward
+    )
+
+
 def updates(
     config: TrainConfig, state: TrainState, backend: Backend
 ) -> Iterator[tuple[TrainState, dict[str, Any]]]:
-    """Play batches from `state` until `config.batches` (forever if None) on a started
-    backend; yield each new state and its metrics record. Writes nothing.
+    """Play batches from `state` until `config.batches` (forever if None) or the target
+    reward on a started backend; yield each new state and its metrics record. Writes nothing.
 
     Asking for the next update means the caller took the last one: the arrays of the state
     it replaced become the next update's output buffers.
@@ -254,7 +280,9 @@ def updates(
     size = state.params.shape
     grad = np.empty(size)
     spare = (np.empty(size), np.empty(size), np.empty(size))
-    while config.batches is None or state.batch < config.batches:
+    while (config.batches is None or state.batch < config.batches) and not reached_target(
+        config, state
+    ):
         new_state, record = _play_update(config, state, backend, grad, spare)
         yield new_state, record
         spare = (state.params, state.cache, spare[2])
@@ -310,6 +338,8 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
         else (f"{config.workers} {config.backend} worker{'s' * (config.workers != 1)}")
     )
     until = f"until update {config.batches}" if config.batches is not None else "until Ctrl-C"
+    if config.target_reward is not None:
+        until += f" or a running reward of {config.target_reward:g}"
     start = f"resuming at update {state.batch}" if resume else "new run"
     idle = ""
     if config.backend != "serial" and config.workers > config.batch_size:

@@ -85,6 +85,9 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--backend", "gpu"], "'gpu' is not one of"),
         (["--env-arg", "nonsense"], "is not KEY=VALUE"),
         (["--resume"], "nothing to resume"),
+        (["--preset", "fast"], "'fast' is not 'karpathy'"),
+        (["--optimizer", "sgd"], "'sgd' is not one of"),
+        (["--target-reward", "high"], "'high' is not a valid float"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(
@@ -96,6 +99,36 @@ def test_bad_input_is_one_line_and_writes_nothing(
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("pong-mp: error: ") and message in done.stderr
     assert not run_dir.exists()
+
+
+def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
+    tmp_path: Path, clean_system
+) -> None:
+    small = "--env FakePong-v0 --env-arg points_to_win=1 --batches 1 --backend serial".split()
+    done = pong_mp("train", *small, "--preset", "karpathy", "--run-dir", str(tmp_path / "K"))
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "K" / "config.json").read_text())
+    assert (config["optimizer"], config["lr"], config["batch_size"], config["hidden"]) == (
+        "rmsprop", 1e-4, 10, 200,
+    )
+    assert (config["gamma"], config["decay_rate"]) == (0.99, 0.99)
+    done = pong_mp(
+        "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")
+    )
+    assert done.returncode == 0, done.stderr
+    config = json.loads((tmp_path / "L" / "config.json").read_text())
+    assert (config["lr"], config["batch_size"]) == (3e-4, 10)
+
+
+def test_target_reward_ends_the_run_with_exit_0(tmp_path: Path, clean_system) -> None:
+    run_dir = tmp_path / "R"
+    # FakePong's running reward is never below -3 in 3-point games: reached at update 1.
+    done = pong_mp(
+        "train", *SMALL, "--workers", "1", "--target-reward", "-3", "--run-dir", str(run_dir)
+    )
+    assert done.returncode == 0, done.stderr
+    assert "pong-mp: done: target -3 reached; 1 updates" in done.stdout
+    assert checkpoint.load(run_dir / "checkpoint.npz")[0].batch == 1
 
 
 def test_a_damaged_checkpoint_is_named_and_left_alone(tmp_path: Path, clean_system) -> None:

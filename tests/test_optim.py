@@ -1,10 +1,11 @@
-"""RMSProp against a hand computation."""
+"""RMSProp and Adam against hand computations."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from pong_mp.optim import rmsprop_step
+from pong_mp.optim import adam_step, rmsprop_step
 
 
 def test_one_step_by_hand() -> None:
@@ -32,3 +33,36 @@ def test_first_step_from_zero_cache_moves_by_lr_over_sqrt_one_minus_decay() -> N
     )
     # With a zero cache the step is lr * sign(g) / sqrt(1 - decay) (eps aside).
     np.testing.assert_allclose(new_params, [1e-3, -1e-3], rtol=1e-2)
+
+
+def test_adam_two_steps_by_hand() -> None:
+    params = np.array([1.0, -2.0])
+    grads = [np.array([2.0, -1.0]), np.array([-1.0, 3.0])]
+    m = v = np.zeros(2)
+    p = params
+    for step, grad in enumerate(grads, 1):
+        p, m, v = adam_step(p, m, v, grad, step=step, lr=0.1, beta1=0.5, beta2=0.75, eps=1e-3)
+    # By hand: m1 = 0.5 g1, v1 = 0.25 g1^2; m2 = 0.5 m1 + 0.5 g2, v2 = 0.75 v1 + 0.25 g2^2,
+    # each step p += lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
+    g1, g2 = grads
+    m1, v1 = 0.5 * g1, 0.25 * g1**2
+    p1 = params + 0.1 * (m1 / 0.5) / (np.sqrt(v1 / 0.25) + 1e-3)
+    m2, v2 = 0.5 * m1 + 0.5 * g2, 0.75 * v1 + 0.25 * g2**2
+    p2 = p1 + 0.1 * (m2 / 0.75) / (np.sqrt(v2 / (1 - 0.75**2)) + 1e-3)
+    np.testing.assert_allclose(m, m2, rtol=1e-15)
+    np.testing.assert_allclose(v, v2, rtol=1e-15)
+    np.testing.assert_allclose(p, p2, rtol=1e-14)
+
+
+def test_adam_first_step_moves_every_weight_by_lr_and_leaves_its_inputs() -> None:
+    params, zeros = np.zeros(3), np.zeros(3)
+    new_params, _, _ = adam_step(params, zeros, zeros, np.array([5.0, -1e-3, 0.0]), step=1, lr=0.01)
+    # Bias correction makes the first step lr * sign(g), however large or small g is.
+    np.testing.assert_allclose(new_params, [0.01, -0.01, 0.0], rtol=1e-4)
+    np.testing.assert_array_equal(params, 0.0)
+    np.testing.assert_array_equal(zeros, 0.0)
+
+
+def test_adam_refuses_step_zero() -> None:
+    with pytest.raises(ValueError, match="counts from 1"):
+        adam_step(np.zeros(1), np.zeros(1), np.zeros(1), np.ones(1), step=0, lr=0.1)

@@ -141,6 +141,8 @@ def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> Non
         ("workers", 0, "--workers must be >= 1"),
         ("batch_size", -1, "--batch-size must be >= 1"),
         ("lr", 0.0, "--lr must be > 0"),
+        ("optimizer", "sgd", "--optimizer must be one of rmsprop, adam"),
+        ("target_reward", float("nan"), "--target-reward must be a finite number"),
         ("gamma", 1.5, "--gamma must be in"),
         ("env", "Nope-v0", "unknown env id 'Nope-v0'"),
     ],
@@ -216,3 +218,52 @@ def test_a_non_finite_update_stops_the_run_and_never_reaches_the_checkpoint(
     assert state.batch == 1
     lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["batch"] for line in lines] == [1]
+
+
+@pytest.fixture(scope="module")
+def adam_weights(tmp_path_factory) -> bytes:
+    """The weights after 3 Adam updates on the serial backend."""
+    run_dir = tmp_path_factory.mktemp("adam")
+    train(_config(run_dir, backend="serial", optimizer="adam"), log=_quiet)
+    return _weights(run_dir)
+
+
+def test_adam_learns_other_weights_and_resumes_bit_for_bit(
+    tmp_path: Path, adam_weights: bytes, serial_weights: bytes, clean_system
+) -> None:
+    assert adam_weights != serial_weights
+    train(_config(tmp_path, batches=2, backend="serial", optimizer="adam"), log=_quiet)
+    state, _ = checkpoint.load(tmp_path / "checkpoint.npz")
+    assert state.momentum is not None and np.any(state.momentum != 0)
+    train(_config(tmp_path, batches=3, workers=3, optimizer="adam"), resume=True, log=_quiet)
+    assert _weights(tmp_path) == adam_weights
+
+
+def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
+    train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
+    with pytest.raises(ConfigError, match="trained with --optimizer 'rmsprop'"):
+        prepare_run(tmp_path, True, {"optimizer": "adam"})
+
+
+def test_target_reward_stops_the_run_once_reached(tmp_path: Path, clean_system) -> None:
+    # The running reward of this run after each update, from a run without a target.
+    full = tmp_path / "full"
+    train(_config(full, batches=6, backend="serial"), log=_quiet)
+    lines = (full / "metrics.jsonl").read_text().splitlines()
+    running = [json.loads(line)["running_reward"] for line in lines]
+    target = sorted(running)[len(running) // 2]  # reached somewhere before the end
+    first = next(i for i, r in enumerate(running, 1) if r >= target)
+    assert first < 6
+    run_dir = tmp_path / "target"
+    state = train(
+        _config(run_dir, batches=6, backend="serial", target_reward=target), log=_quiet
+    )
+    assert state.batch == first
+    saved, _ = checkpoint.load(run_dir / "checkpoint.npz")
+    assert saved.batch == first
+    # Resumed with the target already reached, the run plays nothing more.
+    state = train(
+        _config(run_dir, batches=6, backend="serial", target_reward=target), resume=True,
+        log=_quiet,
+    )
+    assert state.batch == first
