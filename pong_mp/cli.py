@@ -22,7 +22,7 @@ from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, defa
 from pong_mp.envs import UnknownEnvError, check_env_id
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.play import play_games, summary
-from pong_mp.plot import PlotError, milestones_table, plot_run, read_metrics
+from pong_mp.plot import PlotError, milestones_table, plot_run, plot_runs, read_metrics
 from pong_mp.progress import make_reporter
 from pong_mp.recording import VideoRecorder
 from pong_mp.signals import STOP_SIGNALS, Interrupted
@@ -299,32 +299,42 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 
 
 @main.command("plot")
-@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.argument(
+    "run_dirs", metavar="RUN_DIR...", nargs=-1, required=True, type=click.Path(path_type=Path)
+)
 @click.option(
     "-o",
     "--output",
     type=click.Path(path_type=Path),
     default=None,
-    help="PNG to write (default: RUN_DIR/learning.png).",
+    help="PNG to write (default: RUN_DIR/learning.png for one run, compare.png for several).",
 )
 @click.option(
     "--milestones",
     is_flag=True,
-    help="Also print when the running reward first reached -20, -15, ... 0.",
+    help="Also print when the running reward first reached -20, -15, ... +18, for each run.",
 )
-def plot_command(run_dir: Path, output: Path | None, milestones: bool) -> None:
-    """Plot a run's learning curve and speed (works while it is still running)."""
-    out = output or Path(run_dir) / "learning.png"
+def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bool) -> None:
+    """Plot a run's learning curve and speed, or compare several runs (seeds of one setting
+    become a mean curve with its spread). Works while runs are still going."""
+    if output is None:
+        output = Path(run_dirs[0]) / "learning.png" if len(run_dirs) == 1 else Path("compare.png")
     try:
         # Read once: a live run's plot and table then show the same updates.
-        records = read_metrics(run_dir)
-        plot_run(run_dir, out, records)
-        table = milestones_table(records) if milestones else None
+        runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
+        if len(runs) == 1:
+            plot_run(*runs[0][:1], output, runs[0][1])
+        else:
+            plot_runs(runs, output)
+        tables = [
+            milestones_table(records, title=None if len(runs) == 1 else str(run_dir))
+            for run_dir, records in runs
+        ]
     except (PlotError, OSError) as exc:
         _fail(str(exc), EXIT_USAGE)
-    click.echo(f"wrote {out}")
-    if table is not None:
-        click.echo(table)
+    click.echo(f"wrote {output}")
+    if milestones:
+        click.echo("\n\n".join(tables))
 
 
 @main.command("bench")

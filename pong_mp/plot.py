@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from pong_mp.config import TrainConfig
 
 
 class PlotError(ValueError):
@@ -31,13 +35,21 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return records
 
 
-def _title(run_dir: Path, records: list[dict[str, Any]]) -> str:
+def read_config(run_dir: Path) -> dict[str, Any]:
+    """The run's config.json as a dict; empty if it is missing or unreadable (a plot still
+    shows the curve)."""
     try:
         config = json.loads((Path(run_dir) / "config.json").read_text())
     except (OSError, ValueError):
-        config = {}
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _title(run_dir: Path, records: list[dict[str, Any]]) -> str:
+    config = read_config(run_dir)
     parts = [
         config.get("env", "?"),
+        config.get("optimizer", "rmsprop"),
         f"batch {config.get('batch_size', '?')}",
         f"lr {config.get('lr', '?')}",
         f"H {config.get('hidden', '?')}",
@@ -47,27 +59,42 @@ def _title(run_dir: Path, records: list[dict[str, Any]]) -> str:
     return (
         f"{Path(run_dir).name}: "
         + ", ".join(str(p) for p in parts)
-        + f"\n{last['batch']} updates, {last['episodes']:,} episodes"
+        + f"\n{last['batch']} updates, {last['episodes']:,} episodes, "
+        + f"{last.get('total_steps', 0):,} env steps"
     )
 
 
-def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = None) -> Path:
-    """Write a PNG of reward against episodes and of steps/s against time; returns `out`.
-
-    `records` are the run's metrics as `read_metrics` gives them, read here if not given.
-    """
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _steps(records: list[dict[str, Any]]) -> np.ndarray:
+    # total_steps is in every record written by pong-mp; older files had only per-update steps.
+    if all("total_steps" in r for r in records):
+        return np.array([r["total_steps"] for r in records], dtype=float)
+    return np.cumsum([r.get("steps", 0) for r in records], dtype=float)
+
+
+def _minutes(records: list[dict[str, Any]]) -> np.ndarray:
+    return np.array([r.get("elapsed", np.nan) for r in records], dtype=float) / 60
+
+
+def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = None) -> Path:
+    """Write a PNG of one run: reward against env steps, and steps/s against wall time;
+    returns `out`. `records` are the run's metrics as `read_metrics` gives them, read here
+    if not given."""
+    plt = _pyplot()
     if records is None:
         records = read_metrics(run_dir)
-    episodes = np.array([r["episodes"] for r in records])
-    hours = np.array([r.get("elapsed", np.nan) for r in records]) / 3600
+    steps = _steps(records) / 1e6
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5), constrained_layout=True)
     top.plot(
-        episodes,
+        steps,
         [r["reward_mean"] for r in records],
         ".",
         ms=3,
@@ -76,17 +103,17 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
         label="mean reward of each update",
     )
     top.plot(
-        episodes,
+        steps,
         [r["running_reward"] for r in records],
         color="tab:blue",
         lw=2,
         label="running reward",
     )
-    top.set_xlabel("episodes")
+    top.set_xlabel("env steps (millions)")
     top.set_ylabel("reward per game")
     top.grid(alpha=0.3)
     top.legend(loc="upper left")
-    bottom.plot(hours * 60, [r["steps_per_sec"] for r in records], color="tab:green")
+    bottom.plot(_minutes(records), [r["steps_per_sec"] for r in records], color="tab:green")
     bottom.set_xlabel("wall time in updates (minutes)")
     bottom.set_ylabel("env steps per second")
     bottom.set_ylim(bottom=0)
@@ -97,31 +124,154 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
     return Path(out)
 
 
-THRESHOLDS = (-20.0, -15.0, -10.0, -5.0, 0.0)
+NOT_ALGORITHM = frozenset(
+    {
+        "seed",
+        "run_dir",
+        "workers",
+        "backend",
+        "ray_address",
+        "batches",
+        "checkpoint_every",
+        "episode_timeout",
+        "target_reward",
+    }
+)
+"""Config fields that do not make runs different experiments: runs that differ only in these
+are seeds of one setting and are drawn as one mean curve."""
+
+
+@dataclass
+class RunGroup:
+    """Runs of one setting (the same config but for seeds and how they were run)."""
+
+    label: str
+    """What sets this group apart from the others, e.g. "optimizer adam"."""
+    runs: list[tuple[Path, list[dict[str, Any]]]]
+    """Each run's directory and metrics records."""
+
+
+def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
+    """Runs grouped by setting, in the order each setting first appears, each labelled by
+    the config values that differ between the groups (the directory name if none do)."""
+    settings: dict[str, list[tuple[Path, list[dict[str, Any]]]]] = {}
+    configs: dict[str, dict[str, Any]] = {}
+    defaults = {
+        f.name: f.default for f in dataclasses.fields(TrainConfig) if f.default is not MISSING
+    }
+    for run_dir, records in runs:
+        stored = read_config(run_dir)
+        # A config written before an option existed ran with that option's default.
+        stored = {**defaults, **stored} if stored else {}
+        config = {k: v for k, v in stored.items() if k not in NOT_ALGORITHM}
+        key = json.dumps(config, sort_keys=True, default=str) if config else str(run_dir)
+        settings.setdefault(key, []).append((run_dir, records))
+        configs[key] = config
+    differing = sorted(
+        {
+            name
+            for config in configs.values()
+            for name in config
+            if len({json.dumps(c.get(name), default=str) for c in configs.values()}) > 1
+        }
+    )
+    groups = []
+    for key, members in settings.items():
+        config = configs[key]
+        label = ", ".join(f"{name} {config.get(name)}" for name in differing)
+        groups.append(RunGroup(label or members[0][0].name, members))
+    return groups
+
+
+def _on_grid(
+    curves: list[tuple[np.ndarray, np.ndarray]], points: int = 400
+) -> tuple[np.ndarray, np.ndarray]:
+    # Every curve sampled on one grid up to where the shortest one ends, so that a mean and
+    # a spread compare like with like.
+    end = min(float(np.nanmax(x)) for x, _ in curves)
+    start = max(float(np.nanmin(x)) for x, _ in curves)
+    grid = np.linspace(start, end, points)
+    return grid, np.array([np.interp(grid, x, y) for x, y in curves])
+
+
+def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
+    """Write a PNG comparing runs: running reward against env steps and against wall time.
+    Runs that differ only by seed are one mean curve with its spread (min to max)."""
+    plt = _pyplot()
+    groups = group_runs(runs)
+    fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
+    axis_of = (
+        (axes[0], lambda recs: _steps(recs) / 1e6, "env steps (millions)"),
+        (axes[1], _minutes, "wall time in updates (minutes)"),
+    )
+    for number, group in enumerate(groups):
+        color = f"C{number % 10}"
+        for ax, x_of, _ in axis_of:
+            curves = [
+                (x_of(recs), np.array([r["running_reward"] for r in recs], dtype=float))
+                for _, recs in group.runs
+            ]
+            curves = [(x, y) for x, y in curves if np.isfinite(x).all() and len(x) > 1]
+            if not curves:
+                continue
+            if len(curves) == 1:
+                ax.plot(*curves[0], color=color, lw=2, label=f"{group.label} (1 run)")
+                continue
+            grid, ys = _on_grid(curves)
+            ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=color, alpha=0.2)
+            ax.plot(
+                grid,
+                ys.mean(axis=0),
+                color=color,
+                lw=2,
+                label=f"{group.label} (mean of {len(curves)} seeds, min-max shaded)",
+            )
+    for ax, _, xlabel in axis_of:
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("running reward")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="upper left", fontsize="small")
+    fig.suptitle(f"{len(runs)} runs in {len(groups)} setting{'s' * (len(groups) != 1)}")
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return Path(out)
+
+
+THRESHOLDS = (-20.0, -15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 18.0)
 
 
 def milestones(
     records: list[dict[str, Any]], thresholds: tuple[float, ...] = THRESHOLDS
 ) -> list[dict[str, Any]]:
     """For each threshold, the first update whose running reward reached it (or None)."""
+    steps = _steps(records)
     rows = []
     for threshold in thresholds:
-        hit = next((r for r in records if r["running_reward"] >= threshold), None)
+        at = next(
+            (
+                i
+                for i, r in enumerate(records)
+                if r["running_reward"] is not None and r["running_reward"] >= threshold
+            ),
+            None,
+        )
+        hit = records[at] if at is not None else {}
         rows.append(
             {
                 "threshold": threshold,
-                "batch": hit and hit["batch"],
-                "episodes": hit and hit["episodes"],
-                "steps": hit and hit.get("total_steps"),
-                "minutes": hit and hit.get("elapsed", float("nan")) / 60,
+                "batch": hit.get("batch"),
+                "episodes": hit.get("episodes"),
+                "steps": None if at is None else int(steps[at]),
+                "minutes": None if at is None else hit.get("elapsed", float("nan")) / 60,
             }
         )
     return rows
 
 
-def milestones_table(records: list[dict[str, Any]]) -> str:
-    """The milestones as a Markdown table."""
-    lines = [
+def milestones_table(records: list[dict[str, Any]], title: str | None = None) -> str:
+    """The milestones as a Markdown table, under `title` if given."""
+    lines = [f"{title}:"] if title else []
+    lines += [
         "| running reward | update | episodes | env steps | wall time |",
         "|---|---|---|---|---|",
     ]
@@ -129,9 +279,8 @@ def milestones_table(records: list[dict[str, Any]]) -> str:
         if row["batch"] is None:
             lines.append(f"| >= {row['threshold']:g} | not yet | | | |")
         else:
-            steps = "?" if row["steps"] is None else f"{row['steps']:,}"
             lines.append(
                 f"| >= {row['threshold']:g} | {row['batch']} | {row['episodes']:,} | "
-                f"{steps} | {row['minutes']:.1f} min |"
+                f"{row['steps']:,} | {row['minutes']:.1f} min |"
             )
     return "\n".join(lines)

@@ -8,14 +8,18 @@ from pathlib import Path
 import imageio.v2 as imageio
 import pytest
 
-from pong_mp.plot import PlotError, milestones, plot_run, read_metrics
+from pong_mp.plot import PlotError, group_runs, milestones, plot_run, read_metrics
 from tests.test_cli import pong_mp
 
 
-def _fake_run(run_dir: Path, updates: int = 30, partial: bool = False) -> None:
+def _fake_run(
+    run_dir: Path, updates: int = 30, partial: bool = False, per_point: float = 6, **config
+) -> None:
     run_dir.mkdir()
     (run_dir / "config.json").write_text(
-        json.dumps({"env": "FakePong-v0", "batch_size": 10, "lr": 0.003, "hidden": 32, "seed": 7})
+        json.dumps(
+            {"env": "FakePong-v0", "batch_size": 10, "lr": 0.003, "hidden": 32, "seed": 7, **config}
+        )
     )
     lines = [
         json.dumps(
@@ -24,10 +28,11 @@ def _fake_run(run_dir: Path, updates: int = 30, partial: bool = False) -> None:
                 "episodes": 10 * b,
                 "steps": 3000,
                 "reward_mean": -5 + b / 5,
-                "running_reward": -5 + b / 6,
+                "running_reward": -5 + b / per_point,
                 "seconds": 1.0,
                 "steps_per_sec": 3000.0,
                 "elapsed": float(b),
+                "total_steps": 3000 * b,
             }
         )
         for b in range(1, updates + 1)
@@ -69,3 +74,30 @@ def test_milestones_give_the_first_update_at_each_threshold(tmp_path: Path) -> N
     assert rows[0.0]["episodes"] == 300 and rows[0.0]["minutes"] == pytest.approx(0.5)
     done = pong_mp("plot", str(tmp_path / "R"), "--milestones")
     assert "| >= 0 | 30 | 300 |" in done.stdout and "| >= -5 | 1 | 10 |" in done.stdout
+
+
+def test_runs_that_differ_only_by_seed_are_one_group(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "a0", seed=0, optimizer="adam", workers=2)
+    _fake_run(tmp_path / "a1", seed=1, optimizer="adam", workers=1, backend="serial")
+    _fake_run(tmp_path / "r0", seed=0, per_point=10)  # written before --optimizer: rmsprop
+    runs = [(tmp_path / name, read_metrics(tmp_path / name)) for name in ("a0", "r0", "a1")]
+    groups = group_runs(runs)
+    assert [(g.label, [d.name for d, _ in g.runs]) for g in groups] == [
+        ("optimizer adam", ["a0", "a1"]),
+        ("optimizer rmsprop", ["r0"]),
+    ]
+    out = tmp_path / "compare.png"
+    done = pong_mp("plot", *(str(d) for d, _ in runs), "-o", str(out), "--milestones")
+    assert done.returncode == 0, done.stderr
+    image = imageio.imread(out)
+    assert image.shape[0] >= 700 and image[..., :3].std() > 10
+    # One table per run, under its directory; r0 rises more slowly and reaches -2 at 30.
+    assert done.stdout.count("| running reward |") == 3
+    table_r0 = done.stdout.split(f"{tmp_path / 'r0'}:")[1].split("\n\n")[0]
+    assert "| >= -5 | 1 | 10 | 3,000 |" in table_r0 and "| >= 0 | not yet" in table_r0
+
+
+def test_milestones_count_env_steps(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")
+    rows = {row["threshold"]: row for row in milestones(read_metrics(tmp_path / "R"))}
+    assert rows[0.0]["steps"] == 90_000 and rows[18.0]["batch"] is None
