@@ -8,9 +8,7 @@ time so far and the run's config as JSON.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from pong_mp import policy
+from pong_mp.config import ConfigError, check_types
+from pong_mp.files import write_atomic
 
 FORMAT_VERSION = 1
 
@@ -85,28 +85,8 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
 
 
 def _write_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    # Temp file, fsync, rename, fsync the directory: a reader sees the old file or the new.
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename itself durable; not every platform lets a directory be opened.
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+    # A reader sees the old file or the new; RunFileError names the file if it cannot be written.
+    write_atomic(path, lambda fh: np.savez(fh, **arrays))
 
 
 def load(path: Path) -> tuple[TrainState, dict]:
@@ -124,10 +104,15 @@ def _read(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        loaded = np.load(path, allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a .npy holds one bare array
+            raise CheckpointError(f"{path}: not a pong-mp checkpoint or model (.npz)")
+        with loaded as npz:
             return {key: npz[key] for key in npz.files}
+    except CheckpointError:
+        raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from exc
+        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from None
 
 
 def _check_shapes(w1: np.ndarray, w2: np.ndarray) -> None:
@@ -137,6 +122,8 @@ def _check_shapes(w1: np.ndarray, w2: np.ndarray) -> None:
 
 def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
     for key in keys:
+        if data[key].dtype.kind != "f":
+            raise CheckpointError(f"{key} holds {data[key].dtype} values, not floats")
         if not np.all(np.isfinite(data[key])):
             raise CheckpointError(f"{key} holds non-finite values")
 
@@ -144,6 +131,10 @@ def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
 def _check_config(config: object, hidden: int) -> None:
     if not isinstance(config, dict) or config.get("hidden") != hidden:
         raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
+    try:
+        check_types(config)
+    except ConfigError as exc:
+        raise CheckpointError(f"bad config ({exc})") from None
 
 
 def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:

@@ -19,14 +19,23 @@ from pong_mp.backends import BACKENDS, BackendUnavailable, WorkerError
 from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, default_workers
-from pong_mp.envs import UnknownEnvError, check_env_id
+from pong_mp.envs import UnknownEnvError, check_env, check_env_id
+from pong_mp.files import FileError
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.play import play_games, summary
-from pong_mp.plot import PlotError, milestones_table, plot_run, plot_runs, read_metrics
+from pong_mp.plot import (
+    PlotError,
+    check_output,
+    milestones_table,
+    plot_run,
+    plot_runs,
+    read_metrics,
+)
 from pong_mp.progress import make_reporter
 from pong_mp.recording import VideoRecorder
+from pong_mp.rundir import RunDirError, open_run
 from pong_mp.signals import STOP_SIGNALS, Interrupted
-from pong_mp.trainer import NonFiniteError, RunDirError, prepare_run, reached_target, run
+from pong_mp.trainer import NonFiniteError, reached_target, run
 
 EXIT_ERROR = 1
 """A run that failed (a worker error, non-finite numbers)."""
@@ -185,15 +194,19 @@ def train_command(
     }
     if resume and not env_args:
         del given["env_kwargs"]
+    run_dir = Path(options["run_dir"])
     try:
-        if resume:
-            given = apply_preset(preset, given, explicit=set(given))
-        else:
-            given = apply_preset(preset, options, explicit=set(given))
-        config, state = prepare_run(Path(options["run_dir"]), resume, given)
-        reporter = make_reporter(quiet, state.batch, config.batches)
-        state = run(config, state, resumed=resume, reporter=reporter)
-    except (ConfigError, RunDirError, CheckpointError, BackendUnavailable) as exc:
+        given = apply_preset(preset, given if resume else options, explicit=set(given))
+        with open_run(run_dir, resume, given) as (config, state):
+            reporter = make_reporter(quiet, state.batch, config.batches)
+            try:
+                state = run(config, state, resumed=resume, reporter=reporter)
+            except FileError as exc:
+                # The run had started: it failed (exit 1), its last good checkpoint is kept.
+                _fail(f"{exc}; the last good checkpoint in {run_dir} is kept", EXIT_ERROR)
+            except MemoryError:
+                _fail(f"out of memory (--hidden {config.hidden} may be too large)", EXIT_ERROR)
+    except (ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
     except Interrupted as exc:
         # Everything is saved and closed: a further Ctrl-C must not turn this clean exit
@@ -256,12 +269,19 @@ def play_command(
     """Play full games with a checkpoint's policy and print the scores."""
     try:
         params, config = load_policy(checkpoint_path)
-        env_id = env or config.get("env", "ALE/Pong-v5")
+        trained_on = config.get("env", "ALE/Pong-v5")
+        env_id = env or trained_on
         env_kwargs = config.get("env_kwargs", {}) if env is None else {}
-        check_env_id(env_id)
+        check_env(env_id, env_kwargs)
         recorder = VideoRecorder(record, scale=scale) if record is not None else None
     except (CheckpointError, UnknownEnvError, ValueError, OSError) as exc:
         _fail(str(exc), EXIT_USAGE)
+    if env_id != trained_on:
+        click.echo(
+            f"pong-mp: warning: this policy was trained on {trained_on}, not {env_id}; "
+            "expect it to play badly",
+            err=True,
+        )
     hidden = int(config["hidden"])
     try:
         scores = play_games(
@@ -274,9 +294,15 @@ def play_command(
             env_kwargs=env_kwargs,
             on_frame=recorder.add if recorder is not None else None,
         )
-    finally:
         if recorder is not None:
             recorder.close()
+    except (OSError, RuntimeError) as exc:
+        # Only the recording writes a file here: a full disk, or ffmpeg that failed.
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        _fail(f"recording to {record} failed: {first}", EXIT_ERROR)
+    finally:
+        if recorder is not None:
+            recorder.abort()  # does nothing once the recording was closed
     for i, score in enumerate(scores, 1):
         click.echo(
             f"game {i}: agent {score.agent} - {score.opponent} opponent ({score.steps:,} steps)"
@@ -322,16 +348,19 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
     try:
         # Read once: a live run's plot and table then show the same updates.
         runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
-        if len(runs) == 1:
-            plot_run(*runs[0][:1], output, runs[0][1])
-        else:
-            plot_runs(runs, output)
+        check_output(output)
         tables = [
             milestones_table(records, title=None if len(runs) == 1 else str(run_dir))
             for run_dir, records in runs
         ]
-    except (PlotError, OSError) as exc:
+        if len(runs) == 1:
+            plot_run(runs[0][0], output, runs[0][1])
+        else:
+            plot_runs(runs, output)
+    except PlotError as exc:
         _fail(str(exc), EXIT_USAGE)
+    except OSError as exc:
+        _fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_USAGE)
     click.echo(f"wrote {output}")
     if milestones:
         click.echo("\n\n".join(tables))

@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,11 @@ class TrainConfig:
     """Stop, with the checkpoint saved, once the running reward reaches this (e.g. 18)."""
 
     def validate(self) -> None:
-        """Raise ConfigError, naming the option, for the first bad value."""
+        """Raise ConfigError, naming the option, for the first bad type or value."""
+        check_types(dataclasses.asdict(self))
+        for name in ("lr", "gamma", "decay_rate", "episode_timeout"):
+            if not math.isfinite(getattr(self, name)):
+                raise ConfigError(f"{_flag(name)} must be a finite number")
         checks = [
             (self.workers >= 1, "--workers must be >= 1"),
             (self.batch_size >= 1, "--batch-size must be >= 1"),
@@ -74,7 +79,7 @@ class TrainConfig:
             (self.lr > 0, "--lr must be > 0"),
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
-            (self.hidden >= 1, "--hidden must be >= 1"),
+            (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
             (self.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
             (self.episode_timeout > 0, "--episode-timeout must be > 0"),
             (self.seed >= 0, "--seed must be >= 0"),
@@ -97,13 +102,60 @@ class TrainConfig:
         return json.dumps(dataclasses.asdict(self), indent=2, sort_keys=True)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
-        """A config from a dict such as config.json's; unknown keys are an error."""
+    def from_dict(cls, data: object) -> TrainConfig:
+        """A config from a dict such as config.json's, its types and values checked;
+        unknown keys are an error."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a config is a JSON object, not {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
-        return cls(**data)
+        check_types(data)
+        config = cls(**data)
+        config.validate()
+        return config
+
+
+MAX_HIDDEN = 4096
+"""The most hidden units: W1 is then 26 M weights, 210 MB in float64 per copy, and a
+worker's fixed episode memory alone passes 600 MB."""
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+_KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
+    "str": ("a string", lambda v: isinstance(v, str)),
+    "int": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "float": (
+        "a number",
+        lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    ),
+    "dict[str, Any]": (
+        "a JSON object",
+        lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+    ),
+}
+
+
+def check_types(data: dict[str, Any]) -> None:
+    """Raise ConfigError naming the first field of `data` (config.json's, or a dataclass's)
+    whose value has the wrong type for TrainConfig; keys that are not fields are ignored.
+    A float where a whole number belongs is refused, not rounded."""
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        kind = str(f.type)
+        optional = kind.endswith(" | None")
+        if optional and value is None:
+            continue
+        what, ok = _KINDS[kind.removesuffix(" | None")]
+        if not ok(value):
+            null = " or null" if optional else ""
+            raise ConfigError(f"{f.name} must be {what}{null}, not {json.dumps(value)}")
 
 
 ALGORITHM_FIELDS = (
@@ -154,7 +206,7 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
     """
     for name in ALGORITHM_FIELDS:
         if name in given and given[name] != getattr(stored, name):
-            flag = "--" + name.replace("_", "-")
+            flag = _flag(name)
             raise ConfigError(
                 f"this run was trained with {flag} {getattr(stored, name)!r}, not "
                 f"{given[name]!r}: omit {flag} to resume it, or start a new --run-dir"
@@ -163,8 +215,14 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
 
 
 def read_config(path: Path) -> TrainConfig:
-    """Load config.json, with a ConfigError naming the file if it is unreadable."""
+    """Load and check config.json; a ConfigError names the file and the problem."""
     try:
-        return TrainConfig.from_dict(json.loads(path.read_text()))
-    except (OSError, ValueError, TypeError) as exc:
-        raise ConfigError(f"{path}: not a valid pong-mp config ({exc})") from exc
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path}: not a valid pong-mp config (not UTF-8 JSON: {exc})") from None
+    try:
+        return TrainConfig.from_dict(data)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: not a valid pong-mp config ({exc})") from None

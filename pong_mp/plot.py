@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pong_mp import rundir
 from pong_mp.config import TrainConfig
+from pong_mp.files import FileError
+from pong_mp.rundir import METRICS_FILE
 
 
 class PlotError(ValueError):
@@ -18,21 +22,39 @@ class PlotError(ValueError):
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's metrics records; a line being written right now (or cut off) is skipped."""
-    path = Path(run_dir) / "metrics.jsonl"
+    """The run's metrics records (`rundir.read_metrics`: validated, a line being written
+    right now skipped); PlotError, in one line, if there are none or the file is damaged."""
+    path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
-        raise PlotError(f"{run_dir}: no metrics.jsonl (is it a pong-mp run directory?)")
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "batch" in record:
-            records.append(record)
+        raise PlotError(f"{run_dir}: no {METRICS_FILE} (is it a pong-mp run directory?)")
+    try:
+        records = rundir.read_metrics(path)
+    except (rundir.RunDirError, FileError) as exc:
+        raise PlotError(str(exc)) from None
     if not records:
         raise PlotError(f"{path}: no update recorded yet")
     return records
+
+
+def check_output(out: Path) -> None:
+    """PlotError unless `out` is a .png file that can be written (checked before drawing)."""
+    out = Path(out)
+    if out.suffix.lower() != ".png":
+        raise PlotError(f"{out}: the plot is written as PNG; name a .png file")
+    if out.is_dir():
+        raise PlotError(f"{out} is a directory; name a .png file")
+    if not out.parent.is_dir():
+        raise PlotError(f"{out}: no directory {out.parent}")
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        raise PlotError(f"cannot write {out}: permission denied")
+
+
+def _running(records: list[dict[str, Any]]) -> np.ndarray:
+    # null (no episode yet) is drawn as a gap
+    return np.array(
+        [np.nan if r["running_reward"] is None else r["running_reward"] for r in records],
+        dtype=float,
+    )
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
@@ -104,7 +126,7 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
     )
     top.plot(
         steps,
-        [r["running_reward"] for r in records],
+        _running(records),
         color="tab:blue",
         lw=2,
         label="running reward",
@@ -208,10 +230,15 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
         color = f"C{number % 10}"
         for ax, x_of, _ in axis_of:
             curves = [
-                (x_of(recs), np.array([r["running_reward"] for r in recs], dtype=float))
+                (x_of(recs), _running(recs))
                 for _, recs in group.runs
             ]
-            curves = [(x, y) for x, y in curves if np.isfinite(x).all() and len(x) > 1]
+            curves = [
+                (x[ok], y[ok])
+                for x, y in curves
+                for ok in [np.isfinite(x) & np.isfinite(y)]
+                if ok.sum() > 1
+            ]
             if not curves:
                 continue
             if len(curves) == 1:

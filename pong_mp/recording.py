@@ -6,6 +6,7 @@ ffmpeg binary in the wheel. Frames are streamed to the file, so a long game need
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,6 +31,12 @@ class VideoRecorder:
             raise ValueError(f"{path}: --record needs a .gif or .mp4 file")
         if scale < 1:
             raise ValueError("scale must be >= 1")
+        if path.is_dir():
+            raise ValueError(f"{path} is a directory; --record needs a .gif or .mp4 file")
+        if not path.parent.is_dir():
+            raise ValueError(f"{path}: no directory {path.parent}")
+        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+            raise ValueError(f"cannot write {path}: permission denied")
         self.path = path
         self.scale = scale
         self.frames = 0
@@ -45,7 +52,11 @@ class VideoRecorder:
                 "macro_block_size": 2,
                 "quality": 8,
             }
-        self._writer = imageio.get_writer(path, **options)
+        # Written beside the target and renamed into place when finished, so that a failed
+        # or interrupted recording leaves no half video (nor damages an older one).
+        self._tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{suffix}")
+        self._writer = imageio.get_writer(self._tmp, **options)
+        self._done = False
 
     def add(self, frame: np.ndarray) -> None:
         """Append one RGB frame (H x W x 3 uint8)."""
@@ -54,8 +65,28 @@ class VideoRecorder:
         self.frames += 1
 
     def close(self) -> None:
-        """Finish the file."""
-        self._writer.close()
+        """Finish the file and move it into place (once; later calls do nothing)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._writer.close()
+            os.replace(self._tmp, self.path)
+        finally:
+            self._tmp.unlink(missing_ok=True)
+
+    def abort(self) -> None:
+        """Drop the recording: nothing is written to the target (once; then close does
+        nothing)."""
+        if self._done:
+            return
+        self._done = True
+        try:
+            self._writer.close()
+        except Exception:  # the writer failed already; its file is dropped either way
+            pass
+        finally:
+            self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> VideoRecorder:
         return self
@@ -63,4 +94,7 @@ class VideoRecorder:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        if kind is None:
+            self.close()
+        else:
+            self.abort()

@@ -5,7 +5,6 @@ checkpoint. It talks to any backend through the same three calls.
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,125 +12,32 @@ from typing import Any
 
 import numpy as np
 
-from pong_mp import checkpoint, policy
+from pong_mp import checkpoint
 from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend
 from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
-from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_config
-from pong_mp.envs import UnknownEnvError, check_env_id
+from pong_mp.config import TrainConfig
 from pong_mp.episode import EpisodeResult, make_tasks
+from pong_mp.files import FileError
 from pong_mp.optim import adam_step, rmsprop_step
 from pong_mp.progress import LineReporter, Reporter
+from pong_mp.rundir import (
+    CHECKPOINT_FILE,
+    METRICS_FILE,
+    MetricsLog,
+    keep_metrics_until,
+    open_run,
+    write_config,
+)
 from pong_mp.signals import stop_signals_deferred, stop_signals_raise
 
-CONFIG_FILE = "config.json"
-METRICS_FILE = "metrics.jsonl"
-CHECKPOINT_FILE = "checkpoint.npz"
 RUNNING_DECAY = 0.99
 """Weight of the old value in the running reward, updated once per episode (Karpathy's)."""
 
 
-class RunDirError(ValueError):
-    """The run directory does not fit the request (a different run, or nothing to resume)."""
-
-
 class NonFiniteError(RuntimeError):
     """An update would have produced non-finite numbers; it was not applied."""
-
-
-# -- the run directory -----------------------------------------------------------------------
-
-
-def prepare_run(
-    run_dir: Path, resume: bool, given: dict[str, Any]
-) -> tuple[TrainConfig, TrainState]:
-    """Check the run directory and options; returns the run's config and starting state.
-
-    `given` holds the options the user set. A new run refuses a directory that already
-    holds one; a resumed run keeps its stored algorithm options (see merge_for_resume).
-    Writes nothing: `run` writes the run's files once its backend has started. Raises
-    ConfigError, RunDirError or CheckpointError.
-    """
-    run_dir = Path(run_dir)
-    given = {**given, "run_dir": str(run_dir)}
-    if resume:
-        if not (run_dir / CHECKPOINT_FILE).exists():
-            raise RunDirError(f"{run_dir}: nothing to resume (no {CHECKPOINT_FILE})")
-        stored = read_config(run_dir / CONFIG_FILE)
-        config = merge_for_resume(stored, given)
-        _validate(config)
-        state, ckpt_config = checkpoint.load(run_dir / CHECKPOINT_FILE)
-        for name in ("env", "hidden", "seed", "batch_size"):
-            if ckpt_config.get(name) != getattr(stored, name):
-                raise checkpoint.CheckpointError(
-                    f"{run_dir / CHECKPOINT_FILE}: belongs to another run "
-                    f"({name} {ckpt_config.get(name)!r}, config.json says "
-                    f"{getattr(stored, name)!r})"
-                )
-        if (state.momentum is not None) != (config.optimizer == "adam"):
-            raise checkpoint.CheckpointError(
-                f"{run_dir / CHECKPOINT_FILE}: its optimizer state does not fit "
-                f"--optimizer {config.optimizer}"
-            )
-    else:
-        existing = [
-            f for f in (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE) if (run_dir / f).exists()
-        ]
-        if existing:
-            raise RunDirError(
-                f"{run_dir} already holds a run ({', '.join(existing)}): pass --resume to "
-                "continue it, or choose another --run-dir"
-            )
-        try:
-            config = TrainConfig(**given)
-        except TypeError as exc:
-            raise ConfigError(str(exc)) from None
-        _validate(config)
-        params = policy.init_params(config.hidden, config.seed)
-        state = TrainState(
-            params=params,
-            cache=np.zeros_like(params),
-            momentum=np.zeros_like(params) if config.optimizer == "adam" else None,
-        )
-    return config, state
-
-
-def _open_run_dir(run_dir: Path, config: TrainConfig, last_batch: int) -> None:
-    # Metrics lines newer than the checkpoint (and a line cut off by a crash) describe
-    # updates that are played again; keeping them would record those updates twice.
-    run_dir.mkdir(parents=True, exist_ok=True)
-    _write_atomic(run_dir / CONFIG_FILE, config.to_json() + "\n")
-    _truncate_metrics(run_dir / METRICS_FILE, last_batch)
-
-
-def _validate(config: TrainConfig) -> None:
-    config.validate()
-    if config.ray_address and config.backend != "ray":
-        config.backend = "ray"  # --ray-address implies the ray backend
-    try:
-        check_env_id(config.env)
-    except UnknownEnvError as exc:
-        raise ConfigError(str(exc)) from None
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
-def _truncate_metrics(path: Path, last_batch: int) -> None:
-    if not path.exists():
-        return
-    kept = []
-    for line in path.read_text().splitlines():
-        try:
-            if json.loads(line)["batch"] <= last_batch:
-                kept.append(line)
-        except (ValueError, KeyError, TypeError):
-            continue
-    _write_atomic(path, "".join(f"{line}\n" for line in kept))
 
 
 # -- training --------------------------------------------------------------------------------
@@ -207,10 +113,10 @@ def apply_batch(
 def train(
     config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] = print
 ) -> TrainState:
-    """Train a run described by `config` (the Python API): prepare_run, then run, with
+    """Train a run described by `config` (the Python API): open_run, then run, with
     plain progress lines going to `log`."""
-    config, state = prepare_run(Path(config.run_dir), resume, dataclasses.asdict(config))
-    return run(config, state, resumed=resume, reporter=LineReporter(log))
+    with open_run(Path(config.run_dir), resume, dataclasses.asdict(config)) as (config, state):
+        return run(config, state, resumed=resume, reporter=LineReporter(log))
 
 
 def run(
@@ -222,10 +128,11 @@ def run(
 ) -> TrainState:
     """Train from `state` until `config.batches` updates are done or a stop signal arrives.
 
-    The run's files are written once the backend has started, so a backend that cannot
-    start leaves the run directory as it was. Raises Interrupted after saving a checkpoint
-    when SIGINT or SIGTERM arrives; on any exit after the start the last complete update
-    is saved, and the backend is always closed.
+    The caller holds the run directory (`rundir.open_run`). The run's files are written
+    once the backend has started, so a backend that cannot start leaves the run directory
+    as it was. Raises Interrupted after saving a checkpoint when SIGINT or SIGTERM arrives;
+    on any exit after the start the last complete update is saved (unless saving is what
+    failed: FileError), and the backend is always closed.
     """
     run_dir = Path(config.run_dir)
     reporter = reporter or LineReporter()
@@ -233,27 +140,36 @@ def run(
     backend = make_backend(config.backend, rollout_spec(config), config.ray_address)
     saved_batch = state.batch if resumed else -1
     started = False
+    metrics: MetricsLog | None = None
+    file_failed = False
     with stop_signals_raise():
         try:
             backend.start()
-            _open_run_dir(run_dir, config, state.batch)
+            # Metrics lines newer than the checkpoint (and a line cut off by a crash)
+            # describe updates that are played again; keeping them would record them twice.
+            write_config(run_dir, config)
+            keep_metrics_until(run_dir / METRICS_FILE, state.batch)
+            metrics = MetricsLog(run_dir / METRICS_FILE)
             started = True
-            with open(run_dir / METRICS_FILE, "a") as metrics:
-                for new_state, record in updates(config, state, backend):
-                    # The commit: an interrupt lands before it or after it, never inside.
-                    with stop_signals_deferred():
-                        state = new_state
-                        metrics.write(json.dumps(record) + "\n")
-                        metrics.flush()
-                        reporter.update(record)
-                        if state.batch % config.checkpoint_every == 0:
-                            _save(run_dir, state, config)
-                            saved_batch = state.batch
+            for new_state, record in updates(config, state, backend):
+                # The commit: an interrupt lands before it or after it, never inside.
+                with stop_signals_deferred():
+                    state = new_state
+                    metrics.write(record)
+                    reporter.update(record)
+                    if state.batch % config.checkpoint_every == 0:
+                        _save(run_dir, state, config)
+                        saved_batch = state.batch
+        except FileError:
+            file_failed = True  # the disk refused a write: the last good checkpoint stays
+            raise
         finally:
             try:
-                if started and state.batch != saved_batch:
+                if started and state.batch != saved_batch and not file_failed:
                     _save(run_dir, state, config)
             finally:
+                if metrics is not None:
+                    metrics.close()
                 backend.close()
                 reporter.close()
     return state
@@ -329,6 +245,7 @@ def _play_update(
 
 def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
     checkpoint.save(run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json())
+
 
 
 def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:

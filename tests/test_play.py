@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from pong_mp import policy
@@ -67,11 +69,28 @@ def test_cli_play_uses_the_env_the_policy_was_trained_on(
     assert lines[2].startswith("won ")
 
 
+def _model(path: Path, **replace) -> None:
+    arrays = {
+        "W1": np.zeros((8, 6400), np.float32),
+        "W2": np.zeros(8, np.float32),
+        "config": {"hidden": 8, "env": "FakePong-v0"},
+        **replace,
+    }
+    arrays["config"] = np.str_(json.dumps(arrays["config"]))
+    with open(path, "wb") as fh:
+        np.savez(fh, **arrays)
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
         (lambda p: None, "no such checkpoint"),
         (lambda p: p.write_bytes(b"PK\x03\x04 truncated"), "damaged checkpoint"),
+        (lambda p: np.save(p.with_suffix(".npy"), np.zeros(3)) or p.with_suffix(".npy").rename(p),
+         "not a pong-mp checkpoint or model"),
+        (lambda p: _model(p, W1=np.full((8, 6400), "a")), "W1 holds <U1 values, not floats"),
+        (lambda p: _model(p, config={"hidden": 8, "env": 3}), "bad config (env must be a"),
+        (lambda p: _model(p, config=[8]), "its config does not match its weights"),
     ],
 )
 def test_cli_play_on_a_bad_file_is_one_line(tmp_path: Path, make, message: str) -> None:
@@ -90,3 +109,46 @@ def test_cli_exports_a_model_that_plays(fake_checkpoint: Path, tmp_path: Path) -
     played = pong_mp("play", str(model), "--episodes", "1")
     assert played.returncode == 0, played.stderr
     assert played.stdout.splitlines()[-1].startswith("won ")
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        (lambda tmp: tmp, "needs a .gif or .mp4 file"),
+        (lambda tmp: (tmp / "d.gif").mkdir() or tmp / "d.gif", "is a directory"),
+        (lambda tmp: tmp / "missing" / "game.gif", "no directory"),
+        (lambda tmp: tmp / "game.avi", "needs a .gif or .mp4 file"),
+    ],
+)
+def test_cli_record_to_a_bad_place_is_one_line_before_any_game(
+    fake_checkpoint: Path, tmp_path: Path, target, message: str
+) -> None:
+    path = target(tmp_path)
+    done = pong_mp("play", str(fake_checkpoint), "--record", str(path))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout == ""  # no game was played
+
+
+def test_a_failed_recording_leaves_no_file(
+    fake_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pong_mp.recording import VideoRecorder
+
+    out = tmp_path / "game.gif"
+    recorder = VideoRecorder(out)
+    recorder.add(np.zeros((210, 160, 3), np.uint8))
+    recorder.abort()
+    assert list(tmp_path.iterdir()) == []
+    with VideoRecorder(out, scale=1) as finished:
+        finished.add(np.zeros((210, 160, 3), np.uint8))
+    assert [p.name for p in tmp_path.iterdir()] == ["game.gif"]
+
+
+def test_cli_play_warns_when_the_env_is_not_the_one_trained_on(fake_checkpoint: Path) -> None:
+    done = pong_mp("play", str(fake_checkpoint), "--env", "SlowPong-v0", "--episodes", "1")
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == (
+        "pong-mp: warning: this policy was trained on FakePong-v0, not SlowPong-v0; "
+        "expect it to play badly\n"
+    )

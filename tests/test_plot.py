@@ -101,3 +101,28 @@ def test_milestones_count_env_steps(tmp_path: Path) -> None:
     _fake_run(tmp_path / "R")
     rows = {row["threshold"]: row for row in milestones(read_metrics(tmp_path / "R"))}
     assert rows[0.0]["steps"] == 90_000 and rows[18.0]["batch"] is None
+
+
+def test_bad_plot_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")
+    done = pong_mp("plot", str(tmp_path / "R"), "-o", str(tmp_path / "out.txt"))
+    assert done.returncode == 2 and "name a .png file" in done.stderr
+    assert done.stderr.count("\n") == 1 and not (tmp_path / "out.txt").exists()
+    metrics = tmp_path / "R" / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join([lines[0], '{"batch": 2}', *lines[2:]]) + "\n")
+    done = pong_mp("plot", str(tmp_path / "R"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "line 2: damaged metrics record (episodes must be a number" in done.stderr
+    assert not (tmp_path / "R" / "learning.png").exists()
+
+
+def test_a_null_running_reward_plots_as_a_gap(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")
+    metrics = tmp_path / "R" / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    records[0]["running_reward"] = None
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = pong_mp("plot", str(tmp_path / "R"), "--milestones")
+    assert done.returncode == 0, done.stderr
+    assert "| >= -5 | 2 | 20 |" in done.stdout  # update 1 has no running reward

@@ -13,13 +13,8 @@ from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult
-from pong_mp.trainer import (
-    NonFiniteError,
-    RunDirError,
-    apply_batch,
-    prepare_run,
-    train,
-)
+from pong_mp.rundir import RunDirError, prepare_run
+from pong_mp.trainer import NonFiniteError, apply_batch, train
 from tests.conftest import METRIC_FIELDS
 
 
@@ -109,11 +104,12 @@ def test_resume_drops_metrics_newer_than_the_checkpoint(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
     train(_config(tmp_path, batches=2, backend="serial"), log=_quiet)
+    last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     with open(tmp_path / "metrics.jsonl", "a") as fh:  # as if it died after logging update 3
-        fh.write(json.dumps({"batch": 3, "episodes": 9}) + "\n" + '{"batch": 4, "epi')
+        fh.write(json.dumps({**last, "batch": 3, "stale": True}) + "\n" + '{"batch": 4, "epi')
     train(_config(tmp_path, backend="serial"), resume=True, log=_quiet)
     records = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    assert [r["batch"] for r in records] == [1, 2, 3] and "reward_mean" in records[-1]
+    assert [r["batch"] for r in records] == [1, 2, 3] and "stale" not in records[-1]
     assert _weights(tmp_path) == serial_weights
 
 

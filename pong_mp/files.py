@@ -1,0 +1,72 @@
+"""Safe file I/O: atomic, durable writes, and one clear error for any OSError.
+
+A write goes to a temp file named after its writer's pid, is fsynced, renamed into place and
+its directory fsynced, so a reader sees the old file or the new one, never half. Every OSError
+becomes a `FileError` that names the file and the cause, in one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+
+class FileError(RuntimeError):
+    """A file could not be read or written (a full disk, a read-only place, no
+    permission). The message names the file and the cause."""
+
+
+def file_error(path: Path, action: str, exc: OSError) -> FileError:
+    """The FileError for an OSError raised while `action`-ing `path`."""
+    cause = exc.strerror or str(exc) or type(exc).__name__
+    return FileError(f"cannot {action} {path}: {cause}")
+
+
+@contextlib.contextmanager
+def file_io(path: Path, action: str) -> Iterator[None]:
+    """Turn an OSError inside the block into a FileError naming `path`."""
+    try:
+        yield
+    except OSError as exc:
+        raise file_error(path, action, exc) from None
+
+
+def temp_path(path: Path) -> Path:
+    """Where `path` is written before it is renamed into place (the pid marks the writer)."""
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+    """Write `path` through `write(file)` atomically and durably: a reader sees the old file
+    or the new, never half; on failure no temp file is left. Raises FileError."""
+    path = Path(path)
+    tmp = temp_path(path)
+    with file_io(path, "write"):
+        try:
+            with open(tmp, "wb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+    fsync_dir(path.parent)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """`write_atomic` for a text file (UTF-8)."""
+    write_atomic(path, lambda fh: fh.write(text.encode()))
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make renames in `directory` durable; not every platform lets a directory be opened."""
+    with contextlib.suppress(OSError):
+        fd = os.open(directory, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

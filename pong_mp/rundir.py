@@ -1,0 +1,431 @@
+"""The run directory: its file names, its lock, its writes and reads, and the checks for a
+new run and for a resume.
+
+A run directory belongs to one trainer at a time: `RunLock` holds an flock on `.lock` for the
+trainer's life, which the kernel drops when the process dies, so a killed run never leaves the
+directory stuck. Every write is atomic and durable (temp file, fsync, rename, fsync of the
+directory, see `files.py`), so a reader sees the old file or the new one; the temp files of
+writers that died are removed at the next start. Every OSError of run-directory I/O becomes
+one `FileError` that names the file and the cause.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pong_mp import checkpoint, policy
+from pong_mp.checkpoint import CheckpointError, TrainState
+from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_config
+from pong_mp.envs import UnknownEnvError, check_env
+from pong_mp.files import FileError, file_error, file_io, write_text_atomic
+
+CONFIG_FILE = "config.json"
+METRICS_FILE = "metrics.jsonl"
+CHECKPOINT_FILE = "checkpoint.npz"
+LOCK_FILE = ".lock"
+RUN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE)
+"""The files that make a directory hold a run."""
+
+METRICS_NUMBERS = ("episodes", "steps", "reward_mean", "seconds", "steps_per_sec")
+"""Numeric fields every metrics record has besides `batch` and `running_reward` (the
+contract in DESIGN.md); `running_reward` may be null, before any episode."""
+
+
+class RunDirError(ValueError):
+    """The run directory does not fit the request: another run, nothing to resume, in use by
+    another trainer, or a damaged run file."""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by someone else
+    return True
+
+
+def remove_stale_temps(run_dir: Path) -> list[Path]:
+    """Remove the temp files of writers that are gone (killed mid-write); the removed paths.
+
+    Only called under the run's lock, so no other trainer is writing here. A temp file whose
+    writer is still alive (`pong-mp export` into the run directory, say) is left alone.
+    """
+    removed = []
+    for tmp in Path(run_dir).glob(".*.tmp"):
+        parts = tmp.name.rsplit(".", 2)
+        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
+        if pid is not None and pid != os.getpid() and _pid_alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+            removed.append(tmp)
+    return removed
+
+
+# -- the lock --------------------------------------------------------------------------------
+
+
+class RunLock:
+    """An exclusive flock on RUN_DIR/.lock: one trainer per run directory.
+
+    The kernel releases an flock when its process dies, however it dies, so a killed trainer
+    never leaves the directory locked. The lock file holds the holder's pid, for the message
+    the next trainer gets, and is removed on release. Directories the lock created are
+    removed again by `release(True)` when the run wrote nothing into them (a failed start).
+    """
+
+    def __init__(self, run_dir: Path) -> None:
+        """A lock on `run_dir` (not taken yet)."""
+        self.run_dir = Path(run_dir)
+        self._fd: int | None = None
+        self._created: list[Path] = []
+
+    def check_free(self) -> None:
+        """Raise RunDirError if another trainer holds the lock; creates and changes nothing
+        (so that a busy directory is reported before anything else about it)."""
+        try:
+            fd = os.open(self.run_dir / LOCK_FILE, os.O_RDONLY)
+        except OSError:
+            return  # no lock file (or none readable): acquire() will tell
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise self._busy(_read_pid(fd)) from None
+        finally:
+            os.close(fd)  # closing drops a lock taken here
+
+    def _busy(self, holder: int | None) -> RunDirError:
+        who = f" (pid {holder})" if holder else ""
+        return RunDirError(
+            f"{self.run_dir} is in use by another trainer{who}: wait for it to end, "
+            "or choose another --run-dir"
+        )
+
+    def acquire(self) -> RunLock:
+        """Create the directory if needed and take the lock, or raise RunDirError (held by
+        another trainer) or FileError (the directory cannot be made or written)."""
+        self._created = self._make_dirs()
+        path = self.run_dir / LOCK_FILE
+        while True:
+            with file_io(path, "create"):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                holder = _read_pid(fd)
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise file_error(path, "lock", exc) from None
+                raise self._busy(holder) from None
+            # A lock file removed and made anew by a failed start between our open and our
+            # flock would let two trainers in: hold the lock only on the file at the path.
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        try:
+            with file_io(path, "write"):
+                os.ftruncate(fd, 0)
+                os.write(fd, f"{os.getpid()}\n".encode())
+        except FileError:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return self
+
+    def _make_dirs(self) -> list[Path]:
+        missing = []
+        for directory in (self.run_dir, *self.run_dir.parents):
+            if directory.exists():
+                break
+            missing.append(directory)
+        if self.run_dir.exists() and not self.run_dir.is_dir():
+            raise RunDirError(f"--run-dir {self.run_dir} is a file, not a directory")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            raise RunDirError(
+                f"--run-dir {self.run_dir}: a part of the path is a file, not a directory"
+            ) from None
+        except OSError as exc:
+            raise file_error(self.run_dir, "create", exc) from None
+        return missing
+
+    def release(self, remove_if_unused: bool = False) -> None:
+        """Drop the lock and remove its file; with `remove_if_unused`, also remove the
+        directories this lock created if nothing was written into them."""
+        if self._fd is None:
+            return
+        try:
+            # Removed while still held: a trainer that opened the old file notices in
+            # acquire() that it is no longer at the path, and takes the new one.
+            with contextlib.suppress(OSError):
+                (self.run_dir / LOCK_FILE).unlink()
+            if remove_if_unused:
+                for directory in self._created:  # deepest first; rmdir keeps non-empty ones
+                    with contextlib.suppress(OSError):
+                        directory.rmdir()
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode().strip()
+        return int(text) if text.isdigit() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def holds_run(run_dir: Path) -> list[str]:
+    """The run files present in `run_dir` (none for a new or empty directory)."""
+    return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
+
+
+# -- metrics.jsonl ---------------------------------------------------------------------------
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_record(record: object) -> str | None:
+    # What is wrong with one metrics record, or None.
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    batch = record.get("batch")
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        return f"batch must be a whole number >= 1, not {batch!r}"
+    for name in METRICS_NUMBERS:
+        if not _is_number(record.get(name)):
+            return f"{name} must be a number, not {record.get(name)!r}"
+    running = record.get("running_reward")
+    if running is not None and not _is_number(running):
+        return f"running_reward must be a number or null, not {running!r}"
+    for name in ("elapsed", "total_steps"):
+        if name in record and not _is_number(record[name]):
+            return f"{name} must be a number, not {record[name]!r}"
+    return None
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl, validated; [] if the file does not exist.
+
+    A last line without its newline is a write cut off by a crash and is skipped; any other
+    line that is not UTF-8 JSON with the contract's fields raises RunDirError naming the
+    line. Raises FileError if the file cannot be read.
+    """
+    path = Path(path)
+    if not path.exists():
+        return []
+    with file_io(path, "read"):
+        data = path.read_bytes()
+    lines = data.split(b"\n")
+    complete, tail = lines[:-1], lines[-1]
+    records = []
+    for number, raw in enumerate(complete + ([tail] if tail.strip() else []), 1):
+        cut_off = number == len(complete) + 1
+        if not raw.strip() and not cut_off:
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+            problem = _check_record(record)
+        except (UnicodeDecodeError, ValueError):
+            problem = "not UTF-8 JSON"
+        if problem is not None:
+            if cut_off:
+                continue  # a write cut off by a crash
+            raise RunDirError(f"{path}, line {number}: damaged metrics record ({problem})")
+        records.append(record)
+    return records
+
+
+def keep_metrics_until(path: Path, last_batch: int) -> None:
+    """Rewrite metrics.jsonl atomically with only the records up to `last_batch` (those the
+    checkpoint holds): later ones describe updates that are played again. Writes nothing if
+    there is nothing to drop."""
+    path = Path(path)
+    if not path.exists():
+        return
+    records = read_metrics(path)
+    kept = [r for r in records if r["batch"] <= last_batch]
+    with file_io(path, "read"):
+        unchanged = len(kept) == len(records) and path.read_bytes().endswith(b"\n")
+    if unchanged or (not records and path.stat().st_size == 0):
+        return
+    write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+
+
+class MetricsLog:
+    """Appends metrics records; a failed write is cut back off, so the file never ends in a
+    half record. Raises FileError."""
+
+    def __init__(self, path: Path) -> None:
+        """Open `path` for appending."""
+        self.path = Path(path)
+        with file_io(self.path, "open"):
+            # Unbuffered: a record reaches the OS whole or is cut back off at once, and
+            # nothing half-written waits in a buffer to be flushed later.
+            self._fh = open(self.path, "ab", buffering=0)  # noqa: SIM115 (see close())
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record."""
+        line = (json.dumps(record) + "\n").encode()
+        start = self._fh.seek(0, os.SEEK_END)
+        try:
+            written = self._fh.write(line)
+            if written != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                self._fh.truncate(start)
+            raise file_error(self.path, "write", exc) from None
+
+    def close(self) -> None:
+        """Close the file; a flush that fails here has nothing left to lose."""
+        with contextlib.suppress(OSError):
+            self._fh.close()
+
+
+# -- a run's start ----------------------------------------------------------------------------
+
+
+def prepare_run(
+    run_dir: Path, resume: bool, given: dict[str, Any], *, build_env: bool = True
+) -> tuple[TrainConfig, TrainState]:
+    """Check the run directory and options; returns the run's config and starting state.
+
+    `given` holds the options the user set. A new run refuses a directory that already
+    holds one; a resumed run keeps its stored algorithm options (see merge_for_resume), and
+    a run stopped before its first checkpoint resumes from its start. With `build_env`, the
+    env is made once to check it and its --env-arg. Writes nothing. Raises ConfigError,
+    RunDirError, CheckpointError or FileError.
+    """
+    run_dir = Path(run_dir)
+    given = {**given, "run_dir": str(run_dir)}
+    if resume:
+        config_path, ckpt_path = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
+        if not config_path.is_file():
+            what = "no checkpoint.npz" if not ckpt_path.exists() else f"no {CONFIG_FILE}"
+            raise RunDirError(f"{run_dir}: nothing to resume ({what})")
+        stored = read_config(config_path)
+        config = merge_for_resume(stored, given)
+        _validate(config, build_env)
+        if ckpt_path.exists():
+            state, ckpt_config = checkpoint.load(ckpt_path)
+            _check_belongs(ckpt_path, ckpt_config, stored)
+            if (state.momentum is not None) != (config.optimizer == "adam"):
+                raise CheckpointError(
+                    f"{ckpt_path}: its optimizer state does not fit --optimizer {config.optimizer}"
+                )
+        else:
+            state = initial_state(config)  # stopped before its first checkpoint
+        read_metrics(run_dir / METRICS_FILE)  # a damaged file is refused before anything runs
+    else:
+        existing = holds_run(run_dir)
+        if existing:
+            raise RunDirError(
+                f"{run_dir} already holds a run ({', '.join(existing)}): pass --resume to "
+                "continue it, or choose another --run-dir"
+            )
+        try:
+            config = TrainConfig(**given)
+        except TypeError as exc:
+            raise ConfigError(str(exc)) from None
+        _validate(config, build_env)
+        state = initial_state(config)
+    return config, state
+
+
+def initial_state(config: TrainConfig) -> TrainState:
+    """The state of a new run: weights from its seed, the optimizer's state at zero."""
+    params = policy.init_params(config.hidden, config.seed)
+    return TrainState(
+        params=params,
+        cache=np.zeros_like(params),
+        momentum=np.zeros_like(params) if config.optimizer == "adam" else None,
+    )
+
+
+def _check_belongs(path: Path, ckpt_config: dict[str, Any], stored: TrainConfig) -> None:
+    for name in ("env", "hidden", "seed", "batch_size"):
+        if ckpt_config.get(name) != getattr(stored, name):
+            raise CheckpointError(
+                f"{path}: belongs to another run ({name} {ckpt_config.get(name)!r}, "
+                f"{CONFIG_FILE} says {getattr(stored, name)!r})"
+            )
+
+
+def _validate(config: TrainConfig, build_env: bool) -> None:
+    config.validate()
+    if config.ray_address and config.backend != "ray":
+        config.backend = "ray"  # --ray-address implies the ray backend
+    if run_dir_problem(Path(config.run_dir)):
+        raise RunDirError(run_dir_problem(Path(config.run_dir)))
+    try:
+        if build_env:
+            check_env(config.env, config.env_kwargs)
+    except UnknownEnvError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def run_dir_problem(run_dir: Path) -> str | None:
+    """Why `run_dir` can never be a run directory (a file, or a path below one), or None."""
+    if run_dir.exists() and not run_dir.is_dir():
+        return f"--run-dir {run_dir} is a file, not a directory"
+    for parent in run_dir.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                return f"--run-dir {run_dir}: {parent} is a file, not a directory"
+            break
+    return None
+
+
+@contextlib.contextmanager
+def open_run(
+    run_dir: Path, resume: bool, given: dict[str, Any]
+) -> Iterator[tuple[TrainConfig, TrainState]]:
+    """Check the options, take the run directory's lock, and yield (config, state).
+
+    Bad options are refused before the directory is touched. Under the lock, the temp files
+    of dead writers are removed and the directory is checked again (another trainer may
+    have written it in between). The lock is held until the block ends; a start that wrote
+    nothing leaves no directory behind.
+    """
+    lock = RunLock(run_dir)
+    lock.check_free()
+    prepare_run(run_dir, resume, given)
+    lock.acquire()
+    try:
+        remove_stale_temps(run_dir)
+        yield prepare_run(run_dir, resume, given, build_env=False)
+    finally:
+        lock.release(remove_if_unused=True)
+
+
+def write_config(run_dir: Path, config: TrainConfig) -> None:
+    """Write config.json atomically."""
+    write_text_atomic(Path(run_dir) / CONFIG_FILE, config.to_json() + "\n")

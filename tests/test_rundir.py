@@ -1,0 +1,386 @@
+"""The run directory under misuse: one trainer at a time, full and read-only disks, litter
+after kills, runs killed early, damaged or hand-edited files. Each case must give one line,
+the documented exit code, no traceback, and lose nothing."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pong_mp import checkpoint, files
+from pong_mp.config import TrainConfig
+from pong_mp.files import FileError
+from pong_mp.rundir import (
+    LOCK_FILE,
+    MetricsLog,
+    RunDirError,
+    RunLock,
+    read_metrics,
+    remove_stale_temps,
+)
+from pong_mp.trainer import train
+from tests.test_cli import pong_mp
+
+SMALL = "--env FakePong-v0 --env-arg points_to_win=2 --batch-size 2 --hidden 8 --workers 1"
+
+
+def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return pong_mp("train", *SMALL.split(), "--run-dir", str(run_dir), *extra)
+
+
+def _one_line_error(done: subprocess.CompletedProcess, code: int, *words: str) -> None:
+    assert done.returncode == code, (done.returncode, done.stderr)
+    assert "Traceback" not in done.stderr + done.stdout
+    errors = [line for line in done.stderr.splitlines() if line.startswith("pong-mp: error: ")]
+    assert len(errors) == 1, done.stderr
+    for word in words:
+        assert word in errors[0], errors[0]
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+# -- one trainer per run directory ------------------------------------------------------------
+
+
+def _start_slow_run(run_dir: Path) -> subprocess.Popen:
+    # SlowPong dawdles every step: the run is still going while the test pokes at it.
+    return subprocess.Popen(
+        [
+            sys.executable, "-m", "pong_mp", "train", "--env", "SlowPong-v0",
+            "--env-arg", "delay=0.002", "--env-arg", "points_to_win=3", "--batch-size", "2",
+            "--hidden", "8", "--workers", "1", "--checkpoint-every", "1", "--run-dir",
+            str(run_dir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _wait_for(path: Path, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_a_second_trainer_is_refused_and_a_killed_one_leaves_no_lock(
+    tmp_path: Path, clean_system
+) -> None:
+    run_dir = tmp_path / "R"
+    first = _start_slow_run(run_dir)
+    try:
+        _wait_for(run_dir / "checkpoint.npz")
+        for extra in ([], ["--resume"]):
+            done = _train(run_dir, "--batches", "1", *extra)
+            _one_line_error(done, 2, f"{run_dir} is in use by another trainer (pid {first.pid})")
+        assert first.poll() is None  # the first trainer goes on
+        before = len(read_metrics(run_dir / "metrics.jsonl"))
+        deadline = time.monotonic() + 60
+        while len(read_metrics(run_dir / "metrics.jsonl")) < before + 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    # The kernel dropped the dead trainer's lock: the run resumes.
+    state, _ = checkpoint.load(run_dir / "checkpoint.npz")
+    done = pong_mp(
+        "train", "--run-dir", str(run_dir), "--resume", "--batches", str(state.batch + 1)
+    )
+    assert done.returncode == 0, done.stderr
+    batches = [r["batch"] for r in read_metrics(run_dir / "metrics.jsonl")]
+    assert batches == list(range(1, state.batch + 2))  # nothing lost, nothing twice
+    assert not (run_dir / LOCK_FILE).exists()
+
+
+def test_the_lock_is_exclusive_and_names_its_holder(tmp_path: Path) -> None:
+    held = rf"in use by another trainer \(pid {os.getpid()}\)"
+    with RunLock(tmp_path), pytest.raises(RunDirError, match=held):
+        RunLock(tmp_path).acquire()
+    with RunLock(tmp_path):  # released: free again
+        pass
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_failed_start_leaves_no_directory(tmp_path: Path) -> None:
+    run_dir = tmp_path / "a" / "b"
+    lock = RunLock(run_dir).acquire()
+    lock.release(remove_if_unused=True)
+    assert not (tmp_path / "a").exists()
+
+
+# -- full and read-only disks -----------------------------------------------------------------
+
+
+@pytest.fixture
+def mount_tmpfs(tmp_path: Path) -> Iterator:
+    """mount_tmpfs(size) -> a fresh tmpfs of that size; skips where mounting is not allowed."""
+    mounted: list[Path] = []
+
+    def make(size: str) -> Path:
+        mnt = tmp_path / f"mnt{len(mounted)}"
+        mnt.mkdir()
+        if shutil.which("mount") is None or os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root and mount(8)")
+        done = subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
+            capture_output=True,
+            text=True,
+        )
+        if done.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
+        mounted.append(mnt)
+        return mnt
+
+    yield make
+    for mnt in mounted:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_disk_keeps_the_last_good_checkpoint(mount_tmpfs, clean_system) -> None:
+    # hidden 32: a checkpoint is 3.3 MB, so the first fits and the second, written beside
+    # it before the rename, does not.
+    run_dir = mount_tmpfs("5m") / "R"
+    done = pong_mp(
+        "train", *SMALL.replace("--hidden 8", "--hidden 32").split(), "--checkpoint-every", "1",
+        "--batches", "5", "--run-dir", str(run_dir),
+    )
+    _one_line_error(done, 1, f"cannot write {run_dir}/checkpoint.npz", "No space left on device")
+    assert "the last good checkpoint" in done.stderr
+    state, _ = checkpoint.load(run_dir / "checkpoint.npz")
+    assert state.batch == 1
+    assert sorted(p.name for p in run_dir.iterdir()) == [
+        "checkpoint.npz", "config.json", "metrics.jsonl",
+    ]  # no temp file, no lock
+    assert (run_dir / "metrics.jsonl").read_bytes().endswith(b"\n")
+    assert [r["batch"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]
+
+
+def test_a_read_only_run_directory_is_one_line(mount_tmpfs, clean_system) -> None:
+    mnt = mount_tmpfs("50m")
+    run_dir = mnt / "R"
+    assert _train(run_dir, "--batches", "1").returncode == 0
+    before = _snapshot(run_dir)
+    subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
+    done = _train(run_dir, "--resume", "--batches", "2")
+    _one_line_error(done, 2, f"cannot create {run_dir}/{LOCK_FILE}", "Read-only file system")
+    assert _snapshot(run_dir) == before
+    done = _train(mnt / "new", "--batches", "1")
+    _one_line_error(done, 2, f"cannot create {mnt / 'new'}", "Read-only file system")
+
+
+def test_an_immutable_run_directory_is_one_line(tmp_path: Path) -> None:
+    run_dir = tmp_path / "R"
+    assert _train(run_dir, "--batches", "1").returncode == 0
+    if subprocess.run(["chattr", "+i", str(run_dir)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i is not allowed here")
+    try:
+        before = _snapshot(run_dir)
+        done = _train(run_dir, "--resume", "--batches", "2")
+        _one_line_error(done, 2, f"cannot create {run_dir}/{LOCK_FILE}")
+        assert _snapshot(run_dir) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(run_dir)], check=False)
+
+
+def test_an_atomic_write_that_fails_leaves_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "f.txt"
+    target.write_text("old")
+
+    def no_space(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(files.os, "fsync", no_space)
+    with pytest.raises(FileError, match=rf"cannot write {target}: No space left on device"):
+        files.write_text_atomic(target, "new")
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"] and target.read_text() == "old"
+
+
+def test_a_metrics_write_that_fails_is_cut_back_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "metrics.jsonl"
+    log = MetricsLog(path)
+    record = {"batch": 1, "episodes": 2, "steps": 3, "reward_mean": 0.0, "running_reward": 0.0,
+              "seconds": 1.0, "steps_per_sec": 3.0}
+    log.write(record)
+    real_write = log._fh.write
+    # The disk takes half the line, then is full.
+    monkeypatch.setattr(log._fh, "write", lambda data: real_write(data[: len(data) // 2]))
+    with pytest.raises(FileError, match="No space left on device"):
+        log.write({**record, "batch": 2})
+    log.close()
+    assert read_metrics(path) == [record] and path.read_bytes().endswith(b"}\n")
+
+
+def test_a_checkpoint_that_cannot_be_written_ends_the_run_with_its_file_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_system
+) -> None:
+    real_replace = files.os.replace
+    calls = {"n": 0}
+
+    def fail_second_checkpoint(src, dst):
+        if str(dst).endswith("checkpoint.npz"):
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(files.os, "replace", fail_second_checkpoint)
+    config = TrainConfig(
+        env="FakePong-v0", env_kwargs={"points_to_win": 2}, backend="serial", batch_size=2,
+        batches=4, hidden=8, checkpoint_every=1, run_dir=str(tmp_path),
+    )
+    failed = rf"cannot write {tmp_path}/checkpoint.npz: Input/output error"
+    with pytest.raises(FileError, match=failed):
+        train(config, log=lambda line: None)
+    assert calls["n"] == 2  # not tried again on the way out
+    assert checkpoint.load(tmp_path / "checkpoint.npz")[0].batch == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "checkpoint.npz", "config.json", "metrics.jsonl",
+    ]
+
+
+# -- litter and early kills -------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_temp_files_of_dead_writers_are_removed_at_the_next_start(
+    tmp_path: Path, clean_system
+) -> None:
+    run_dir = tmp_path / "R"
+    assert _train(run_dir, "--batches", "1").returncode == 0
+    dead = run_dir / f".checkpoint.npz.{_dead_pid()}.tmp"
+    dead.write_bytes(b"x" * 1000)
+    old_style = run_dir / ".config.json.tmp"
+    old_style.write_text("{")
+    alive = run_dir / f".model.npz.{os.getppid()}.tmp"  # a writer that is still running
+    alive.write_bytes(b"y")
+    assert _train(run_dir, "--resume", "--batches", "2").returncode == 0
+    assert not dead.exists() and not old_style.exists() and alive.exists()
+    assert remove_stale_temps(run_dir) == []
+
+
+def test_a_run_killed_before_its_first_checkpoint_resumes_from_its_start(
+    tmp_path: Path, clean_system
+) -> None:
+    whole, killed = tmp_path / "whole", tmp_path / "killed"
+    assert _train(whole, "--batches", "2").returncode == 0
+    assert _train(killed, "--batches", "2").returncode == 0
+    # As a SIGKILL before the first checkpoint leaves it: config.json and a cut-off line.
+    (killed / "checkpoint.npz").unlink()
+    (killed / "metrics.jsonl").write_text('{"batch": 1, "epis')
+    done = _train(killed, "--batches", "1")
+    _one_line_error(done, 2, "already holds a run", "--resume")
+    done = pong_mp("train", "--run-dir", str(killed), "--resume", "--batches", "2")
+    assert done.returncode == 0, done.stderr
+    assert checkpoint.load(killed / "checkpoint.npz")[0].params.tobytes() == (
+        checkpoint.load(whole / "checkpoint.npz")[0].params.tobytes()
+    )
+    assert [r["batch"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2]
+
+
+# -- damaged and hand-edited files ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A one-update FakePong run directory, to copy and damage."""
+    run_dir = tmp_path_factory.mktemp("run") / "R"
+    assert _train(run_dir, "--batches", "1").returncode == 0
+    return run_dir
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("lr", "0.001", 'lr must be a number, not "0.001"'),
+        ("seed", None, "seed must be a whole number, not null"),
+        ("batch_size", 2.0, "batch_size must be a whole number, not 2.0"),
+        ("env", 7, "env must be a string, not 7"),
+        ("env_kwargs", [1], "env_kwargs must be a JSON object, not [1]"),
+        ("hidden", True, "hidden must be a whole number, not true"),
+        ("workers", -3, "--workers must be >= 1"),
+        ("gamma", float("nan"), "--gamma must be a finite number"),
+        ("surprise", 1, "unknown config keys: surprise"),
+    ],
+)
+def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
+    tmp_path: Path, finished_run: Path, key: str, value: object, message: str
+) -> None:
+    run_dir = tmp_path / "R"
+    shutil.copytree(finished_run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    config[key] = value
+    (run_dir / "config.json").write_text(json.dumps(config))
+    before = _snapshot(run_dir)
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    _one_line_error(done, 2, f"{run_dir}/config.json: not a valid pong-mp config", message)
+    assert _snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b'{"batch": 1}\n', b'{"batch": "1"}\n'],
+)
+def test_damaged_metrics_are_refused_by_resume_and_plot(
+    tmp_path: Path, finished_run: Path, damage: bytes
+) -> None:
+    run_dir = tmp_path / "R"
+    shutil.copytree(finished_run, run_dir)
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_bytes(damage + metrics.read_bytes())
+    before = _snapshot(run_dir)
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    _one_line_error(done, 2, f"{metrics}, line 1: damaged metrics record")
+    done = pong_mp("plot", str(run_dir), "--milestones")
+    _one_line_error(done, 2, f"{metrics}, line 1: damaged metrics record")
+    assert _snapshot(run_dir) == before
+
+
+def test_a_metrics_line_cut_off_by_a_crash_is_skipped(tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    record = {"batch": 1, "episodes": 2, "steps": 3, "reward_mean": 0.5, "running_reward": None,
+              "seconds": 1.0, "steps_per_sec": 3.0}
+    path.write_bytes(json.dumps(record).encode() + b'\n{"batch": 2, "ep\xc3')
+    assert read_metrics(path) == [record]
+    assert read_metrics(tmp_path / "missing.jsonl") == []
+
+
+def test_hidden_units_are_bounded_before_memory_runs_out(tmp_path: Path) -> None:
+    done = _train(tmp_path / "R", "--hidden", "1000000")
+    _one_line_error(done, 2, "--hidden must be between 1 and 4096")
+    assert not (tmp_path / "R").exists()
+
+
+def test_a_checkpoint_with_the_wrong_optimizer_state_is_named(
+    tmp_path: Path, finished_run: Path
+) -> None:
+    run_dir = tmp_path / "R"
+    shutil.copytree(finished_run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, "optimizer": "adam"}))
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    _one_line_error(done, 2, "its optimizer state does not fit --optimizer adam")
+    assert np.load(run_dir / "checkpoint.npz")["batch"] == 1
