@@ -164,6 +164,9 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         running = float(data["running_reward"])
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"bad counters or config ({exc})") from None
+    for key, value in scalars.items():
+        if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
+            raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
     _check_config(config, hidden)
     params = policy.join(w1, w2)
     cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])

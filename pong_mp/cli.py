@@ -19,7 +19,7 @@ from pong_mp.backends import BACKENDS, BackendUnavailable, WorkerError
 from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, default_workers
-from pong_mp.envs import UnknownEnvError, check_env, check_env_id
+from pong_mp.envs import UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.play import play_games, summary
@@ -318,8 +318,10 @@ def play_command(
 def export_command(checkpoint_path: Path, out: Path) -> None:
     """Write a checkpoint's policy as a small float32 model file, for `pong-mp play`."""
     try:
+        if out.is_dir():
+            raise FileError(f"{out} is a directory; name the model file to write")
         export_model(checkpoint_path, out)
-    except (CheckpointError, OSError) as exc:
+    except (CheckpointError, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
     click.echo(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
 
@@ -386,7 +388,7 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
 def bench_command(workers: int, seconds: float, env: str, as_json: bool) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
     try:
-        check_env_id(env)
+        check_env(env, {})
     except UnknownEnvError as exc:
         _fail(str(exc), EXIT_USAGE)
     results = run_bench(workers, seconds, env)

@@ -74,6 +74,11 @@ class TrainConfig:
                 raise ConfigError(f"{_flag(name)} must be a finite number")
         checks = [
             (self.workers >= 1, "--workers must be >= 1"),
+            (
+                self.backend != "local" or self.workers <= max_local_workers(),
+                f"--workers must be at most {max_local_workers()} on this machine (4 per CPU): "
+                "each worker is a process of ~100 MB",
+            ),
             (self.batch_size >= 1, "--batch-size must be >= 1"),
             (self.batches is None or self.batches >= 0, "--batches must be >= 0"),
             (self.lr > 0, "--lr must be > 0"),
@@ -115,6 +120,12 @@ class TrainConfig:
         config = cls(**data)
         config.validate()
         return config
+
+
+def max_local_workers() -> int:
+    """The most worker processes the local backend starts: 4 per usable CPU, at least 64.
+    More only wait for a core, and each costs ~100 MB of memory."""
+    return max(64, 4 * default_workers())
 
 
 MAX_HIDDEN = 4096

@@ -109,6 +109,11 @@ def _save_raw(path: Path, **overrides: object) -> None:
         ({"W2": np.array([np.inf] * HIDDEN)}, "W2 holds non-finite"),
         ({"config": np.str_(json.dumps({"hidden": 99}))}, "does not match its weights"),
         ({"config": np.str_("{not json")}, "bad counters or config"),
+        ({"batch": np.int64(-3)}, "batch must be a number >= 0, not -3"),
+        ({"elapsed": np.float64(np.nan)}, "elapsed must be a number >= 0"),
+        ({"steps": np.str_("many")}, "steps must be a number >= 0, not 'many'"),
+        ({"adam_m_W1": np.zeros((HIDDEN, 6400))}, "only one of adam_m_W1 and adam_m_W2"),
+        ({"rmsprop_W1": np.full((HIDDEN, 6400), "x")}, "rmsprop_W1 has dtype <U1"),
     ],
 )
 def test_validation_names_the_problem(tmp_path: Path, overrides: dict, problem: str) -> None:

@@ -87,6 +87,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--resume"], "nothing to resume"),
         (["--preset", "fast"], "'fast' is not 'karpathy'"),
         (["--lr", "inf"], "--lr must be a finite number"),
+        (["--workers", "100000"], "--workers must be at most"),
         (["--hidden", "1000000"], "--hidden must be between 1 and 4096"),
         (["--env", "ALE/Breakout-v5"], "ALE/Breakout-v5 is not Pong"),
         (["--env", "CartPole-v1"], "CartPole-v1 is not Pong"),
@@ -136,6 +137,20 @@ def test_target_reward_ends_the_run_with_exit_0(tmp_path: Path, clean_system) ->
     assert done.returncode == 0, done.stderr
     assert "pong-mp: done: target -3 reached; 1 updates" in done.stdout
     assert checkpoint.load(run_dir / "checkpoint.npz")[0].batch == 1
+
+
+def test_export_and_bench_refuse_bad_targets_in_one_line(
+    fake_checkpoint: Path, tmp_path: Path
+) -> None:
+    done = pong_mp("export", str(fake_checkpoint), str(tmp_path))
+    assert done.returncode == 2 and "is a directory" in done.stderr
+    done = pong_mp("export", str(fake_checkpoint), str(tmp_path / "no" / "m.npz"))
+    assert done.returncode == 2 and "No such file or directory" in done.stderr
+    done = pong_mp("bench", "--env", "CartPole-v1")
+    assert done.returncode == 2 and "CartPole-v1 is not Pong" in done.stderr
+    for run in (done,):
+        assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_damaged_checkpoint_is_named_and_left_alone(tmp_path: Path, clean_system) -> None:
