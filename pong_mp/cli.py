@@ -19,10 +19,10 @@ from pong_mp.backends import BACKENDS, BackendUnavailable, WorkerError
 from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, default_workers
-from pong_mp.envs import UnknownEnvError, check_env
+from pong_mp.envs import SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.optim import OPTIMIZERS
-from pong_mp.play import play_games, summary
+from pong_mp.play import GameScore, evaluation, play_games, summary
 from pong_mp.plot import (
     PlotError,
     check_output,
@@ -55,6 +55,10 @@ class _OneLineErrors(click.Group):
         """Run the command; usage errors become `pong-mp: error: ...` and exit code 2."""
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
+        except click.exceptions.NoArgsIsHelpError as exc:
+            # `pong-mp` alone, or a command without its arguments: the help, as --help shows it.
+            click.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
+            sys.exit(0)
         except click.exceptions.Abort:
             _fail("aborted", 130)
         except click.UsageError as exc:
@@ -63,7 +67,11 @@ class _OneLineErrors(click.Group):
             _fail(exc.format_message(), EXIT_USAGE)
 
 
-@click.group(cls=_OneLineErrors, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(
+    cls=_OneLineErrors,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(package_name="pong-mp")
 def main() -> None:
     """pong-mp: teach a numpy policy to play Atari Pong from pixels, fast and reproducibly."""
@@ -90,7 +98,9 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
 
 
 @main.command("train")
-@click.option("--env", default="ALE/Pong-v5", show_default=True, help="Gymnasium env id.")
+@click.option(
+    "--env", default=TrainConfig.env, show_default=True, help=f"Env to train on: {SUPPORTED}."
+)
 @click.option(
     "--env-arg",
     "env_args",
@@ -173,6 +183,12 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     metavar="R",
     help="Stop, with the checkpoint saved, once the running reward reaches R (18: solved).",
 )
+@click.option(
+    "--tensorboard/--no-tensorboard",
+    default=TrainConfig.tensorboard,
+    show_default=True,
+    help="Write TensorBoard event files into the run directory.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context
 def train_command(
@@ -183,7 +199,16 @@ def train_command(
     preset: str | None,
     **options: Any,
 ) -> None:
-    """Train a policy; Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 / 143)."""
+    """Train a policy; Ctrl-C or SIGTERM saves a checkpoint and stops (exit 130 / 143).
+
+    \b
+    Examples:
+      pong-mp train                                # real Pong on all CPUs, until Ctrl-C
+      pong-mp train --resume                       # continue the run in runs/pong
+      pong-mp train --target-reward 18 --run-dir runs/solve      # until solved
+      pong-mp train --preset karpathy --run-dir runs/karpathy    # pg-pong exactly
+      pong-mp train --env FakePong-v0 --batches 50 --run-dir runs/fake   # seconds
+    """
     options["env_kwargs"] = _parse_env_args(env_args)
     # Only options the user typed count on --resume; the rest come from the stored run.
     given = {
@@ -213,8 +238,9 @@ def train_command(
         # into a death by signal.
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
+        at = "" if exc.saved_batch is None else f" at update {exc.saved_batch}"
         click.echo(
-            f"pong-mp: stopped by {exc}; checkpoint saved in {options['run_dir']}, "
+            f"pong-mp: stopped by {exc}; checkpoint saved{at} in {options['run_dir']}, "
             "continue with --resume",
             err=True,
         )
@@ -234,8 +260,12 @@ def train_command(
 
 
 @main.command("play")
-@click.argument("checkpoint_path", metavar="CHECKPOINT", type=click.Path(path_type=Path))
-@click.option("--env", default=None, help="Env id (default: the one the policy was trained on).")
+@click.argument("checkpoint_path", metavar="CHECKPOINT|MODEL", type=click.Path(path_type=Path))
+@click.option(
+    "--env",
+    default=None,
+    help=f"Env to play: {SUPPORTED} (default: the one the policy was trained on).",
+)
 @click.option(
     "--episodes", type=click.IntRange(min=1), default=3, show_default=True, help="Games to play."
 )
@@ -243,6 +273,7 @@ def train_command(
     "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the games."
 )
 @click.option("--greedy", is_flag=True, help="Take the likelier action instead of sampling.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for scripts).")
 @click.option(
     "--record",
     type=click.Path(path_type=Path),
@@ -257,23 +288,50 @@ def train_command(
     show_default=True,
     help="Upscaling of the recorded frames.",
 )
+@click.option(
+    "--frame-stride",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Record one frame in this many (the video still plays at the game's speed).",
+)
+@click.option(
+    "--max-frames",
+    type=click.IntRange(min=1),
+    default=None,
+    help="End the clip after this many recorded frames (the games are still played out).",
+)
 def play_command(
     checkpoint_path: Path,
     env: str | None,
     episodes: int,
     seed: int,
     greedy: bool,
+    as_json: bool,
     record: Path | None,
     scale: int,
+    frame_stride: int,
+    max_frames: int | None,
 ) -> None:
-    """Play full games with a checkpoint's policy and print the scores."""
+    """Play full games with a checkpoint's or model's policy and report the scores.
+
+    \b
+    Examples:
+      pong-mp play models/pong.npz --episodes 10
+      pong-mp play models/pong.npz --episodes 10 --greedy --json
+      pong-mp play models/pong.npz --episodes 1 --record game.gif --max-frames 1500
+    """
     try:
         params, config = load_policy(checkpoint_path)
         trained_on = config.get("env", "ALE/Pong-v5")
         env_id = env or trained_on
         env_kwargs = config.get("env_kwargs", {}) if env is None else {}
         check_env(env_id, env_kwargs)
-        recorder = VideoRecorder(record, scale=scale) if record is not None else None
+        recorder = (
+            VideoRecorder(record, scale=scale, stride=frame_stride, max_frames=max_frames)
+            if record is not None
+            else None
+        )
     except (CheckpointError, UnknownEnvError, ValueError, OSError) as exc:
         _fail(str(exc), EXIT_USAGE)
     if env_id != trained_on:
@@ -283,6 +341,17 @@ def play_command(
             err=True,
         )
     hidden = int(config["hidden"])
+    played: list[GameScore] = []
+    progress = _RecordingProgress(recorder) if recorder is not None else None
+
+    def on_game(score: GameScore) -> None:
+        played.append(score)
+        if not as_json:
+            click.echo(
+                f"game {len(played)}: agent {score.agent} - {score.opponent} opponent "
+                f"({score.steps:,} steps)"
+            )
+
     try:
         scores = play_games(
             params,
@@ -292,7 +361,8 @@ def play_command(
             seed=seed,
             greedy=greedy,
             env_kwargs=env_kwargs,
-            on_frame=recorder.add if recorder is not None else None,
+            on_frame=progress.add if progress is not None else None,
+            on_game=on_game,
         )
         if recorder is not None:
             recorder.close()
@@ -301,15 +371,53 @@ def play_command(
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         _fail(f"recording to {record} failed: {first}", EXIT_ERROR)
     finally:
+        if progress is not None:
+            progress.close()
         if recorder is not None:
             recorder.abort()  # does nothing once the recording was closed
-    for i, score in enumerate(scores, 1):
-        click.echo(
-            f"game {i}: agent {score.agent} - {score.opponent} opponent ({score.steps:,} steps)"
-        )
-    click.echo(summary(scores))
+    if as_json:
+        report = {
+            "policy": str(checkpoint_path),
+            "env": env_id,
+            "greedy": greedy,
+            "seed": seed,
+            **evaluation(scores),
+        }
+        if recorder is not None:
+            report["recorded_frames"] = recorder.frames
+        click.echo(json.dumps(report, indent=2))
+        return
+    click.echo(summary(scores) + (" (greedy)" if greedy else " (sampled)"))
     if recorder is not None:
         click.echo(f"recorded {recorder.frames:,} frames to {record}")
+
+
+class _RecordingProgress:
+    """Counts recorded frames on stderr while a terminal watches (nothing in a pipe)."""
+
+    def __init__(self, recorder: VideoRecorder) -> None:
+        self._recorder = recorder
+        self._bar = None
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self._bar = tqdm(
+                total=recorder.max_frames,
+                unit=" frames",
+                file=sys.stderr,
+                leave=False,
+                desc=f"recording {recorder.path.name}",
+            )
+
+    def add(self, frame: Any) -> None:
+        before = self._recorder.frames
+        self._recorder.add(frame)
+        if self._bar is not None and self._recorder.frames > before:
+            self._bar.update(1)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
 
 
 @main.command("export")

@@ -65,6 +65,8 @@ class TrainConfig:
     """Seconds an episode may take before its worker is treated as hung and replaced."""
     target_reward: float | None = None
     """Stop, with the checkpoint saved, once the running reward reaches this (e.g. 18)."""
+    tensorboard: bool = True
+    """Write TensorBoard event files into the run directory (`tensorboard --logdir runs`)."""
 
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
@@ -139,6 +141,7 @@ def _flag(name: str) -> str:
 
 _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "str": ("a string", lambda v: isinstance(v, str)),
+    "bool": ("true or false", lambda v: isinstance(v, bool)),
     "int": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
     "float": (
         "a number",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -35,11 +36,13 @@ def play_games(
     greedy: bool = False,
     env_kwargs: dict[str, Any] | None = None,
     on_frame: Callable[[np.ndarray], None] | None = None,
+    on_game: Callable[[GameScore], None] | None = None,
 ) -> list[GameScore]:
     """Play `games` full games; game i is seeded from (seed, i), so results repeat.
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
-    `on_frame`, if given, receives the RGB frame after every step (for recording).
+    `on_frame`, if given, receives the RGB frame after every step (for recording), and
+    `on_game` each game's score as soon as the game ends.
     """
     weights = policy.Weights32.from_params(params, hidden)
     hidden_units = np.empty(hidden, dtype=np.float32)
@@ -66,13 +69,30 @@ def play_games(
                 if on_frame is not None:
                     on_frame(env.render())
             scores.append(GameScore(agent=int(agent), opponent=int(opponent), steps=steps))
+            if on_game is not None:
+                on_game(scores[-1])
     finally:
         env.close()
     return scores
 
 
+def evaluation(scores: list[GameScore]) -> dict[str, Any]:
+    """Games won and lost, and the mean and standard deviation of the point difference."""
+    diffs = np.array([s.agent - s.opponent for s in scores], dtype=float)
+    return {
+        "games": len(scores),
+        "won": int(sum(s.agent > s.opponent for s in scores)),
+        "lost": int(sum(s.agent < s.opponent for s in scores)),
+        "mean_difference": float(diffs.mean()) if len(diffs) else 0.0,
+        "std_difference": float(diffs.std()) if len(diffs) else 0.0,
+        "scores": [dataclasses.asdict(s) for s in scores],
+    }
+
+
 def summary(scores: list[GameScore]) -> str:
-    """One line: games won and the mean point difference."""
-    won = sum(s.agent > s.opponent for s in scores)
-    diff = float(np.mean([s.agent - s.opponent for s in scores])) if scores else 0.0
-    return f"won {won} of {len(scores)} games; mean point difference {diff:+.2f}"
+    """One line: games won and lost, and the point difference's mean and spread."""
+    e = evaluation(scores)
+    return (
+        f"won {e['won']} of {e['games']} games, lost {e['lost']}; point difference "
+        f"{e['mean_difference']:+.2f} on average (std {e['std_difference']:.2f})"
+    )

@@ -62,12 +62,34 @@ class QuietReporter:
         """Nothing."""
 
 
+def format_postfix(record: dict[str, Any]) -> str:
+    """The figures of an update for a status bar: the running reward and the speed (with
+    the bar's own counter and times they fit 80 columns; the plain lines of a log also give
+    each batch's mean reward)."""
+    running = record["running_reward"]
+    running_text = "n/a" if running is None else f"{running:.2f}"
+    return f"running {running_text}, {record['steps_per_sec']:,.0f} steps/s"
+
+
+def bar_layout(total: int | None) -> str:
+    """tqdm's bar_format for a run of `total` updates (None: open-ended)."""
+    if total is None:
+        return "update {n_fmt} [{elapsed}{postfix}]"
+    return "{n_fmt}/{total_fmt} updates |{bar}| [{elapsed}<{remaining}{postfix}]"
+
+
 class BarReporter:
     """One live status line (tqdm) with an ETA when the number of updates is known."""
 
-    def __init__(self, start: int, total: int | None, stream: IO[str]) -> None:
-        """A bar from update `start` to `total` (None: open-ended), drawn on `stream`."""
-        from tqdm import tqdm
+    def __init__(
+        self, start: int, total: int | None, stream: IO[str], notebook: bool = False
+    ) -> None:
+        """A bar from update `start` to `total` (None: open-ended), drawn on `stream`; with
+        `notebook`, tqdm.auto picks a Jupyter widget where one can be shown."""
+        if notebook:
+            from tqdm.auto import tqdm
+        else:
+            from tqdm import tqdm
 
         self._stream = stream
         # A terminal that reports no size (script, some CI ptys) would hide tqdm's bar.
@@ -76,15 +98,15 @@ class BarReporter:
             known = size.columns > 0 and size.lines > 0
         except (OSError, ValueError, AttributeError):
             known = False
-        fallback = {} if known else {"ncols": 160, "nrows": 24}
+        fallback = {} if known or notebook else {"ncols": 100, "nrows": 24}
         self._bar = tqdm(
             total=total,
             initial=start,
-            unit="update",
             file=stream,
             dynamic_ncols=known,
             smoothing=0.1,
             leave=True,
+            bar_format=bar_layout(total),
             **fallback,
         )
 
@@ -94,16 +116,21 @@ class BarReporter:
 
     def update(self, record: dict[str, Any]) -> None:
         """Advance the bar and show the update's figures."""
-        self._bar.set_postfix_str(
-            f"episodes {record['episodes']:,} | reward {record['reward_mean']:.2f} | "
-            f"running {record['running_reward']:.2f} | {record['steps_per_sec']:,.0f} steps/s",
-            refresh=False,
-        )
+        self._bar.set_postfix_str(format_postfix(record), refresh=False)
         self._bar.update(1)
 
     def close(self) -> None:
         """Leave the bar's last state on screen."""
         self._bar.close()
+
+
+class NotebookReporter(BarReporter):
+    """The Python API's progress: a Jupyter widget in a notebook (tqdm.auto), a text bar on
+    stderr elsewhere."""
+
+    def __init__(self, start: int, total: int | None) -> None:
+        """A bar from update `start` to `total` (None: open-ended)."""
+        super().__init__(start, total, sys.stderr, notebook=True)
 
 
 def make_reporter(

@@ -16,6 +16,8 @@ class Interrupted(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+        self.saved_batch: int | None = None
+        """The update whose state was saved on the way out (set by the trainer)."""
 
     @property
     def exit_code(self) -> int:

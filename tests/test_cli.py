@@ -153,6 +153,15 @@ def test_export_and_bench_refuse_bad_targets_in_one_line(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_no_arguments_shows_the_help() -> None:
+    done = pong_mp()
+    assert done.returncode == 0 and done.stdout.startswith("Usage: pong-mp [OPTIONS] COMMAND")
+    assert "train" in done.stdout and done.stderr == ""
+    done = pong_mp("train", "--help")
+    assert "Examples:" in done.stdout and "ALE/Pong-v5" in done.stdout
+    assert "CHECKPOINT|MODEL" in pong_mp("play", "--help").stdout
+
+
 def test_a_damaged_checkpoint_is_named_and_left_alone(tmp_path: Path, clean_system) -> None:
     run_dir = tmp_path / "R"
     assert pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir)).returncode == 0

@@ -55,7 +55,9 @@ def test_greedy_takes_the_likelier_action_and_sampling_both(
 
 def test_summary_counts_wins_and_mean_difference() -> None:
     scores = [GameScore(21, 15, 100), GameScore(3, 21, 100)]
-    assert summary(scores) == "won 1 of 2 games; mean point difference -6.00"
+    assert summary(scores) == (
+        "won 1 of 2 games, lost 1; point difference -6.00 on average (std 12.00)"
+    )
 
 
 def test_cli_play_uses_the_env_the_policy_was_trained_on(
@@ -152,3 +154,15 @@ def test_cli_play_warns_when_the_env_is_not_the_one_trained_on(fake_checkpoint: 
         "pong-mp: warning: this policy was trained on FakePong-v0, not SlowPong-v0; "
         "expect it to play badly\n"
     )
+
+
+def test_cli_play_reports_json_for_scripts(fake_checkpoint: Path) -> None:
+    done = pong_mp("play", str(fake_checkpoint), "--episodes", "3", "--json", "--greedy")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    diffs = [s["agent"] - s["opponent"] for s in report["scores"]]
+    assert report["games"] == 3 and len(diffs) == 3 and report["greedy"] is True
+    assert report["won"] == sum(d > 0 for d in diffs)
+    assert report["lost"] == sum(d < 0 for d in diffs)
+    assert report["mean_difference"] == pytest.approx(np.mean(diffs))
+    assert report["std_difference"] == pytest.approx(np.std(diffs))

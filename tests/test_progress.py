@@ -6,10 +6,15 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+from tqdm import tqdm
+
 from pong_mp.progress import (
     BarReporter,
     LineReporter,
     QuietReporter,
+    bar_layout,
+    format_postfix,
     format_update,
     make_reporter,
 )
@@ -69,8 +74,27 @@ def test_a_terminal_gets_one_live_line_with_an_eta() -> None:
     reporter.update(RECORD)
     reporter.close()
     text = stream.getvalue()
-    assert "\r" in text and "3/5" in text  # redrawn in place, from update 2 of 5
+    assert "\r" in text and "3/5 updates" in text  # redrawn in place, from update 2 of 5
     assert "running -20.78" in text and "3,133 steps/s" in text and "<" in text  # ETA
+
+
+
+@pytest.mark.parametrize("total", [None, 100_000])
+def test_the_status_line_fits_80_columns(total: int | None) -> None:
+    record = {**RECORD, "running_reward": -20.777, "steps_per_sec": 123_456.0}
+    line = tqdm.format_meter(
+        99_999, total, 3600 * 99, ncols=80, bar_format=bar_layout(total),
+        postfix=format_postfix(record),
+    )
+    assert len(line) <= 80 and line.endswith("123,456 steps/s]"), line
+
+
+def test_an_open_ended_bar_counts_updates_with_a_space() -> None:
+    stream = _Terminal()
+    reporter = make_reporter(False, 23, None, stream)
+    reporter.update(RECORD)
+    reporter.close()
+    assert "update 24 [" in stream.getvalue() and "24update" not in stream.getvalue()
 
 
 def test_reporter_choice() -> None:

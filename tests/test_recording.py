@@ -56,3 +56,45 @@ def test_recorder_upscales_without_blurring(tmp_path: Path) -> None:
     out = imageio.imread(tmp_path / "one.gif")
     assert out.shape[:2] == (630, 480)
     assert out[300:303, 150:153].min() > 200 and out[303, 150].max() < 20
+
+
+def test_gif_frames_decode_to_exactly_the_frames_given(tmp_path: Path) -> None:
+    from pong_mp.envs import make_env
+
+    env = make_env("FakePong-v0", points_to_win=1, render_mode="rgb_array")
+    env.reset(seed=0)
+    frames = [env.render()]
+    for i in range(60):
+        env.step(2 if i % 5 < 2 else 3)
+        frames.append(env.render())
+    frames.append(frames[-1].copy())  # a frame where nothing moved
+    with VideoRecorder(tmp_path / "g.gif", scale=2) as recorder:
+        for frame in frames:
+            recorder.add(frame)
+    decoded = imageio.mimread(tmp_path / "g.gif")
+    assert len(decoded) == len(frames)
+    for got, want in zip(decoded, frames, strict=True):
+        assert np.array_equal(np.asarray(got)[::2, ::2, :3], want)
+
+
+def test_stride_and_length_choose_the_clip(fake_checkpoint: Path, tmp_path: Path) -> None:
+    video = tmp_path / "clip.gif"
+    done = pong_mp(
+        "play", str(fake_checkpoint), "--episodes", "1", "--record", str(video),
+        "--frame-stride", "3", "--max-frames", "10", "--scale", "1",
+    )
+    assert done.returncode == 0, done.stderr
+    assert _steps(done.stdout) > 30  # the game was played to its end
+    assert "recorded 10 frames" in done.stdout
+    assert len(imageio.mimread(video)) == 10
+    full = tmp_path / "full.mp4"
+    done = pong_mp(
+        "play", str(fake_checkpoint), "--episodes", "1", "--record", str(full),
+        "--frame-stride", "2",
+    )
+    steps = _steps(done.stdout)
+    reader = imageio.get_reader(full)
+    try:
+        assert reader.count_frames() == (steps + 1) // 2
+    finally:
+        reader.close()

@@ -70,11 +70,13 @@ def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
     lines: list[str] = []
     state = train(_config(tmp_path), log=lines.append)
     assert "can be busy" not in lines[0]  # 2 workers, batches of 3
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert [n for n in names if not n.startswith("events.out.tfevents.")] == [
         "checkpoint.npz",
         "config.json",
         "metrics.jsonl",
     ]
+    assert len(names) == 4  # and one TensorBoard event file
     config = json.loads((tmp_path / "config.json").read_text())
     assert config["batch_size"] == 3 and config["env_kwargs"] == {"points_to_win": 2}
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]

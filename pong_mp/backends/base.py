@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import os
+import sys
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -32,6 +34,37 @@ def prepare_worker_process() -> None:
     threadpool_limits(limits=1)
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 128 * 1024)
+
+
+MAIN_GUARD_EXIT = 86
+"""Exit code of a worker process that found itself running the user's training script."""
+
+
+class MainGuardError(RuntimeError):
+    """Workers could not start: the script that trains has no `if __name__ == "__main__":`."""
+
+
+def refuse_in_a_starting_worker() -> None:
+    """Exit at once, with MAIN_GUARD_EXIT, if called while a spawned worker is starting.
+
+    A spawned worker runs the parent's main script again as it starts. A script that trains
+    at its top level, with no `if __name__ == "__main__":`, would start training again in
+    every worker; the worker leaves quietly instead, and the coordinator raises
+    MainGuardError (see `main_guard_error`).
+    """
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        os._exit(MAIN_GUARD_EXIT)
+
+
+def main_guard_error() -> MainGuardError:
+    """The error for workers that exited with MAIN_GUARD_EXIT while starting."""
+    script = getattr(sys.modules.get("__main__"), "__file__", None) or "the main script"
+    return MainGuardError(
+        f"worker processes run {script} again as they start, and it started training "
+        'again: put the training call under `if __name__ == "__main__":`'
+    )
 
 
 @dataclass(frozen=True)

@@ -32,8 +32,10 @@ from multiprocessing.process import BaseProcess
 import numpy as np
 
 from pong_mp.backends.base import (
+    MAIN_GUARD_EXIT,
     RolloutSpec,
     WorkerError,
+    main_guard_error,
     prepare_worker_process,
     raise_worker_error,
     requeue_or_raise,
@@ -181,6 +183,9 @@ class LocalBackend:
                 try:
                     message = conn.recv()
                 except (EOFError, OSError):
+                    w.process.join(timeout=5)
+                    if w.process.exitcode == MAIN_GUARD_EXIT:
+                        raise main_guard_error() from None
                     raise WorkerError(
                         f"worker {w.slot} died while starting (exit code {w.process.exitcode})"
                     ) from None

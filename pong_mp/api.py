@@ -1,0 +1,129 @@
+"""The Python API: `pong_mp.train(...)` and `pong_mp.Agent`, for scripts and notebooks.
+
+    import pong_mp
+
+    state = pong_mp.train(run_dir="runs/fake", env="FakePong-v0", batches=20)
+    agent = pong_mp.Agent.load("models/pong.npz")
+    agent.reset()
+    action = agent.act(observation)   # gymnasium's ALE/Pong-v5 RGB frame -> 2 (UP) or 3 (DOWN)
+
+`train` takes the `pong-mp train` options as keyword arguments, named like the long options
+with underscores (`batch_size=10`, `env_arg={"points_to_win": 5}`, `resume=True`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pong_mp import policy
+from pong_mp.backends.base import refuse_in_a_starting_worker
+from pong_mp.checkpoint import TrainState, load_policy
+from pong_mp.config import TrainConfig, apply_preset
+from pong_mp.signals import Interrupted
+
+
+def train(
+    run_dir: str | Path = TrainConfig.run_dir,
+    *,
+    resume: bool = False,
+    preset: str | None = None,
+    env_arg: dict[str, Any] | None = None,
+    progress: bool = True,
+    **options: Any,
+) -> TrainState:
+    """Train (or with `resume=True` continue) the run in `run_dir`; returns its final state
+    (`.batch`, `.episodes`, `.steps`, `.running_reward`, ...).
+
+    Options are those of `pong-mp train`, with underscores: `env`, `workers`, `backend`,
+    `batch_size`, `batches`, `seed`, `optimizer`, `lr`, `gamma`, `decay_rate`, `hidden`,
+    `checkpoint_every`, `episode_timeout`, `target_reward`, `ray_address`; `env_arg` is a
+    dict of env arguments and `preset` a preset's name. On resume, only the options given
+    here change the stored run (and only those that may change). A progress bar (tqdm.auto:
+    a widget in Jupyter) shows unless `progress=False`.
+
+    Ctrl-C (KeyboardInterrupt in a notebook) saves the checkpoint and raises
+    KeyboardInterrupt; `train(run_dir, resume=True)` continues. Bad options raise
+    ConfigError, RunDirError, CheckpointError or FileError with a one-line message.
+    """
+    refuse_in_a_starting_worker()
+    from pong_mp import trainer
+    from pong_mp.config import ConfigError
+    from pong_mp.progress import NotebookReporter, QuietReporter
+    from pong_mp.rundir import open_run
+
+    # run_dir is the first argument, and env arguments are env_arg, as on the command line.
+    allowed = {f.name for f in dataclasses.fields(TrainConfig)} - {"run_dir", "env_kwargs"}
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise ConfigError(f"unknown option{'s' * (len(unknown) > 1)}: {', '.join(unknown)}")
+    given = dict(options)
+    if env_arg is not None:
+        given["env_kwargs"] = dict(env_arg)
+    explicit = set(given)
+    if not resume:  # a new run: every option not given takes its default
+        defaults = dataclasses.asdict(TrainConfig())
+        del defaults["run_dir"]
+        given = {**defaults, **given}
+    given = apply_preset(preset, given, explicit=explicit)
+    with open_run(Path(run_dir), resume, given) as (config, state):
+        reporter = (
+            NotebookReporter(state.batch, config.batches) if progress else QuietReporter()
+        )
+        try:
+            return trainer.run(config, state, resumed=resume, reporter=reporter)
+        except Interrupted as exc:
+            raise KeyboardInterrupt(
+                f"stopped by {exc}; checkpoint saved at update {exc.saved_batch} in {run_dir}: "
+                f"continue with pong_mp.train({str(run_dir)!r}, resume=True)"
+            ) from None
+
+
+class Agent:
+    """A trained policy that plays gymnasium's ALE/Pong-v5 from its raw RGB frames.
+
+    Call `reset()` when a game starts and `act(observation)` after every step; the policy
+    sees the difference between this frame and the last, as in training.
+    """
+
+    def __init__(self, params: np.ndarray, hidden: int, seed: int | None = None) -> None:
+        """An agent with flat float64 `params` of a `hidden`-unit policy; `seed` seeds the
+        sampling of actions (None: fresh entropy)."""
+        self._w1t, self._w2 = policy.split(np.asarray(params, dtype=np.float64), hidden)
+        self.hidden = hidden
+        self._rng = np.random.default_rng(seed)
+        self._previous: np.ndarray | None = None
+
+    @classmethod
+    def load(cls, path: str | Path, seed: int | None = None) -> Agent:
+        """The agent of a checkpoint (`checkpoint.npz`) or model file (`pong-mp export`);
+        CheckpointError if the file is missing, damaged or not pong-mp's."""
+        params, config = load_policy(Path(path))
+        agent = cls(params, int(config["hidden"]), seed=seed)
+        agent.config = config
+        return agent
+
+    config: dict[str, Any] = {}  # noqa: RUF012 (replaced per instance by load)
+    """The training config stored with the policy (env, hidden, ...), when loaded."""
+
+    def reset(self) -> None:
+        """Start a new game: forget the previous frame."""
+        self._previous = None
+
+    def probability_up(self, observation: np.ndarray) -> float:
+        """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
+        frame = policy.preprocess(observation)
+        x = np.zeros_like(frame) if self._previous is None else frame - self._previous
+        self._previous = frame
+        p_up, _ = policy.forward(self._w1t, self._w2, x)
+        return p_up
+
+    def act(self, observation: np.ndarray, greedy: bool = False) -> int:
+        """The action for this frame: 2 (UP) or 3 (DOWN), sampled as in training, or the
+        likelier one if `greedy`."""
+        p_up = self.probability_up(observation)
+        up = p_up >= 0.5 if greedy else self._rng.random() < p_up
+        return policy.UP if up else policy.DOWN

@@ -1,0 +1,158 @@
+"""The Python API: pong_mp.train and pong_mp.Agent, used as a script or a notebook would."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import pong_mp
+from pong_mp import checkpoint, policy
+from pong_mp.config import ConfigError
+from pong_mp.envs import make_env
+
+SMALL = dict(env="FakePong-v0", env_arg={"points_to_win": 2}, batch_size=2, hidden=8)
+
+
+def test_train_returns_the_state_and_resumes(tmp_path: Path, clean_system) -> None:
+    state = pong_mp.train(tmp_path / "R", batches=2, workers=2, progress=False, **SMALL)
+    assert (state.batch, state.episodes) == (2, 4) and state.running_reward is not None
+    config = json.loads((tmp_path / "R" / "config.json").read_text())
+    assert (config["hidden"], config["workers"]) == (8, 2)
+    assert config["env_kwargs"] == {"points_to_win": 2}
+    state = pong_mp.train(tmp_path / "R", resume=True, batches=3, progress=False)
+    assert state.batch == 3
+    # The same run through the trainer in one go gives the same weights.
+    whole = pong_mp.train(tmp_path / "W", batches=3, backend="serial", progress=False, **SMALL)
+    assert whole.params.tobytes() == state.params.tobytes()
+
+
+def test_train_takes_presets_and_refuses_unknown_options(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="unknown options: batch, env_kwargs"):
+        pong_mp.train(tmp_path / "R", batch=3, env_kwargs={})
+    with pytest.raises(ConfigError, match="--lr must be > 0"):
+        pong_mp.train(tmp_path / "R", lr=-1.0, **SMALL)
+    assert not (tmp_path / "R").exists()
+    pong_mp.train(
+        tmp_path / "K", preset="karpathy", env="FakePong-v0", env_arg={"points_to_win": 1},
+        batches=1, backend="serial", progress=False,
+    )
+    config = json.loads((tmp_path / "K" / "config.json").read_text())
+    assert (config["lr"], config["hidden"], config["batch_size"]) == (1e-4, 200, 10)
+
+
+def _script(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "script.py"
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def test_a_script_without_a_main_guard_gets_one_clear_message(
+    tmp_path: Path, clean_system
+) -> None:
+    script = _script(
+        tmp_path,
+        f"""
+        import pong_mp
+        pong_mp.train({str(tmp_path / "R")!r}, env="FakePong-v0", batches=1, workers=2,
+                      batch_size=2, hidden=8, progress=False)
+        """,
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("pong_mp.backends.base.MainGuardError: worker processes run ")
+    assert 'put the training call under `if __name__ == "__main__":`' in last
+    assert "WorkerError" not in done.stderr
+
+
+def test_ctrl_c_saves_the_checkpoint_and_raises_keyboard_interrupt(
+    tmp_path: Path, clean_system
+) -> None:
+    run_dir = tmp_path / "R"
+    script = _script(
+        tmp_path,
+        f"""
+        import pong_mp
+        if __name__ == "__main__":
+            try:
+                pong_mp.train({str(run_dir)!r}, env="SlowPong-v0",
+                              env_arg={{"delay": 0.002, "points_to_win": 3}}, batch_size=2,
+                              hidden=8, workers=1, checkpoint_every=1000, progress=False)
+            except KeyboardInterrupt as exc:
+                print("KeyboardInterrupt:", exc)
+        """,
+    )
+    proc = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    deadline = time.monotonic() + 90
+    while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    saved = checkpoint.load(run_dir / "checkpoint.npz")[0].batch
+    assert saved >= 1
+    assert f"KeyboardInterrupt: stopped by SIGINT; checkpoint saved at update {saved}" in out
+    assert "resume=True" in out
+
+
+@pytest.fixture(scope="module")
+def shipped() -> Path:
+    return Path(__file__).resolve().parents[1] / "models" / "pong.npz"
+
+
+def test_agent_acts_like_the_training_policy(fake_checkpoint: Path) -> None:
+    agent = pong_mp.Agent.load(fake_checkpoint, seed=0)
+    params, config = checkpoint.load_policy(fake_checkpoint)
+    w1t, w2 = policy.split(params, config["hidden"])
+    env = make_env("FakePong-v0", points_to_win=1)
+    obs, _ = env.reset(seed=3)
+    agent.reset()
+    previous = None
+    for _ in range(50):
+        frame = policy.preprocess(obs)
+        x = np.zeros_like(frame) if previous is None else frame - previous
+        previous = frame
+        expected = policy.forward(w1t, w2, x)[0]
+        action = agent.act(obs, greedy=True)
+        assert action == (policy.UP if expected >= 0.5 else policy.DOWN)
+        obs, *_ = env.step(action)
+    assert agent.config["env"] == "FakePong-v0"
+
+
+def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> None:
+    params = policy.init_params(8, 0)
+    policy.split(params, 8)[1][:] = 0.0  # p(UP) = 0.5 on every frame
+    agent = pong_mp.Agent(params, 8, seed=1)
+    frame = np.zeros((210, 160, 3), np.uint8)
+    assert {agent.act(frame) for _ in range(50)} == {policy.UP, policy.DOWN}
+    with pytest.raises(checkpoint.CheckpointError, match="no such checkpoint"):
+        pong_mp.Agent.load(tmp_path / "missing.npz")
+
+
+@pytest.mark.ale
+def test_the_shipped_agent_plays_gymnasiums_own_pong(shipped: Path) -> None:
+    env = make_env("ALE/Pong-v5")
+    agent = pong_mp.Agent.load(shipped, seed=0)
+    obs, _ = env.reset(seed=0)
+    agent.reset()
+    points = []
+    while len(points) < 4:  # the first points of a game: the agent returns the ball
+        obs, reward, terminated, truncated, _ = env.step(agent.act(obs))
+        if reward:
+            points.append(reward)
+        assert not (terminated or truncated)
+    env.close()
+    assert points.count(1.0) >= 1, points
