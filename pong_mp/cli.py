@@ -6,22 +6,23 @@ not fit) is one line on stderr and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from pong_mp.backends import BACKENDS, BackendUnavailable, WorkerError
+from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, default_workers
 from pong_mp.envs import SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
-from pong_mp.optim import OPTIMIZERS
 from pong_mp.play import GameScore, evaluation, play_games, summary
 from pong_mp.plot import (
     PlotError,
@@ -97,46 +98,40 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     return kwargs
 
 
+def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add one `train` option per TrainConfig field: its name, type, default and help all
+    come from the field (config.option), so that none of them is written twice."""
+    kinds = {"int": int, "float": float, "str": str}
+    for f in reversed(dataclasses.fields(TrainConfig)):
+        meta = dict(f.metadata)
+        name = f.name.replace("_", "-")
+        flag = meta.pop("flag", f"--{name}")
+        kwargs: dict[str, Any] = {"help": meta.pop("help")}
+        has_default = f.default is not dataclasses.MISSING
+        if f.name == "env_kwargs":  # KEY=VALUE pairs, parsed by _parse_env_args
+            decls = [flag, "env_args"]
+            kwargs.update(multiple=True, metavar=meta.pop("metavar"))
+        elif f.type == "bool":
+            decls = [f"{flag}/--no-{name}"]
+            kwargs.update(default=f.default, show_default=True)
+        else:
+            decls = [flag]
+            kind = str(f.type).removesuffix(" | None")
+            choices = meta.pop("choices", None)
+            kwargs["type"] = click.Choice(choices) if choices else kinds[kind]
+            if has_default:
+                kwargs["default"] = f.default
+                kwargs["show_default"] = f.default is not None
+            else:  # a default made per run (the CPU count): shown in words
+                kwargs["default"] = f.default_factory
+                kwargs["show_default"] = meta.pop("show_default")
+            kwargs.update(meta)
+        command = click.option(*decls, **kwargs)(command)
+    return command
+
+
 @main.command("train")
-@click.option(
-    "--env", default=TrainConfig.env, show_default=True, help=f"Env to train on: {SUPPORTED}."
-)
-@click.option(
-    "--env-arg",
-    "env_args",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Extra env constructor argument, VALUE as JSON (e.g. points_to_win=5); repeatable.",
-)
-@click.option(
-    "--workers",
-    type=int,
-    default=default_workers,
-    show_default="number of CPUs",
-    help="Worker processes (local) or actors (ray).",
-)
-@click.option(
-    "--backend",
-    type=click.Choice(BACKENDS),
-    default="local",
-    show_default=True,
-    help="local: process pool; serial: this process; ray: a Ray cluster.",
-)
-@click.option("--ray-address", default=None, help="Join this Ray cluster (implies --backend ray).")
-@click.option("--batch-size", type=int, default=10, show_default=True, help="Episodes per update.")
-@click.option(
-    "--batches",
-    type=int,
-    default=None,
-    help="Total updates of the run, across resumes (default: until Ctrl-C).",
-)
-@click.option("--seed", type=int, default=0, show_default=True, help="Run seed.")
-@click.option(
-    "--run-dir",
-    default="runs/pong",
-    show_default=True,
-    help="Where config.json, metrics.jsonl and checkpoint.npz live.",
-)
+@_config_options
 @click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its checkpoint.")
 @click.option(
     "--preset",
@@ -144,50 +139,6 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     default=None,
     help="A named set of algorithm options; options given beside it win. karpathy: "
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200).",
-)
-@click.option(
-    "--optimizer",
-    type=click.Choice(OPTIMIZERS),
-    default=TrainConfig.optimizer,
-    show_default=True,
-    help="rmsprop (Karpathy's) or adam.",
-)
-@click.option(
-    "--lr",
-    type=float,
-    default=TrainConfig.lr,
-    show_default=True,
-    help="Learning rate (Karpathy's reference: 1e-4).",
-)
-@click.option("--gamma", type=float, default=0.99, show_default=True, help="Discount factor.")
-@click.option("--decay-rate", type=float, default=0.99, show_default=True, help="RMSProp decay.")
-@click.option("--hidden", type=int, default=200, show_default=True, help="Hidden units.")
-@click.option(
-    "--checkpoint-every",
-    type=int,
-    default=10,
-    show_default=True,
-    help="Write checkpoint.npz every N updates (and at the end).",
-)
-@click.option(
-    "--episode-timeout",
-    type=float,
-    default=600.0,
-    show_default=True,
-    help="Seconds before a worker stuck in one episode is replaced.",
-)
-@click.option(
-    "--target-reward",
-    type=float,
-    default=None,
-    metavar="R",
-    help="Stop, with the checkpoint saved, once the running reward reaches R (18: solved).",
-)
-@click.option(
-    "--tensorboard/--no-tensorboard",
-    default=TrainConfig.tensorboard,
-    show_default=True,
-    help="Write TensorBoard event files into the run directory.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context

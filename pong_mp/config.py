@@ -7,7 +7,7 @@ import json
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,47 +26,72 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+BACKENDS = ("local", "serial", "ray")
+"""Where episodes are played: a process pool, this process, or Ray actors."""
+
+
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    factory: Callable[[], Any] | None = None,
+    **cli: Any,
+) -> Any:
+    """A TrainConfig field with its `pong-mp train` help (and click settings in `cli`):
+    the field is the one source of the option's name, type, default and help. `factory`
+    makes the default anew for each config (a dict, the CPU count)."""
+    metadata = {"help": help, **cli}
+    if factory is not None:
+        return field(default_factory=factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run."""
+    """Everything that defines a training run. Each field is a `pong-mp train` option of
+    the same name (underscores become dashes) and a keyword of `pong_mp.train`."""
 
-    env: str = "ALE/Pong-v5"
-    """Gymnasium env id."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra env constructor arguments (Python API only, e.g. FakePong's points_to_win)."""
-    backend: str = "local"
-    """Where episodes are played: local (process pool), serial (this process) or ray."""
-    workers: int = field(default_factory=default_workers)
-    """Worker processes (local) or actors (ray); defaults to the number of usable CPUs."""
-    ray_address: str | None = None
-    """Address of an existing Ray cluster; implies the ray backend."""
-    batch_size: int = 10
-    """Episodes per update."""
-    batches: int | None = None
-    """Total updates of the run, counted across resumes; None runs until interrupted."""
-    seed: int = 0
-    """Run seed: initial weights and every episode's seed derive from it."""
-    run_dir: str = "runs/pong"
-    """Directory of config.json, metrics.jsonl and checkpoint.npz."""
-    optimizer: str = "rmsprop"
-    """rmsprop (Karpathy's) or adam (beta1 0.9, beta2 0.999, eps 1e-8)."""
-    lr: float = 1e-3
-    """Learning rate. Karpathy's reference is 1e-4; 1e-3 learns real Pong much faster on
-    the same budget (docs/learning.md)."""
-    gamma: float = 0.99
-    """Discount factor of the returns."""
-    decay_rate: float = 0.99
-    """RMSProp decay of the mean of squared gradients (unused by adam)."""
-    hidden: int = 200
-    """Hidden units of the policy."""
-    checkpoint_every: int = 10
-    """Write checkpoint.npz every this many updates (and always at the end)."""
-    episode_timeout: float = 600.0
-    """Seconds an episode may take before its worker is treated as hung and replaced."""
-    target_reward: float | None = None
-    """Stop, with the checkpoint saved, once the running reward reaches this (e.g. 18)."""
-    tensorboard: bool = True
-    """Write TensorBoard event files into the run directory (`tensorboard --logdir runs`)."""
+    env: str = option(
+        "ALE/Pong-v5", "Env to train on: ALE/Pong-v5 (any ALE/Pong version) or FakePong-v0."
+    )
+    env_kwargs: dict[str, Any] = option(
+        factory=dict,
+        help="Extra env constructor argument, VALUE as JSON (e.g. points_to_win=5); repeatable.",
+        flag="--env-arg",
+        metavar="KEY=VALUE",
+    )
+    backend: str = option(
+        "local", "local: process pool; serial: this process; ray: a Ray cluster.", choices=BACKENDS
+    )
+    workers: int = option(
+        factory=default_workers,
+        help="Worker processes (local) or actors (ray).",
+        show_default="number of CPUs",
+    )
+    ray_address: str | None = option(
+        None, "Join this Ray cluster (implies --backend ray).", metavar="HOST:PORT"
+    )
+    batch_size: int = option(10, "Episodes per update.")
+    batches: int | None = option(
+        None, "Total updates of the run, across resumes (default: until Ctrl-C)."
+    )
+    seed: int = option(0, "Run seed: initial weights and every episode's seed derive from it.")
+    run_dir: str = option("runs/pong", "Where config.json, metrics.jsonl and checkpoint.npz live.")
+    optimizer: str = option("rmsprop", "rmsprop (Karpathy's) or adam.", choices=OPTIMIZERS)
+    lr: float = option(1e-3, "Learning rate (Karpathy's reference: 1e-4).")
+    gamma: float = option(0.99, "Discount factor; the return restarts at every point.")
+    decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
+    hidden: int = option(200, "Hidden units.")
+    checkpoint_every: int = option(10, "Write checkpoint.npz every N updates (and at the end).")
+    episode_timeout: float = option(
+        600.0, "Seconds before a worker stuck in one episode is replaced."
+    )
+    target_reward: float | None = option(
+        None,
+        "Stop, with the checkpoint saved, once the running reward reaches R (18: solved).",
+        metavar="R",
+    )
+    tensorboard: bool = option(True, "Write TensorBoard event files into the run directory.")
 
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
@@ -90,7 +115,7 @@ class TrainConfig:
             (self.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
             (self.episode_timeout > 0, "--episode-timeout must be > 0"),
             (self.seed >= 0, "--seed must be >= 0"),
-            (self.backend in ("local", "serial", "ray"), "--backend must be local, serial or ray"),
+            (self.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}"),
             (
                 self.optimizer in OPTIMIZERS,
                 f"--optimizer must be one of {', '.join(OPTIMIZERS)}",

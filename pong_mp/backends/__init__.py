@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from pong_mp.backends.base import Backend, BackendUnavailable, RolloutSpec, WorkerError
-
-BACKENDS = ("local", "serial", "ray")
+from pong_mp.config import BACKENDS
 
 
 def make_backend(name: str, spec: RolloutSpec, ray_address: str | None = None) -> Backend:
