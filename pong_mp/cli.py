@@ -223,6 +223,13 @@ def train_command(
 @click.option(
     "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the games."
 )
+@click.option(
+    "--env-arg",
+    "env_args",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Env argument, VALUE as JSON (fast=false: gymnasium's own ALE env); repeatable.",
+)
 @click.option("--greedy", is_flag=True, help="Take the likelier action instead of sampling.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for scripts).")
 @click.option(
@@ -255,6 +262,7 @@ def train_command(
 def play_command(
     checkpoint_path: Path,
     env: str | None,
+    env_args: tuple[str, ...],
     episodes: int,
     seed: int,
     greedy: bool,
@@ -270,6 +278,7 @@ def play_command(
     Examples:
       pong-mp play models/pong.npz --episodes 10
       pong-mp play models/pong.npz --episodes 10 --greedy --json
+      pong-mp play models/pong.npz --episodes 10 --env-arg fast=false   # gymnasium's own env
       pong-mp play models/pong.npz --episodes 1 --record game.gif --max-frames 1500
     """
     try:
@@ -277,6 +286,7 @@ def play_command(
         trained_on = config.get("env", "ALE/Pong-v5")
         env_id = env or trained_on
         env_kwargs = config.get("env_kwargs", {}) if env is None else {}
+        env_kwargs = {**env_kwargs, **_parse_env_args(env_args)}
         check_env(env_id, env_kwargs)
         recorder = (
             VideoRecorder(record, scale=scale, stride=frame_stride, max_frames=max_frames)
@@ -330,6 +340,7 @@ def play_command(
         report = {
             "policy": str(checkpoint_path),
             "env": env_id,
+            "env_kwargs": env_kwargs,
             "greedy": greedy,
             "seed": seed,
             **evaluation(scores),

@@ -166,3 +166,15 @@ def test_cli_play_reports_json_for_scripts(fake_checkpoint: Path) -> None:
     assert report["lost"] == sum(d < 0 for d in diffs)
     assert report["mean_difference"] == pytest.approx(np.mean(diffs))
     assert report["std_difference"] == pytest.approx(np.std(diffs))
+
+
+def test_cli_play_env_args_override_the_trained_ones(fake_checkpoint: Path) -> None:
+    done = pong_mp(
+        "play", str(fake_checkpoint), "--episodes", "2", "--env-arg", "points_to_win=1", "--json"
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["env_kwargs"] == {"points_to_win": 1}
+    assert all(max(s["agent"], s["opponent"]) == 1 for s in report["scores"])
+    done = pong_mp("play", str(fake_checkpoint), "--env-arg", "points_to_win=x")
+    assert done.returncode == 2 and "cannot be made with points_to_win='x'" in done.stderr
