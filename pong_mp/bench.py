@@ -158,20 +158,22 @@ def training_rate(
 
 
 def _episode_memory(steps: int, hidden: int) -> tuple[float, float]:
-    from pong_mp.backends.base import prepare_worker_process
-    from pong_mp.envs import make_training_env
-    from pong_mp.episode import EpisodeGradient, EpisodeTask, play_episode
+    from pong_mp.backends.base import RolloutSpec, prepare_worker_process
+    from pong_mp.backends.worker import EpisodeWorker
+    from pong_mp.episode import EpisodeTask
 
     prepare_worker_process()
-    env, inputs = make_training_env("FakePong-v0", points_to_win=10_000, max_steps=steps)
+    # What a worker holds for all its episodes: its env and workspace, and its gradient slot.
+    game = {"points_to_win": 10_000, "max_steps": steps}
+    worker = EpisodeWorker(RolloutSpec("FakePong-v0", hidden, 0.99, env_kwargs=game))
+    worker.open()
     weights = policy.Weights32.from_params(policy.init_params(hidden, 0), hidden)
-    # What a worker holds for all its episodes: the gradient's working memory and its slot.
-    work = EpisodeGradient(hidden)
     grad = np.ones(policy.param_count(hidden), dtype=np.float32)
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.
     Path("/proc/self/clear_refs").write_text("5")
-    result = play_episode(env, inputs, weights, 0.99, EpisodeTask(0, 0), grad, work)
+    result = worker.play(weights, EpisodeTask(0, 0), grad)
+    worker.close()
     if result.steps != steps:
         raise RuntimeError(f"the episode took {result.steps} steps, not {steps}")
     peak = _rss_mb(os.getpid())

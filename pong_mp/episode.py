@@ -73,6 +73,33 @@ def start_episode(env: gym.Env, inputs: InputStream, seed: int) -> Callable[[], 
     return np.random.default_rng(action_seq).random
 
 
+def run_episode(
+    env: gym.Env,
+    inputs: InputStream,
+    seed: int,
+    p_up: Callable[[np.ndarray, np.ndarray], float],
+    on_step: Callable[[bool, float, float], None],
+    greedy: bool = False,
+) -> None:
+    """The loop of every episode, trained or watched: reset from `seed`, then step until the
+    game ends.
+
+    Each step, `p_up(pixels, values)` gives P(UP) for the step's sparse input; the action is
+    UP with that probability (drawn from the episode's seeded generator), or if it is the
+    likelier one when `greedy`; then `on_step(up, p_up, reward)` sees what happened.
+    """
+    uniform = start_episode(env, inputs, seed)
+    idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
+    done = False
+    while not done:
+        p = p_up(idx, vals)
+        up = p >= 0.5 if greedy else uniform() < p
+        obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
+        on_step(up, p, reward)
+        done = terminated or truncated
+        idx, vals = inputs.step(obs)
+
+
 def play_episode(
     env: gym.Env,
     inputs: InputStream,
@@ -91,20 +118,16 @@ def play_episode(
     the result depends only on (weights, task).
     """
     start = time.perf_counter()
-    uniform = start_episode(env, inputs, task.seed)
     hidden = weights.w2.shape[0]
     if work is None:
         work = EpisodeGradient(hidden)
     work.start(weights, gamma)
-    idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
-    done = False
-    while not done:
-        p_up = work.policy(idx, vals)
-        up = uniform() < p_up
-        obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
-        work.add((1.0 if up else 0.0) - p_up, reward)  # dlogp: d log pi(a) / d logit
-        done = terminated or truncated
-        idx, vals = inputs.step(obs)
+    record = work.add
+
+    def on_step(up: bool, p_up: float, reward: float) -> None:
+        record((1.0 if up else 0.0) - p_up, reward)  # dlogp: d log pi(a) / d logit
+
+    run_episode(env, inputs, task.seed, work.policy, on_step)
     grad = np.empty(policy.param_count(hidden), np.float32) if out is None else out
     work.finish(grad)
     return EpisodeResult(

@@ -11,8 +11,7 @@ import numpy as np
 
 from pong_mp import policy, sparse
 from pong_mp.envs import make_training_env
-from pong_mp.episode import episode_seed, start_episode
-from pong_mp.frames import NO_PIXELS, NO_VALUES
+from pong_mp.episode import episode_seed, run_episode
 
 
 @dataclass(frozen=True)
@@ -50,25 +49,25 @@ def play_games(
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"
     env, inputs = make_training_env(env_id, **kwargs)
+
+    def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
+        return sparse.forward(weights.w1t, weights.w2, idx, vals, hidden_units)
+
+    game = {"agent": 0, "opponent": 0, "steps": 0}
+
+    def on_step(up: bool, p: float, reward: float) -> None:
+        game["agent"] += reward > 0
+        game["opponent"] += reward < 0
+        game["steps"] += 1
+        if on_frame is not None:
+            on_frame(env.render())
+
     scores = []
     try:
         for i in range(games):
-            uniform = start_episode(env, inputs, episode_seed(seed, i))
-            idx, vals = NO_PIXELS, NO_VALUES
-            agent = opponent = steps = 0
-            done = False
-            while not done:
-                p_up = sparse.forward(weights.w1t, weights.w2, idx, vals, hidden_units)
-                up = p_up >= 0.5 if greedy else uniform() < p_up
-                obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
-                agent += reward > 0
-                opponent += reward < 0
-                steps += 1
-                done = terminated or truncated
-                idx, vals = inputs.step(obs)
-                if on_frame is not None:
-                    on_frame(env.render())
-            scores.append(GameScore(agent=int(agent), opponent=int(opponent), steps=steps))
+            game.update(agent=0, opponent=0, steps=0)
+            run_episode(env, inputs, episode_seed(seed, i), p_up, on_step, greedy=greedy)
+            scores.append(GameScore(**game))
             if on_game is not None:
                 on_game(scores[-1])
     finally:

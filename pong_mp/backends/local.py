@@ -81,10 +81,9 @@ def worker_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _set_os_process_name(mp.current_process().name)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
-    from pong_mp.envs import make_training_env
-    from pong_mp.episode import EpisodeGradient, play_episode
+    from pong_mp.backends.worker import EpisodeWorker
 
-    env = None
+    worker = EpisodeWorker(spec)
     weights = None
     grad = None
     try:
@@ -92,8 +91,7 @@ def worker_main(
         try:
             weights = SharedWeights.attach(weights_name, spec.hidden)
             grad = SharedGradient.attach(grad_name, spec.hidden)
-            env, inputs = make_training_env(spec.env_id, **spec.env_kwargs)
-            work = EpisodeGradient(spec.hidden)
+            worker.open()
         except Exception:
             conn.send(("error", None, traceback.format_exc()))
             return
@@ -104,9 +102,7 @@ def worker_main(
                 return
             version, task = message
             try:
-                result = play_episode(
-                    env, inputs, weights.read(version), spec.gamma, task, grad.array, work
-                )
+                result = worker.play(weights.read(version), task, grad.array)
             except Exception:
                 conn.send(("error", task.index, traceback.format_exc()))
             else:
@@ -115,8 +111,7 @@ def worker_main(
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the coordinator is gone: nothing left to do
     finally:
-        if env is not None:
-            env.close()
+        worker.close()
         if weights is not None:
             weights.close()
         if grad is not None:

@@ -60,14 +60,12 @@ class EpisodeActor:
 
     def __init__(self, spec: RolloutSpec) -> None:
         """Set up the process as a worker's, and build the env (once)."""
-        from pong_mp.envs import make_training_env
-        from pong_mp.episode import EpisodeGradient
+        from pong_mp.backends.worker import EpisodeWorker
 
         prepare_worker_process()
         self.spec = spec
-
-        self.env, self.inputs = make_training_env(spec.env_id, **spec.env_kwargs)
-        self.work = EpisodeGradient(spec.hidden)
+        self.worker = EpisodeWorker(spec)
+        self.worker.open()
 
     def pid(self) -> int:
         """This actor's process id (readiness check, and for fault tests)."""
@@ -84,11 +82,8 @@ class EpisodeActor:
         Returns the result without its gradient, and the gradient: two objects, so that the
         driver fetches only the small one and the gradient stays on this node for its
         group's sum."""
-        from pong_mp.episode import play_episode
-
         w1t, w2 = policy.split(flat32, self.spec.hidden)
-        weights = policy.Weights32(w1t, w2)
-        result = play_episode(self.env, self.inputs, weights, self.spec.gamma, task, work=self.work)
+        result = self.worker.play(policy.Weights32(w1t, w2), task)
         grad, result.grad = result.grad, None
         return result, grad
 

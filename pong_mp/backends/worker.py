@@ -1,0 +1,58 @@
+"""EpisodeWorker: what plays episodes in every backend.
+
+One env, its input stream and one gradient workspace, built once (`open`) and reused for
+every episode (`play`), closed on every path (`close`). The serial backend is one; a local
+backend's worker process, a Ray actor and `pong-mp bench` each wrap one. So the serial
+backend runs the very code a worker runs, and their bytes agree.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from pong_mp import policy
+from pong_mp.backends.base import RolloutSpec
+from pong_mp.envs import make_training_env
+from pong_mp.episode import EpisodeGradient, EpisodeResult, EpisodeTask, play_episode
+from pong_mp.frames import InputStream
+
+
+class EpisodeWorker:
+    """Plays episodes of a run (its spec) with one persistent env and workspace."""
+
+    def __init__(self, spec: RolloutSpec) -> None:
+        """Remember the spec; the env is built by `open`."""
+        self.spec = spec
+        self._env: gym.Env | None = None
+        self._inputs: InputStream | None = None
+        self._work: EpisodeGradient | None = None
+
+    @property
+    def is_open(self) -> bool:
+        """Whether `open` built the env (and `close` has not closed it)."""
+        return self._env is not None
+
+    def open(self) -> None:
+        """Build the env and the gradient's working memory (once; again after close)."""
+        if self.is_open:
+            return
+        env, inputs = make_training_env(self.spec.env_id, **self.spec.env_kwargs)
+        self._env, self._inputs = env, inputs
+        self._work = EpisodeGradient(self.spec.hidden)
+
+    def play(
+        self, weights: policy.Weights32, task: EpisodeTask, out: np.ndarray | None = None
+    ) -> EpisodeResult:
+        """Play `task` with `weights`; its gradient goes into `out` (float32) if given."""
+        if self._env is None or self._inputs is None:
+            raise RuntimeError("EpisodeWorker.play() before open()")
+        return play_episode(
+            self._env, self._inputs, weights, self.spec.gamma, task, out, self._work
+        )
+
+    def close(self) -> None:
+        """Close the env; safe to call more than once."""
+        env, self._env, self._inputs, self._work = self._env, None, None, None
+        if env is not None:
+            env.close()
