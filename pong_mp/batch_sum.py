@@ -38,6 +38,10 @@ class GroupSum:
     grad: np.ndarray
     """The sum (float64)."""
 
+    def add_to(self, summed: BatchSum) -> None:
+        """Add this group's sum to a batch's (`BatchSum.add_group`)."""
+        summed.add_group(self)
+
 
 def group_count(batch_size: int) -> int:
     """How many groups a batch of `batch_size` episodes has."""
@@ -105,14 +109,16 @@ class BatchSum:
         return self.count == self._batch_size and self._next_group == self._groups
 
     def add(self, item: EpisodeResult | GroupSum) -> None:
-        """Take one episode's result, or a group's sum.
+        """Take whatever a backend yielded: an episode's result or a group's sum."""
+        item.add_to(self)
 
-        A result whose gradient is None only counts the episode (its group's sum comes as a
-        GroupSum).
-        """
-        if isinstance(item, GroupSum):
-            self._group_done(item.group, item.grad)
-            return
+    def add_group(self, item: GroupSum) -> None:
+        """Take a group's sum, made by a backend (`sum_group`) where its episodes played."""
+        self._group_done(item.group, item.grad)
+
+    def add_episode(self, item: EpisodeResult) -> None:
+        """Take one episode's result. One whose gradient is None only counts the episode
+        (its group's sum comes as a GroupSum)."""
         if item.index in self.rewards:
             raise ValueError(f"episode {item.index} was added twice")
         self.count += 1

@@ -11,12 +11,16 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
 
 from pong_mp import policy, sparse
 from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
+
+if TYPE_CHECKING:
+    from pong_mp.batch_sum import BatchSum
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,10 @@ class EpisodeResult:
     """Env steps played."""
     seconds: float
     """Wall time spent on the episode in the worker."""
+
+    def add_to(self, summed: BatchSum) -> None:
+        """Add this episode to a batch's sum (`BatchSum.add_episode`)."""
+        summed.add_episode(self)
 
 
 def episode_seed(run_seed: int, index: int) -> int:

@@ -186,3 +186,17 @@ def test_close_twice_is_harmless(clean_system) -> None:
     backend.start()
     backend.close()
     backend.close()
+
+
+def test_a_batch_left_unfinished_leaves_nothing_for_the_next(clean_system) -> None:
+    spec = _spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.001})
+    params = policy.init_params(HIDDEN, 0)
+    with make_backend("serial", spec) as serial:
+        expected = play_batch(serial, params, make_tasks(1, 10, 4))
+    with make_backend("local", spec) as backend:
+        batch = backend.run_batch(params, make_tasks(1, 0, 6))
+        next(batch)  # one result; the other worker is still playing
+        batch.close()  # the caller leaves the batch
+        assert backend.replacements == 0
+        # The next batch gets only its own episodes, with the same bytes as anywhere.
+        assert play_batch(backend, params, make_tasks(1, 10, 4)) == expected

@@ -7,7 +7,7 @@ import ctypes
 import os
 import sys
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -88,7 +88,15 @@ class RolloutSpec:
 
 
 class Backend(Protocol):
-    """Plays batches of episodes; the trainer never knows which backend it talks to."""
+    """Plays batches of episodes; the trainer never knows which backend it talks to.
+    A backend is also a context manager: `with make_backend(...) as b:` starts it and
+    always closes it."""
+
+    def __enter__(self) -> Backend:
+        """Start the backend."""
+
+    def __exit__(self, *exc: object) -> None:
+        """Close the backend."""
 
     def start(self) -> None:
         """Create the envs and workers."""
@@ -104,6 +112,25 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Stop workers and free every resource; safe to call more than once."""
+
+
+class ContextManaged:
+    """`with backend:` for the backends: start on entry, close on every exit."""
+
+    def start(self) -> None:
+        """Create the envs and workers."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop workers and free every resource."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Any:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class RemoteTraceback(Exception):
@@ -125,31 +152,40 @@ class WorkerError(RuntimeError):
     """An episode failed in a worker more often than allowed; `__cause__` has its traceback."""
 
 
-def raise_worker_error(message: str, tb: str) -> None:
-    """Raise WorkerError(message) with the worker's traceback attached as its cause."""
-    raise WorkerError(message) from RemoteTraceback(tb)
+def worker_error(message: str, tb: str) -> WorkerError:
+    """WorkerError(message) with the worker's traceback attached as its cause:
+    `raise worker_error(...)`."""
+    error = WorkerError(message)
+    error.__cause__ = RemoteTraceback(tb)
+    error.__suppress_context__ = True
+    return error
 
 
-def requeue_or_raise(
-    task: EpisodeTask,
-    pending: deque[EpisodeTask],
-    failures: dict[int, int],
-    max_retries: int,
-    failed: str,
-    tb: str | None = None,
-) -> int:
-    """Count one more failure of `task` and put it back first in `pending` (the same seed
-    gives the same result); returns its failure count.
+class Retries:
+    """A batch's failed episodes: how often each failed, and when to give up."""
 
-    Past `max_retries` it raises WorkerError("episode I {failed} N times"), with the
-    worker's traceback `tb` as its cause when there is one.
-    """
-    failures[task.index] = failures.get(task.index, 0) + 1
-    count = failures[task.index]
-    if count > max_retries:
-        message = f"episode {task.index} {failed.format(count=count)}"
-        if tb is not None:
-            raise_worker_error(message, tb)
-        raise WorkerError(message)
-    pending.appendleft(task)
-    return count
+    def __init__(self, max_retries: int) -> None:
+        """An episode failing more than `max_retries` times stops the batch."""
+        self.max_retries = max_retries
+        self.failures: dict[int, int] = {}
+        """Failures so far, by episode index."""
+
+    def again(
+        self,
+        task: EpisodeTask,
+        pending: deque[EpisodeTask],
+        what: Callable[[int], str],
+        tb: str | None = None,
+    ) -> int:
+        """Count one more failure of `task` and put it back first in `pending` (the same
+        seed gives the same result); returns its failure count.
+
+        Past `max_retries` it raises WorkerError(f"episode I {what(count)}"), with the
+        worker's traceback `tb` as its cause when there is one.
+        """
+        count = self.failures[task.index] = self.failures.get(task.index, 0) + 1
+        if count > self.max_retries:
+            message = f"episode {task.index} {what(count)}"
+            raise worker_error(message, tb) if tb is not None else WorkerError(message)
+        pending.appendleft(task)
+        return count

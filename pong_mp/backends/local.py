@@ -28,17 +28,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from typing import NamedTuple
 
 import numpy as np
 
 from pong_mp.backends.base import (
     MAIN_GUARD_EXIT,
+    ContextManaged,
+    Retries,
     RolloutSpec,
     WorkerError,
     main_guard_error,
     prepare_worker_process,
-    raise_worker_error,
-    requeue_or_raise,
+    worker_error,
 )
 from pong_mp.backends.shm import SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeResult, EpisodeTask
@@ -69,13 +71,42 @@ def _set_os_process_name(name: str) -> None:
             ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
 
 
+class Ready(NamedTuple):
+    """Worker -> coordinator: set up, waiting for episodes."""
+
+
+class Done(NamedTuple):
+    """Worker -> coordinator: an episode was played; its gradient is in the worker's slot."""
+
+    result: EpisodeResult
+    """The episode's statistics (`grad` is None: the gradient is in shared memory)."""
+
+
+class Failed(NamedTuple):
+    """Worker -> coordinator: setting up (index None) or an episode raised."""
+
+    index: int | None
+    """The episode that failed, or None if the worker could not start."""
+    traceback: str
+    """The worker's formatted traceback."""
+
+
+class Play(NamedTuple):
+    """Coordinator -> worker: play this episode with this version of the shared weights."""
+
+    version: int
+    """The weights' version, checked against shared memory."""
+    task: EpisodeTask
+    """The episode to play."""
+
+
 def worker_main(
     spec: RolloutSpec, weights_name: str, grad_name: str, conn: Connection, parent_pid: int
 ) -> None:
     """Loop of one worker: receive (version, task), play it, send back the result.
 
-    Messages sent: ("ready",) once set up, then ("done", EpisodeResult) or
-    ("error", episode index or None, traceback).
+    Messages: it receives Play (or None: stop) and sends Ready once set up, then Done or
+    Failed for each episode (Failed with no index if it cannot set up).
     The env is closed on every exit path.
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -93,21 +124,21 @@ def worker_main(
             grad = SharedGradient.attach(grad_name, spec.hidden)
             worker.open()
         except Exception:
-            conn.send(("error", None, traceback.format_exc()))
+            conn.send(Failed(None, traceback.format_exc()))
             return
-        conn.send(("ready",))
+        conn.send(Ready())
         while True:
             message = conn.recv()
             if message is None:
                 return
-            version, task = message
+            version, task = message.version, message.task
             try:
                 result = worker.play(weights.read(version), task, grad.array)
             except Exception:
-                conn.send(("error", task.index, traceback.format_exc()))
+                conn.send(Failed(task.index, traceback.format_exc()))
             else:
                 result.grad = None  # it is in the shared slot: only the small rest travels
-                conn.send(("done", result))
+                conn.send(Done(result))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the coordinator is gone: nothing left to do
     finally:
@@ -130,9 +161,10 @@ class _Worker:
     grad: SharedGradient
     task: EpisodeTask | None = None
     since: float = 0.0  # when the current task was sent
+    abandoned: bool = False  # stopped with a batch left unfinished: replaced at the next
 
 
-class LocalBackend:
+class LocalBackend(ContextManaged):
     """Persistent spawned worker processes with shared-memory weights."""
 
     def __init__(self, spec: RolloutSpec) -> None:
@@ -184,8 +216,8 @@ class LocalBackend:
                     raise WorkerError(
                         f"worker {w.slot} died while starting (exit code {w.process.exitcode})"
                     ) from None
-                if message[0] != "ready":
-                    raise_worker_error(f"worker {w.slot} failed to start", message[2])
+                if isinstance(message, Failed):
+                    raise worker_error(f"worker {w.slot} failed to start", message.traceback)
 
     def _spawn(self, slot: int) -> _Worker:
         assert self._weights is not None
@@ -247,12 +279,30 @@ class LocalBackend:
         self._weights.write(params, self._version)
         self.broadcast_seconds += time.perf_counter() - start
         pending = deque(tasks)
-        failures: dict[int, int] = {}
+        retries = Retries(self.spec.max_retries)
         remaining = len(tasks)
+        try:
+            yield from self._play(pending, retries, remaining)
+        finally:
+            # Left mid-batch (the caller stopped asking, or an error): episodes still in
+            # flight would answer into the next batch. Stop their workers; the next batch
+            # starts fresh ones (close() would end them anyway).
+            for w in self._workers:
+                if w.task is not None:
+                    _kill(w.process)
+                    w.task, w.abandoned = None, True
+
+    def _play(
+        self, pending: deque[EpisodeTask], retries: Retries, remaining: int
+    ) -> Iterator[EpisodeResult]:
+        for w in list(self._workers):
+            if w.abandoned:
+                w.conn.close()
+                self._workers[self._workers.index(w)] = self._spawn(w.slot)
         while remaining:
             for w in list(self._workers):
                 if w.task is None and w.process.exitcode is not None:
-                    self._replace(w, pending, failures, "died while idle")
+                    self._replace(w, pending, retries, "died while idle")
             for w in self._workers:
                 if w.task is None and pending:
                     self._send(w, pending.popleft())
@@ -263,27 +313,27 @@ class LocalBackend:
             )
             for w in busy:
                 if w.conn in ready or w.process.sentinel in ready:
-                    result = self._collect(w, ready, pending, failures)
+                    result = self._collect(w, ready, pending, retries)
                     if result is not None:
                         remaining -= 1
                         yield result
             now = time.monotonic()
             for w in busy:
                 if w.task is not None and now - w.since > self.spec.episode_timeout:
-                    self._replace(w, pending, failures, f"hung for {now - w.since:.0f} s")
+                    self._replace(w, pending, retries, f"hung for {now - w.since:.0f} s")
 
     def _send(self, w: _Worker, task: EpisodeTask) -> None:
         w.task, w.since = task, time.monotonic()
         # If it died, sending fails or goes nowhere; its sentinel reports the death next wait.
         with contextlib.suppress(OSError, ValueError):
-            w.conn.send((self._version, task))
+            w.conn.send(Play(self._version, task))
 
     def _collect(
         self,
         w: _Worker,
         ready: list[object],
         pending: deque[EpisodeTask],
-        failures: dict[int, int],
+        retries: Retries,
     ) -> EpisodeResult | None:
         """The result `w` sent, or None after handling its death, failure or readiness."""
         message = None
@@ -294,23 +344,21 @@ class LocalBackend:
             message = None  # a message cut off by the worker's death
         if message is None:
             code = w.process.exitcode if w.process.sentinel in ready else None
-            self._replace(w, pending, failures, f"died (exit code {code})")
+            self._replace(w, pending, retries, f"died (exit code {code})")
             return None
-        if message[0] == "ready":
+        if isinstance(message, Ready):
             return None  # a replacement has started; its episode is on the way
-        if message[0] == "done":
+        if isinstance(message, Done):
             w.task = None
-            result: EpisodeResult = message[1]
+            result = message.result
             result.grad = w.grad.array  # valid until this worker gets its next episode
             return result
-        _, index, tb = message
+        index, tb = message.index, message.traceback
         task = w.task
         if task is None or index is None:  # it failed before it could play anything
-            raise_worker_error(f"worker {w.slot} failed to start", tb)
-        assert task is not None
+            raise worker_error(f"worker {w.slot} failed to start", tb)
         w.task = None
-        failed = "failed {count} times in a worker"
-        count = requeue_or_raise(task, pending, failures, self.spec.max_retries, failed, tb)
+        count = retries.again(task, pending, lambda n: f"failed {n} times in a worker", tb)
         last_line = tb.strip().splitlines()[-1]
         log.warning(
             f"episode {task.index} failed in worker {w.slot} ({last_line}); "
@@ -322,15 +370,14 @@ class LocalBackend:
         self,
         w: _Worker,
         pending: deque[EpisodeTask],
-        failures: dict[int, int],
+        retries: Retries,
         why: str,
     ) -> None:
         task = w.task
         _kill(w.process)
         w.conn.close()
         if task is not None:
-            failed = f"lost its worker {{count}} times (last: {why})"
-            requeue_or_raise(task, pending, failures, self.spec.max_retries, failed)
+            retries.again(task, pending, lambda n: f"lost its worker {n} times (last: {why})")
         replay = f"; episode {task.index} will be played again" if task is not None else ""
         log.warning(f"worker {w.slot} {why}: replaced{replay}")
         fresh = self._spawn(w.slot)

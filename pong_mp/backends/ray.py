@@ -37,11 +37,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from pong_mp import policy
 from pong_mp.backends.base import (
     BackendUnavailable,
+    ContextManaged,
+    Retries,
     RolloutSpec,
     WorkerError,
     prepare_worker_process,
-    raise_worker_error,
-    requeue_or_raise,
+    worker_error,
 )
 from pong_mp.batch_sum import GROUP, GroupSum, group_of, sum_group
 from pong_mp.episode import EpisodeResult, EpisodeTask
@@ -197,7 +198,7 @@ def connect(address: str | None, num_cpus: int) -> bool:
     return False
 
 
-class RayBackend:
+class RayBackend(ContextManaged):
     """Episodes on Ray actors: a local Ray instance, or a cluster at `address`."""
 
     def __init__(self, spec: RolloutSpec, address: str | None = None) -> None:
@@ -223,7 +224,7 @@ class RayBackend:
             try:
                 ray.get(refs, timeout=_START_SECONDS)
             except ray.exceptions.RayActorError as exc:
-                raise_worker_error("an actor failed to start", str(exc))
+                raise worker_error("an actor failed to start", str(exc))  # noqa: B904
             except ray.exceptions.GetTimeoutError:
                 raise WorkerError(
                     f"actors did not start within {_START_SECONDS:.0f} s: does the cluster "
@@ -273,7 +274,7 @@ class RayBackend:
             _Group(number, tasks[first : first + GROUP])
             for number, first in enumerate(range(0, len(tasks), GROUP))
         ]
-        failures: dict[int, int] = {}
+        retries = Retries(self.spec.max_retries)
         reported: set[int] = set()  # episodes whose result was yielded
         unsummed = len(groups)
         while unsummed:
@@ -306,13 +307,13 @@ class RayBackend:
                     result: EpisodeResult = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
                     why = f"its actor died ({type(exc).__name__})"
-                    self._retry(task, group.pending, failures, why)
+                    self._retry(task, group.pending, retries, why)
                     self._replace(slot)
                     continue
                 except ray.exceptions.RayTaskError as exc:
                     # Ray's traceback, with its terminal colour codes taken out for logs.
                     tb = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-                    self._retry(task, group.pending, failures, "it raised", tb=tb)
+                    self._retry(task, group.pending, retries, "it raised", tb=tb)
                     continue
                 group.grads[task.index] = grad_ref
                 if len(group.grads) == len(group.tasks):
@@ -326,7 +327,7 @@ class RayBackend:
                     task, slot.task, slot.ref, slot.grad_ref = slot.task, None, None, None
                     group = groups[group_of(task.index, tasks[0].index)]
                     why = f"hung for {now - slot.since:.0f} s"
-                    self._retry(task, group.pending, failures, why)
+                    self._retry(task, group.pending, retries, why)
                     ray.kill(slot.actor)
                     self._replace(slot)
 
@@ -381,12 +382,12 @@ class RayBackend:
         self,
         task: EpisodeTask,
         pending: deque[EpisodeTask],
-        failures: dict[int, int],
+        retries: Retries,
         why: str,
         tb: str | None = None,
     ) -> None:
-        failed = f"failed {{count}} times on Ray actors (last: {why})"
-        count = requeue_or_raise(task, pending, failures, self.spec.max_retries, failed, tb)
+        what = f"times on Ray actors (last: {why})"
+        count = retries.again(task, pending, lambda n: f"failed {n} {what}", tb)
         log.warning(
             f"episode {task.index}: {why}; playing it again ({count}/{self.spec.max_retries})"
         )

@@ -7,12 +7,13 @@ from collections.abc import Iterator
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from pong_mp.backends.base import ContextManaged
 from pong_mp.backends.worker import EpisodeWorker
 from pong_mp.episode import EpisodeResult, EpisodeTask
 from pong_mp.policy import Weights32
 
 
-class SerialBackend(EpisodeWorker):
+class SerialBackend(EpisodeWorker, ContextManaged):
     """An EpisodeWorker in the calling process: the backend that is the worker itself."""
 
     def start(self) -> None:
