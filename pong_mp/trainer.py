@@ -1,5 +1,5 @@
-"""The coordinator: hand out episodes, sum gradients in their fixed order, step RMSProp, log and
-checkpoint. It talks to any backend through the same three calls.
+"""The coordinator: hand out episodes, sum gradients in their fixed order, step the optimizer, log
+and checkpoint. It talks to any backend through the same three calls.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
 from pong_mp.episode import EpisodeResult, make_tasks
 from pong_mp.files import FileError
-from pong_mp.optim import adam_step, rmsprop_step
+from pong_mp.optim import Optimizer
 from pong_mp.progress import LineReporter, Reporter
 from pong_mp.rundir import (
     CHECKPOINT_FILE,
@@ -69,27 +69,22 @@ def apply_batch(
     config: TrainConfig,
     state: TrainState,
     summed: BatchSum,
-    out: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    optimizer: Optimizer | None = None,
 ) -> tuple[TrainState, dict[str, Any]]:
     """The state after one update from a batch's summed gradients, and its statistics.
 
-    `out` are optional buffers for the new params, the new cache and scratch (see
-    rmsprop_step). Raises NonFiniteError, and changes no state, if the gradient or the new
-    weights are not finite.
+    `optimizer` is the run's (it reuses its arrays across updates); a new one if None.
+    Raises NonFiniteError, and changes no state, if the gradient or the new weights are not
+    finite.
     """
     grad = summed.total
     if not np.isfinite(grad.sum()):  # a sum is NaN/inf iff some element is (or it overflows)
         raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
-    momentum = None
-    if config.optimizer == "adam":
-        assert state.momentum is not None, "an adam run's state holds its momentum"
-        params, momentum, cache = adam_step(
-            state.params, state.momentum, state.cache, grad, step=state.batch + 1, lr=config.lr
-        )
-    else:
-        params, cache = rmsprop_step(
-            state.params, state.cache, grad, lr=config.lr, decay=config.decay_rate, out=out
-        )
+    if optimizer is None:
+        optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
+    params, cache, momentum = optimizer.step(
+        state.params, state.cache, state.momentum, grad, state.batch + 1
+    )
     if not np.isfinite(params.sum()):
         raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
     running = state.running_reward
@@ -209,18 +204,16 @@ def updates(
     """Play batches from `state` until `config.batches` (forever if None) or the target
     reward on a started backend; yield each new state and its metrics record. Writes nothing.
 
-    Asking for the next update means the caller took the last one: the arrays of the state
-    it replaced become the next update's output buffers.
+    Asking for the next update means the caller took the last one: the optimizer reuses the
+    arrays of the states before it (see optim.Optimizer).
     """
-    size = state.params.shape
-    grad = np.empty(size)
-    spare = (np.empty(size), np.empty(size), np.empty(size))
+    grad = np.empty(state.params.shape)
+    optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
     while (config.batches is None or state.batch < config.batches) and not reached_target(
         config, state
     ):
-        new_state, record = _play_update(config, state, backend, grad, spare)
+        new_state, record = _play_update(config, state, backend, grad, optimizer)
         yield new_state, record
-        spare = (state.params, state.cache, spare[2])
         state = new_state
 
 
@@ -229,7 +222,7 @@ def _play_update(
     state: TrainState,
     backend: Backend,
     grad: np.ndarray,
-    out: tuple[np.ndarray, np.ndarray, np.ndarray],
+    optimizer: Optimizer,
 ) -> tuple[TrainState, dict[str, Any]]:
     """Play one batch and compute the next state and its metrics record (nothing written)."""
     start = time.perf_counter()
@@ -241,7 +234,7 @@ def _play_update(
         summed.add(result)
     if not summed.complete:
         raise RuntimeError("the backend ended a batch before every episode was summed")
-    new_state, stats = apply_batch(config, state, summed, out)
+    new_state, stats = apply_batch(config, state, summed, optimizer)
     seconds = time.perf_counter() - start
     new_state.elapsed = state.elapsed + seconds
     record = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pong_mp.optim import adam_step, rmsprop_step
+from pong_mp.optim import Optimizer, adam_step, rmsprop_step
 
 
 def test_one_step_by_hand() -> None:
@@ -66,3 +66,30 @@ def test_adam_first_step_moves_every_weight_by_lr_and_leaves_its_inputs() -> Non
 def test_adam_refuses_step_zero() -> None:
     with pytest.raises(ValueError, match="counts from 1"):
         adam_step(np.zeros(1), np.zeros(1), np.zeros(1), np.ones(1), step=0, lr=0.1)
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+def test_the_optimizer_object_steps_like_the_functions_and_keeps_the_last_state(
+    name: str,
+) -> None:
+    rng = np.random.default_rng(0)
+    opt = Optimizer(name, lr=0.01, decay=0.9)
+    params, cache, momentum = np.ones(5), np.zeros(5), np.zeros(5)
+    live = (params, cache, momentum if name == "adam" else None)  # the arrays the caller holds
+    for step in range(1, 5):
+        grad = rng.standard_normal(5)
+        if name == "adam":
+            p2, _, c2 = adam_step(live[0], live[2], live[1], grad, step=step, lr=0.01)
+        else:
+            p2, c2 = rmsprop_step(live[0], live[1], grad, lr=0.01, decay=0.9)
+        before = (live[0].copy(), live[1].copy())
+        new = opt.step(*live, grad, step)
+        assert np.array_equal(new[0], p2) and np.array_equal(new[1], c2)
+        # The state the caller still holds is not touched by the step that replaces it.
+        assert np.array_equal(live[0], before[0]) and np.array_equal(live[1], before[1])
+        live = new
+
+
+def test_an_unknown_optimizer_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
+        Optimizer("sgd", lr=0.1, decay=0.9)
