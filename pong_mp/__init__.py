@@ -7,19 +7,23 @@ The Python API (see README, "Python API"):
 
 Module map, in the order data flows through an update:
 
-    config.py      TrainConfig: every option, its default, type and limits; presets
+    config.py      TrainConfig: every option, its default, type, limits and help; presets
     rundir.py      the run directory: files, lock, checks for a new run and a resume
-    trainer.py     the coordinator: hand out episodes, sum gradients, step the optimizer
-    backends/      where episodes are played: serial.py, local.py (process pool), ray.py
-    episode.py     one episode: play it and fold its gradient in fixed memory
+    trainer.py     the coordinator: hand out episodes, sum gradients, step the optimizer,
+                   log (progress.py, tracking.py for TensorBoard) and checkpoint
+    backends/      where episodes are played: worker.py (EpisodeWorker, what every backend
+                   runs), serial.py, local.py (process pool), ray_cluster.py, base.py
+    episode.py     one episode's loop: seed, play, and its result
+    gradient.py    its gradient, folded rally by rally in fixed memory
+    frames.py      frames -> binary 80x80 -> sparse frame differences
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops
-    frames.py      frames -> sparse frame differences
     batch_sum.py   the fixed order in which a batch's gradients are added
     optim.py       RMSProp and Adam
     checkpoint.py  atomic save and validated load; files.py atomic writes
-    envs.py, atari.py, fake_pong.py   making envs: FastAtari, FakePong-v0
+    envs/          making envs: registry.py (ids), atari.py (FastAtari), fake_pong.py
     api.py         pong_mp.train and pong_mp.Agent
-    cli.py         the pong-mp command; play.py, plot.py, recording.py, progress.py, bench.py
+    cli.py         the pong-mp command
+    tools/         around training: play.py, recording.py, gif.py, plot.py, bench.py
 """
 
 from typing import Any

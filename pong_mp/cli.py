@@ -18,13 +18,16 @@ from typing import Any
 import click
 
 from pong_mp.backends import BackendUnavailable, WorkerError
-from pong_mp.bench import format_bench, run_bench
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, default_workers
 from pong_mp.envs import SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
-from pong_mp.play import GameScore, evaluation, play_games, summary
-from pong_mp.plot import (
+from pong_mp.progress import make_reporter
+from pong_mp.rundir import RunDirError, open_run
+from pong_mp.signals import STOP_SIGNALS, Interrupted
+from pong_mp.tools.bench import format_bench, run_bench
+from pong_mp.tools.play import GameScore, evaluation, play_games, summary
+from pong_mp.tools.plot import (
     PlotError,
     check_output,
     milestones_table,
@@ -32,10 +35,7 @@ from pong_mp.plot import (
     plot_runs,
     read_metrics,
 )
-from pong_mp.progress import make_reporter
-from pong_mp.recording import VideoRecorder
-from pong_mp.rundir import RunDirError, open_run
-from pong_mp.signals import STOP_SIGNALS, Interrupted
+from pong_mp.tools.recording import VideoRecorder
 from pong_mp.trainer import NonFiniteError, reached_target, run
 
 EXIT_ERROR = 1

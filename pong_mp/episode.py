@@ -7,7 +7,6 @@ Everything random in an episode comes from its seed, and the seed is a pure func
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,8 +15,9 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 
-from pong_mp import policy, sparse
+from pong_mp import policy
 from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
+from pong_mp.gradient import EpisodeGradient
 
 if TYPE_CHECKING:
     from pong_mp.batch_sum import BatchSum
@@ -135,7 +135,7 @@ def play_episode(
     def on_step(up: bool, p_up: float, reward: float) -> None:
         record((1.0 if up else 0.0) - p_up, reward)  # dlogp: d log pi(a) / d logit
 
-    run_episode(env, inputs, task.seed, work.policy, on_step)
+    run_episode(env, inputs, task.seed, work.forward, on_step)
     grad = np.empty(policy.param_count(hidden), np.float32) if out is None else out
     work.finish(grad)
     return EpisodeResult(
@@ -145,213 +145,3 @@ def play_episode(
         steps=work.steps,
         seconds=time.perf_counter() - start,
     )
-
-
-@dataclass
-class Moments:
-    """Count, mean and sum of squared deviations of a stream of values, merged chunk by chunk
-    (Chan et al.), so that an episode's returns can be standardised without keeping them."""
-
-    count: int = 0
-    mean: float = 0.0
-    m2: float = 0.0
-
-    def add(self, values: np.ndarray) -> None:
-        """Take in a chunk of values."""
-        if len(values) == 0:
-            return
-        mean = float(values.mean())
-        m2 = float(np.square(values - mean).sum())
-        total = self.count + len(values)
-        delta = mean - self.mean
-        self.m2 += m2 + delta * delta * self.count * len(values) / total
-        self.mean += delta * len(values) / total
-        self.count = total
-
-    def add_zeros(self, count: int) -> None:
-        """Take in `count` zeros."""
-        if count:
-            total = self.count + count
-            self.m2 += self.mean * self.mean * self.count * count / total
-            self.mean -= self.mean * count / total
-            self.count = total
-
-    @property
-    def std(self) -> float:
-        """Population standard deviation (numpy's default, ddof=0)."""
-        return math.sqrt(self.m2 / self.count) if self.count else 0.0
-
-
-class EpisodeGradient:
-    """An episode's policy gradient, accumulated as the episode is played, in fixed memory.
-
-    The objective is sum_t adv_t * logp_t with adv = standardize(discounted returns). Its
-    gradient is sum_t (R_t - mu) / sigma * g_t, with g_t = dlogp_t * d logit_t / d params,
-    which is (A - mu * B) / sigma with A = sum_t R_t g_t and B = sum_t g_t. A rally's
-    returns are known when its point is scored (R_t = r * gamma^(T - t)), so the steps are
-    buffered until then, at most `block` at a time, and folded into the float64 sums A and
-    B; mu and sigma come from running moments of the returns. Memory is the three
-    accumulators plus the buffer, whatever the episode's length.
-
-    A rally longer than the buffer is folded into a third accumulator, the carry:
-    C = sum_s gamma^(t_c - s) g_s up to the last folded step t_c, so that when its point r
-    is scored at T, A += r * gamma^(T - t_c) * C.
-
-    A step is recorded in two calls: `policy` (its input, which also gives P(UP)), then
-    `add` (the sampled action's dlogp and the reward).
-    """
-
-    BLOCK = 1024
-    """Steps buffered before they are folded into the accumulators (by default)."""
-    ENTRIES = 64 * 1024
-    """Non-zero input pixels buffered before a fold (~30 a step in Pong)."""
-
-    def __init__(self, hidden: int, block: int = BLOCK) -> None:
-        """Working memory for the gradients of policies with `hidden` units."""
-        self._hidden = hidden
-        self._block = block
-        size = policy.param_count(hidden)
-        # Written through once here, so that the memory is resident from the start and an
-        # episode's peak does not depend on what its first rallies touch.
-        self._a = np.ones(size)
-        self._b = np.ones(size)
-        self._carry = np.ones(size)
-        # W1 rows that may be non-zero (uint8: the compiled loops take no bool arrays)
-        self._touched = np.ones(policy.INPUT_SIZE, dtype=np.uint8)
-        # The buffered steps: inputs in CSR form (a step has at most INPUT_SIZE entries, so
-        # there is always room for one more after a check against ENTRIES), hidden units,
-        # dlogps and rewards.
-        self._idx = np.ones(self.ENTRIES + policy.INPUT_SIZE, dtype=np.int32)
-        self._vals = np.ones(self.ENTRIES + policy.INPUT_SIZE, dtype=np.float32)
-        self._indptr = np.zeros(block + 1, dtype=np.int64)
-        self._hs = np.ones((block, hidden), dtype=np.float32)
-        self._dlogps = np.ones(block)
-        self._rewards = np.ones(block)
-        self._weights: policy.Weights32 | None = None
-        self._gamma = 1.0
-        self._clear()
-
-    def _clear(self) -> None:
-        self._buffered = 0
-        self._carried = 0  # steps of the rally in progress that are in the carry
-        self._moments = Moments()
-        self.steps = 0
-        """Steps added so far."""
-        self.reward_sum = 0.0
-        """Sum of the rewards added so far."""
-
-    @property
-    def buffered(self) -> int:
-        """Steps held in the buffer, not yet folded into the accumulators (< block)."""
-        return self._buffered
-
-    def start(self, weights: policy.Weights32, gamma: float) -> None:
-        """Begin an episode played with `weights`, discounting with `gamma`."""
-        self._clear()
-        self._weights = weights
-        self._gamma = gamma
-        # `finish` leaves the sums zero; an episode cut short by an error may not have.
-        for acc in (self._a, self._b):
-            w1t, w2 = policy.split(acc, self._hidden)
-            w1t[np.flatnonzero(self._touched)] = 0.0
-            w2[:] = 0.0
-        self._touched[:] = 0
-
-    def policy(self, idx: np.ndarray, vals: np.ndarray) -> float:
-        """P(UP) for this step's input (int32 pixels `idx`, float32 values `vals`); the
-        input and the hidden units are kept for the step's gradient."""
-        assert self._weights is not None, "start() was not called"
-        t = self._buffered
-        first = int(self._indptr[t])
-        last = first + len(idx)
-        self._idx[first:last] = idx
-        self._vals[first:last] = vals
-        self._indptr[t + 1] = last
-        return sparse.forward(self._weights.w1t, self._weights.w2, idx, vals, self._hs[t])
-
-    def add(self, dlogp: float, reward: float) -> None:
-        """Complete the step begun by `policy`: d log pi(action) / d logit, and the reward."""
-        t = self._buffered
-        self._dlogps[t] = dlogp
-        self._rewards[t] = reward
-        self._buffered = t + 1
-        self.steps += 1
-        self.reward_sum += reward
-        if self._buffered == self._block or self._indptr[self._buffered] > self.ENTRIES:
-            self._fold(final=False)
-
-    def finish(self, out: np.ndarray) -> np.ndarray:
-        """End the episode: write its gradient into the flat float32 `out`."""
-        self._fold(final=True)
-        mu, sigma = self._moments.mean, self._moments.std
-        scale = 1.0 / sigma if sigma > 0 else 1.0  # standardize's rule: only centre if flat
-        sparse.finish(self._a, self._b, self._touched, mu, scale, out)
-        return out
-
-    def _fold(self, final: bool) -> None:
-        buffered = self._buffered
-        rewards = self._rewards[:buffered]
-        scored = np.flatnonzero(rewards)
-        done = int(scored[-1]) + 1 if len(scored) else 0  # buffered steps of finished rallies
-        if not final and done == 0:
-            self._fold_into_carry()
-            return
-        if self._carried and done:
-            # The carried rally ends at its first point in the buffer.
-            end = int(scored[0])
-            r, lag = float(rewards[end]), end + 1
-            self._carry *= r * self._gamma**lag  # in place: no 10 MB temporary
-            self._a += self._carry
-            self._moments_of_rally(r, lag, self._carried)
-            self._carried = 0
-        count = buffered if final else done
-        returns = np.zeros(count)
-        returns[:done] = policy.discount_rewards(rewards[:done], self._gamma)
-        self._moments.add(returns[:done])
-        if final:
-            self._moments.add_zeros(count - done + self._carried)
-        dlogps = self._dlogps[:count]
-        self._accumulate(count, dlogps * returns, dlogps, self._a, self._b)
-        self._drop(count)
-
-    def _fold_into_carry(self) -> None:
-        count = self._buffered
-        dlogps = self._dlogps[:count]
-        decay = self._gamma ** np.arange(count - 1, -1, -1)  # gamma^(t_c - s)
-        if self._carried:
-            self._carry *= self._gamma**count
-        else:
-            self._carry[:] = 0.0
-        self._accumulate(count, dlogps * decay, dlogps, self._carry, self._b)
-        self._carried += count
-        self._drop(count)
-
-    def _drop(self, count: int) -> None:
-        # The steps after the folded ones (a rally in progress) move to the buffer's front.
-        rest = self._buffered - count
-        if rest:
-            first, last = int(self._indptr[count]), int(self._indptr[self._buffered])
-            self._idx[: last - first] = self._idx[first:last]
-            self._vals[: last - first] = self._vals[first:last]
-            self._indptr[: rest + 1] = self._indptr[count : self._buffered + 1] - first
-            for array in (self._hs, self._dlogps, self._rewards):
-                array[:rest] = array[count : self._buffered]
-        self._indptr[0] = 0
-        self._buffered = rest
-
-    def _moments_of_rally(self, r: float, lag: int, count: int) -> None:
-        # The carried steps' returns: r * gamma^(lag + k) for k = 0 .. count - 1.
-        for first in range(0, count, self._block):
-            k = np.arange(first, min(first + self._block, count))
-            self._moments.add(r * self._gamma ** (lag + k))
-
-    def _accumulate(
-        self, count: int, coef_a: np.ndarray, coef_b: np.ndarray, out_a: np.ndarray,
-        out_b: np.ndarray,
-    ) -> None:
-        assert self._weights is not None, "start() was not called"
-        if count:
-            sparse.accumulate(
-                self._idx, self._vals, self._indptr, self._hs, self._weights.w2, count,
-                coef_a, coef_b, out_a, out_b, self._touched,
-            )

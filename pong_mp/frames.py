@@ -3,7 +3,7 @@
 A difference has ~20 non-zero pixels of 6400. An input stream turns each observation into
 the indices and signs (+1/-1) of those pixels, as cheaply as the env's observations allow:
 - `BinaryInputs` for envs whose observations are RGB frames (FakePong, gymnasium's ALE):
-  `policy.binarize`, then compare;
+  `binarize`, then compare;
 - `PaletteInputs` for FastAtari: compare the raw palette indices and look up the colours of
   the few changed pixels only (a compiled loop).
 """
@@ -15,7 +15,21 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
-from pong_mp import policy, sparse
+from pong_mp import sparse
+
+INPUT_SIZE = 80 * 80
+"""Length of one preprocessed frame: 80x80 pixels."""
+
+ERASED = (144, 109, 0)
+"""Red values set to 0 by preprocessing: ALE Pong's two backgrounds, and 0 itself."""
+
+
+def binarize(frame: np.ndarray) -> np.ndarray:
+    """An ALE RGB frame (210x160x3 uint8) -> 6400 uint8 of 0/1: crop, downsample, erase."""
+    red = frame[35:195:2, ::2, 0]
+    keep = (red != ERASED[0]) & (red != ERASED[1]) & (red != ERASED[2])
+    return keep.view(np.uint8).ravel()
+
 
 NO_PIXELS = np.zeros(0, dtype=np.int32)
 NO_VALUES = np.zeros(0, dtype=np.float32)
@@ -42,15 +56,15 @@ class BinaryInputs:
 
     def __init__(self) -> None:
         """An idle stream; call reset first."""
-        self._prev = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
+        self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
 
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame."""
-        self._prev = policy.binarize(obs)
+        self._prev = binarize(obs)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The changed pixels and their signs."""
-        cur = policy.binarize(obs)
+        cur = binarize(obs)
         # A bool mask: ~8x faster than on ints. int32, as sparse's functions take.
         changed = np.flatnonzero(cur != self._prev).astype(np.int32)
         self._prev = cur
@@ -69,10 +83,10 @@ class PaletteInputs:
     def __init__(self, env: Any) -> None:
         """Look up colours through `env.binary` (FastAtari)."""
         self._env = env
-        self._prev = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
+        self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
         self._change = np.full((256, 256), sparse.UNSEEN, dtype=np.int8)
-        self._idx = np.empty(policy.INPUT_SIZE, dtype=np.int32)
-        self._vals = np.empty(policy.INPUT_SIZE, dtype=np.float32)
+        self._idx = np.empty(INPUT_SIZE, dtype=np.int32)
+        self._vals = np.empty(INPUT_SIZE, dtype=np.float32)
 
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame and learn every colour in it."""

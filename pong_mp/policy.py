@@ -17,16 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-INPUT_SIZE = 80 * 80
-"""Length of one preprocessed frame: 80x80 pixels."""
+from pong_mp.frames import INPUT_SIZE, binarize
 
 UP = 2
 """ALE Pong's action that moves the agent's paddle up ("RIGHT" in ALE's naming)."""
 DOWN = 3
 """ALE Pong's action that moves the agent's paddle down ("LEFT" in ALE's naming)."""
 
-ERASED = (144, 109, 0)
-"""Red values set to 0 by preprocessing: ALE Pong's two backgrounds, and 0 itself."""
 
 
 def param_count(hidden: int) -> int:
@@ -82,13 +79,6 @@ def standardize(values: np.ndarray) -> np.ndarray:
 
 
 # -- the dense float64 reference ---------------------------------------------------------------
-
-
-def binarize(frame: np.ndarray) -> np.ndarray:
-    """An ALE RGB frame (210x160x3 uint8) -> 6400 uint8 of 0/1: crop, downsample, erase."""
-    red = frame[35:195:2, ::2, 0]
-    keep = (red != ERASED[0]) & (red != ERASED[1]) & (red != ERASED[2])
-    return keep.view(np.uint8).ravel()
 
 
 def preprocess(frame: np.ndarray) -> np.ndarray:

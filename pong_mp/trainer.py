@@ -18,7 +18,7 @@ from pong_mp.backends.base import Backend, refuse_in_a_starting_worker
 from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
-from pong_mp.episode import EpisodeResult, make_tasks
+from pong_mp.episode import make_tasks
 from pong_mp.files import FileError
 from pong_mp.optim import Optimizer
 from pong_mp.progress import LineReporter, Reporter
@@ -54,15 +54,6 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
     )
-
-
-def sum_gradients(results: list[EpisodeResult]) -> np.ndarray:
-    """Sum of a batch's gradients (float64), added in the batch's fixed order."""
-    first = min(r.index for r in results)
-    summed = BatchSum(first, len(results), np.empty(results[0].grad.shape))
-    for result in results:
-        summed.add(result)
-    return summed.total
 
 
 def apply_batch(

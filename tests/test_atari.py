@@ -13,7 +13,7 @@ pytestmark = pytest.mark.ale
 
 
 def _fast(**kwargs):
-    from pong_mp.atari import FastAtari
+    from pong_mp.envs.atari import FastAtari
 
     return FastAtari("ALE/Pong-v5", **kwargs)
 
@@ -69,7 +69,7 @@ def test_sticky_actions_keep_the_previous_action() -> None:
 
 
 def test_training_env_for_ale_is_fast_atari_unless_told_otherwise() -> None:
-    from pong_mp.atari import FastAtari
+    from pong_mp.envs.atari import FastAtari
 
     env, inputs = make_training_env("ALE/Pong-v5")
     assert isinstance(env, FastAtari) and isinstance(inputs, PaletteInputs)

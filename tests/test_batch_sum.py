@@ -9,10 +9,18 @@ import pytest
 
 from pong_mp.batch_sum import GROUP, BatchSum, GroupSum, group_count, sum_group
 from pong_mp.episode import EpisodeResult
-from pong_mp.trainer import sum_gradients
 
 SIZE = 500
 
+
+
+def sum_gradients(results: list[EpisodeResult]) -> np.ndarray:
+    """Sum of a batch's gradients (float64), added in the batch's fixed order."""
+    first = min(r.index for r in results)
+    summed = BatchSum(first, len(results), np.empty(results[0].grad.shape))
+    for result in results:
+        summed.add(result)
+    return summed.total
 
 def _results(count: int, first: int = 0, seed: int = 0) -> list[EpisodeResult]:
     # float64 values of magnitudes 1e-8 to 1e8: every order of additions shows in the bytes.

@@ -8,14 +8,14 @@ import gymnasium as gym
 import pytest
 
 from pong_mp.batch_sum import GROUP
-from pong_mp.bench import (
+from pong_mp.envs import make_env
+from pong_mp.tools.bench import (
     compare_envs,
     env_steps_per_sec,
     episode_memory,
     format_bench,
     ray_driver_cost,
 )
-from pong_mp.envs import make_env
 
 
 def test_env_rate_counts_steps_across_resets() -> None:
@@ -23,7 +23,7 @@ def test_env_rate_counts_steps_across_resets() -> None:
 
 
 def test_dense_reference_rate_survives_the_time_running_out_in_a_reset(monkeypatch) -> None:
-    from pong_mp import bench
+    from pong_mp.tools import bench
 
     class SlowReset(gym.Wrapper):
         def reset(self, **kwargs):

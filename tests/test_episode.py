@@ -1,4 +1,5 @@
-"""One episode: seeding, determinism and the gradient it returns."""
+"""One episode (episode.py) and its gradient (gradient.py): seeding, determinism, and whole
+episodes' gradients against the dense reference."""
 
 from __future__ import annotations
 
@@ -7,14 +8,8 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
-from pong_mp.episode import (
-    EpisodeGradient,
-    EpisodeTask,
-    Moments,
-    episode_seed,
-    make_tasks,
-    play_episode,
-)
+from pong_mp.episode import EpisodeTask, episode_seed, make_tasks, play_episode
+from pong_mp.gradient import EpisodeGradient, Moments
 
 HIDDEN = 16
 
@@ -66,9 +61,9 @@ class _Recording(EpisodeGradient):
         self.log: list[tuple[np.ndarray, np.ndarray, float, float]] = []
         self.most_buffered = 0
 
-    def policy(self, idx, vals) -> float:
+    def forward(self, idx, vals) -> float:
         self.log.append((idx.copy(), vals.copy(), 0.0, 0.0))
-        return super().policy(idx, vals)
+        return super().forward(idx, vals)
 
     def add(self, dlogp, reward) -> None:
         self.log[-1] = (*self.log[-1][:2], dlogp, reward)

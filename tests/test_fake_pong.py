@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pong_mp import fake_pong as fp
+from pong_mp.envs import fake_pong as fp
 from pong_mp.envs import make_env
 
 

@@ -1,4 +1,4 @@
-"""Playing games with a trained policy: `pong_mp.play` and `pong-mp play`."""
+"""Playing games with a trained policy: `pong_mp.tools.play` and `pong-mp play`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
-from pong_mp.play import GameScore, play_games, summary
+from pong_mp.tools.play import GameScore, play_games, summary
 from tests.test_cli import pong_mp
 
 GAME = {"points_to_win": 3}
@@ -45,7 +45,7 @@ def test_greedy_takes_the_likelier_action_and_sampling_both(
     params = policy.init_params(8, 0)
     policy.split(params, 8)[1][:] = 0.0  # W2 = 0: p(UP) is exactly 0.5 on every frame
     monkeypatch.setattr(
-        "pong_mp.play.make_training_env",
+        "pong_mp.tools.play.make_training_env",
         lambda *a, **k: (lambda env, inputs: (_Recorder(env), inputs))(*make_training_env(*a, **k)),
     )
     _Recorder.actions = []
@@ -135,7 +135,7 @@ def test_cli_record_to_a_bad_place_is_one_line_before_any_game(
 def test_a_failed_recording_leaves_no_file(
     fake_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pong_mp.recording import VideoRecorder
+    from pong_mp.tools.recording import VideoRecorder
 
     out = tmp_path / "game.gif"
     recorder = VideoRecorder(out)

@@ -8,7 +8,7 @@ from pathlib import Path
 import imageio.v2 as imageio
 import pytest
 
-from pong_mp.plot import PlotError, group_runs, milestones, plot_run, read_metrics
+from pong_mp.tools.plot import PlotError, group_runs, milestones, plot_run, read_metrics
 from tests.test_cli import pong_mp
 
 

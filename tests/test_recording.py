@@ -9,7 +9,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
-from pong_mp.recording import VideoRecorder
+from pong_mp.tools.recording import VideoRecorder
 from tests.test_cli import pong_mp
 
 

@@ -18,7 +18,7 @@ def make_backend(name: str, spec: RolloutSpec, ray_address: str | None = None) -
         return LocalBackend(spec)
     if name == "ray":
         try:
-            from pong_mp.backends.ray import RayBackend
+            from pong_mp.backends.ray_cluster import RayBackend
         except ImportError:
             raise BackendUnavailable(
                 "the ray backend needs Ray: pip install 'pong-mp[ray]'"

@@ -14,8 +14,9 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.envs import make_training_env
-from pong_mp.episode import EpisodeGradient, EpisodeResult, EpisodeTask, play_episode
+from pong_mp.episode import EpisodeResult, EpisodeTask, play_episode
 from pong_mp.frames import InputStream
+from pong_mp.gradient import EpisodeGradient
 
 
 class EpisodeWorker:

@@ -8,7 +8,7 @@ All figures come from one run on one machine, and the ones that matter are ratio
 - training: pong-mp's local backend with N workers training for real;
 - the coordinator's share of each update's wall time, the workers' peak RSS, and the peak
   RSS of a worker process playing one 1,000-step and one 10,000-step episode.
-`python -m pong_mp.bench` compares FakePong's raw speed with ALE's.
+`python -m pong_mp.tools.bench` compares FakePong's raw speed with ALE's.
 """
 
 from __future__ import annotations
@@ -273,7 +273,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from pong_mp.backends.ray import GroupSummer
+    from pong_mp.backends.ray_cluster import GroupSummer
     from pong_mp.batch_sum import BatchSum, GroupSum
     from pong_mp.episode import EpisodeResult
 
@@ -354,7 +354,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
 
 
 def main() -> None:
-    """`python -m pong_mp.bench`: FakePong's and ALE Pong's raw speed and their ratio;
+    """`python -m pong_mp.tools.bench`: FakePong's and ALE Pong's raw speed and their ratio;
     with --ray-driver, the driver's cost of one 300-episode update on a simulated cluster."""
     parser = argparse.ArgumentParser(description="Compare FakePong's raw speed with ALE's.")
     parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")

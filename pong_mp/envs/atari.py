@@ -9,7 +9,7 @@ seed and a reset needs no reload.
 
 Its observations are the cropped, downsampled screen as palette indices (80x80 uint8), read
 straight from the emulator instead of a 100 KB RGB image. `binary` turns indices into the
-0/1 pixels of `policy.binarize` through a table learned from ALE's own RGB conversion the
+0/1 pixels of `frames.binarize` through a table learned from ALE's own RGB conversion the
 first time an index is looked up, so the frames are the same as gymnasium's. Tests check
 both claims against gymnasium's env.
 """
@@ -21,8 +21,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from pong_mp import policy
-from pong_mp.envs import make_env
+from pong_mp import frames
+from pong_mp.envs.registry import make_env
 
 _UNKNOWN = 255  # table entry of a palette index not seen yet
 
@@ -97,7 +97,7 @@ class FastAtari(gym.Env):
                 values = np.unique(red[self._crop == index])
                 if len(values) != 1:  # a palette maps an index to one colour; never guess
                     raise RuntimeError(f"palette index {index} shows red values {values}")
-                self._table[index] = 0 if int(values[0]) in policy.ERASED else 1
+                self._table[index] = 0 if int(values[0]) in frames.ERASED else 1
             pixels = self._table[indices]
         return pixels
 

@@ -15,7 +15,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from pong_mp.gif import GifStream
+from pong_mp.tools.gif import GifStream
 
 FORMATS = (".gif", ".mp4")
 FPS = 15

@@ -1,4 +1,9 @@
-"""Making environments by id: real Atari Pong through ale-py, and FakePong-v0 for tests."""
+"""The envs: making them by id, for training and for checking options.
+
+    registry.py    ids: FakePong and ALE registered with gymnasium, check_env_id, make_env
+    atari.py       FastAtari: ALE Pong with v5's semantics, seeded sticky actions, fast resets
+    fake_pong.py   FakePong-v0, a pure-numpy Pong for tests, and its fault-injecting variants
+"""
 
 from __future__ import annotations
 
@@ -6,54 +11,30 @@ from typing import Any
 
 import gymnasium as gym
 
+from pong_mp.envs.registry import (
+    FAKE_PONG_ID,
+    FAULT_ENV_IDS,
+    SUPPORTED,
+    UnknownEnvError,
+    check_env_id,
+    is_pong,
+    make_env,
+    register_fake_pong,
+)
 from pong_mp.frames import InputStream, input_stream
 
-FAKE_PONG_ID = "FakePong-v0"
-FAULT_ENV_IDS = {"CrashingPong-v0": "CrashingPong", "SlowPong-v0": "SlowPong"}
-"""FakePong variants that fail or dawdle on purpose, for fault-tolerance tests and demos."""
-
-
-class UnknownEnvError(ValueError):
-    """The env id names no registered environment."""
-
-
-def register_fake_pong() -> None:
-    """Register FakePong-v0 and its fault-injecting variants with gymnasium (idempotent)."""
-    for env_id, cls in {FAKE_PONG_ID: "FakePong", **FAULT_ENV_IDS}.items():
-        if env_id not in gym.registry:
-            # No checker or order wrappers: they cost more per step than FakePong itself.
-            gym.register(
-                id=env_id,
-                entry_point=f"pong_mp.fake_pong:{cls}",
-                disable_env_checker=True,
-                order_enforce=False,
-            )
-
-
-def _register_ale() -> None:
-    import ale_py  # imported lazily: it loads the emulator library
-
-    # Without this every worker prints ALE's banner to stderr when its env is made.
-    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-    gym.register_envs(ale_py)
-
-
-def check_env_id(env_id: str) -> None:
-    """Raise UnknownEnvError, with a short message, if `env_id` is not a known env."""
-    if env_id.startswith("ALE/"):
-        _register_ale()
-    if env_id not in gym.registry:
-        raise UnknownEnvError(f"unknown env id {env_id!r}; use {SUPPORTED}")
-
-
-SUPPORTED = f"ALE/Pong-v5 (gymnasium's Atari Pong, any ALE/Pong version) or {FAKE_PONG_ID}"
-"""What --env accepts, in words."""
-
-
-def is_pong(env_id: str) -> bool:
-    """Whether `env_id` is a Pong whose frames and actions the policy understands."""
-    return env_id.startswith("ALE/Pong-") or env_id == FAKE_PONG_ID or env_id in FAULT_ENV_IDS
-
+__all__ = [
+    "FAKE_PONG_ID",
+    "FAULT_ENV_IDS",
+    "SUPPORTED",
+    "UnknownEnvError",
+    "check_env",
+    "check_env_id",
+    "is_pong",
+    "make_env",
+    "make_training_env",
+    "register_fake_pong",
+]
 
 def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     """Raise UnknownEnvError, in one line, unless `env_id` is a supported Pong that can be
@@ -80,13 +61,6 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
         env.close()
 
 
-def make_env(env_id: str, **kwargs: Any) -> gym.Env:
-    """A new env for `env_id`, with ALE's environments registered when the id needs them."""
-    check_env_id(env_id)
-    return gym.make(env_id, **kwargs)
-
-
-register_fake_pong()
 
 
 def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:
@@ -101,7 +75,7 @@ def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]
         raise ValueError(f"fast must be true or false, not {fast!r}")
     if env_id.startswith("ALE/") and fast:
         check_env_id(env_id)
-        from pong_mp.atari import FastAtari
+        from pong_mp.envs.atari import FastAtari
 
         env: gym.Env = FastAtari(env_id, **kwargs)
     else:

@@ -1,0 +1,64 @@
+"""The env ids pong-mp knows: registering FakePong and ALE with gymnasium, checking an id,
+making a plain env. Kept apart from `pong_mp.envs` so that FastAtari can make its inner env
+without importing the package that imports it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+
+FAKE_PONG_ID = "FakePong-v0"
+FAULT_ENV_IDS = {"CrashingPong-v0": "CrashingPong", "SlowPong-v0": "SlowPong"}
+"""FakePong variants that fail or dawdle on purpose, for fault-tolerance tests and demos."""
+
+
+class UnknownEnvError(ValueError):
+    """The env id names no registered environment."""
+
+
+def register_fake_pong() -> None:
+    """Register FakePong-v0 and its fault-injecting variants with gymnasium (idempotent)."""
+    for env_id, cls in {FAKE_PONG_ID: "FakePong", **FAULT_ENV_IDS}.items():
+        if env_id not in gym.registry:
+            # No checker or order wrappers: they cost more per step than FakePong itself.
+            gym.register(
+                id=env_id,
+                entry_point=f"pong_mp.envs.fake_pong:{cls}",
+                disable_env_checker=True,
+                order_enforce=False,
+            )
+
+
+def _register_ale() -> None:
+    import ale_py  # imported lazily: it loads the emulator library
+
+    # Without this every worker prints ALE's banner to stderr when its env is made.
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+    gym.register_envs(ale_py)
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise UnknownEnvError, with a short message, if `env_id` is not a known env."""
+    if env_id.startswith("ALE/"):
+        _register_ale()
+    if env_id not in gym.registry:
+        raise UnknownEnvError(f"unknown env id {env_id!r}; use {SUPPORTED}")
+
+
+SUPPORTED = f"ALE/Pong-v5 (gymnasium's Atari Pong, any ALE/Pong version) or {FAKE_PONG_ID}"
+"""What --env accepts, in words."""
+
+
+def is_pong(env_id: str) -> bool:
+    """Whether `env_id` is a Pong whose frames and actions the policy understands."""
+    return env_id.startswith("ALE/Pong-") or env_id == FAKE_PONG_ID or env_id in FAULT_ENV_IDS
+
+
+def make_env(env_id: str, **kwargs: Any) -> gym.Env:
+    """A new env for `env_id`, with ALE's environments registered when the id needs them."""
+    check_env_id(env_id)
+    return gym.make(env_id, **kwargs)
+
+
+register_fake_pong()
