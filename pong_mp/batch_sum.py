@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pong_mp.episode import EpisodeResult
+from pong_mp.episode import EpisodeResult, EpisodeStats
 
 GROUP = 30
 """Episodes per group: about what one node of the seeds' cluster (18 cores) plays in an
@@ -108,24 +108,26 @@ class BatchSum:
         """Whether every episode and every group is in the total."""
         return self.count == self._batch_size and self._next_group == self._groups
 
-    def add(self, item: EpisodeResult | GroupSum) -> None:
-        """Take whatever a backend yielded: an episode's result or a group's sum."""
+    def add(self, item: EpisodeResult | EpisodeStats | GroupSum) -> None:
+        """Take whatever a backend yielded: an episode with its gradient, an episode's
+        statistics alone (its gradient comes in a group's sum), or a group's sum."""
         item.add_to(self)
 
     def add_group(self, item: GroupSum) -> None:
         """Take a group's sum, made by a backend (`sum_group`) where its episodes played."""
         self._group_done(item.group, item.grad)
 
-    def add_episode(self, item: EpisodeResult) -> None:
-        """Take one episode's result. One whose gradient is None only counts the episode
-        (its group's sum comes as a GroupSum)."""
-        if item.index in self.rewards:
-            raise ValueError(f"episode {item.index} was added twice")
+    def add_count(self, stats: EpisodeStats) -> None:
+        """Count an episode whose gradient comes in its group's sum (`add_group`)."""
+        if stats.index in self.rewards:
+            raise ValueError(f"episode {stats.index} was added twice")
         self.count += 1
-        self.steps += item.steps
-        self.rewards[item.index] = item.reward_sum
-        if item.grad is None:
-            return
+        self.steps += stats.steps
+        self.rewards[stats.index] = stats.reward_sum
+
+    def add_episode(self, item: EpisodeResult) -> None:
+        """Count an episode and add its gradient in its place in the order."""
+        self.add_count(item.stats)
         position = item.index - self._first
         group = group_of(item.index, self._first)
         size = min(GROUP, self._batch_size - group * GROUP)

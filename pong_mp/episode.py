@@ -33,21 +33,51 @@ class EpisodeTask:
     """Seed of the env reset and of the action sampling."""
 
 
-@dataclass
-class EpisodeResult:
-    """What one episode gives back to the coordinator."""
+@dataclass(frozen=True)
+class EpisodeStats:
+    """An episode's small statistics: what travels between processes and nodes (its
+    gradient stays where it was made: a worker's shared slot, a Ray node's store)."""
 
     index: int
     """Global episode index, as in the task."""
-    grad: np.ndarray | None
-    """Flat gradient of the episode's objective w.r.t. the parameters (float32). None only
-    while a result travels from a worker whose gradient is in shared memory."""
     reward_sum: float
     """Sum of the episode's rewards (agent points minus opponent points)."""
     steps: int
     """Env steps played."""
     seconds: float
     """Wall time spent on the episode in the worker."""
+
+    def add_to(self, summed: BatchSum) -> None:
+        """Count this episode in a batch whose gradients come as group sums
+        (`BatchSum.add_count`)."""
+        summed.add_count(self)
+
+
+@dataclass
+class EpisodeResult:
+    """An episode with its gradient, as the coordinator sums it."""
+
+    index: int
+    """Global episode index, as in the task."""
+    grad: np.ndarray
+    """Flat gradient of the episode's objective w.r.t. the parameters (float32): an array of
+    its own, or a view of a worker's shared slot, valid until that worker plays again."""
+    reward_sum: float
+    """Sum of the episode's rewards (agent points minus opponent points)."""
+    steps: int
+    """Env steps played."""
+    seconds: float
+    """Wall time spent on the episode in the worker."""
+
+    @property
+    def stats(self) -> EpisodeStats:
+        """The statistics without the gradient."""
+        return EpisodeStats(self.index, self.reward_sum, self.steps, self.seconds)
+
+    @classmethod
+    def with_grad(cls, stats: EpisodeStats, grad: np.ndarray) -> EpisodeResult:
+        """An episode's statistics joined again with its gradient."""
+        return cls(stats.index, grad, stats.reward_sum, stats.steps, stats.seconds)
 
     def add_to(self, summed: BatchSum) -> None:
         """Add this episode to a batch's sum (`BatchSum.add_episode`)."""

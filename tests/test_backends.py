@@ -13,8 +13,8 @@ import pytest
 from pong_mp import policy
 from pong_mp.backends import RolloutSpec, WorkerError, make_backend
 from pong_mp.backends.base import RemoteTraceback
-from pong_mp.batch_sum import BatchSum
-from pong_mp.episode import EpisodeResult, make_tasks
+from pong_mp.batch_sum import BatchSum, GroupSum
+from pong_mp.episode import make_tasks
 from tests.conftest import pong_processes
 
 HIDDEN = 16
@@ -49,7 +49,7 @@ def sum_batch(items, tasks) -> tuple[bytes, list[tuple[int, int, float]]]:
     episodes = []
     for item in items:
         summed.add(item)
-        if isinstance(item, EpisodeResult):
+        if not isinstance(item, GroupSum):  # an episode, with or without its gradient
             episodes.append((item.index, item.steps, item.reward_sum))
     assert summed.complete
     return summed.total.tobytes(), sorted(episodes)

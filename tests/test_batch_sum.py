@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pong_mp.batch_sum import GROUP, BatchSum, GroupSum, group_count, sum_group
-from pong_mp.episode import EpisodeResult
+from pong_mp.episode import EpisodeResult, EpisodeStats
 
 SIZE = 500
 
@@ -74,10 +74,8 @@ def test_group_sums_made_elsewhere_give_the_same_bytes() -> None:
         GroupSum(g, sum_group(r.grad for r in results[g * GROUP : (g + 1) * GROUP]))
         for g in range(group_count(count))
     ]
-    # As the Ray backend sends them: results without gradients, and the groups' sums.
-    items: list[EpisodeResult | GroupSum] = [
-        EpisodeResult(r.index, None, r.reward_sum, r.steps, r.seconds) for r in results
-    ]
+    # As the Ray backend sends them: episodes' statistics, and the groups' sums.
+    items: list[EpisodeStats | GroupSum] = [r.stats for r in results]
     items += groups
     random.Random(1).shuffle(items)
     summed = BatchSum(40, count, np.empty(SIZE))

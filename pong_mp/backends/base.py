@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pong_mp.batch_sum import GroupSum
-from pong_mp.episode import EpisodeResult, EpisodeTask
+from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 
@@ -103,12 +103,12 @@ class Backend(Protocol):
 
     def run_batch(
         self, params: np.ndarray, tasks: list[EpisodeTask]
-    ) -> Iterator[EpisodeResult | GroupSum]:
+    ) -> Iterator[EpisodeResult | EpisodeStats | GroupSum]:
         """Play `tasks` (one batch, in position order) with flat float64 `params`; yield
         each result as soon as it is ready, in any order, every task exactly once (the
         caller orders them). A result's gradient may be valid only until the next item is
-        asked for. A backend that sums groups itself (`batch_sum.sum_group`) yields results
-        without gradients and one GroupSum per group instead."""
+        asked for. A backend that sums groups itself (`batch_sum.sum_group`) yields each
+        episode's EpisodeStats and one GroupSum per group instead."""
 
     def close(self) -> None:
         """Stop workers and free every resource; safe to call more than once."""

@@ -43,7 +43,7 @@ from pong_mp.backends.base import (
     worker_error,
 )
 from pong_mp.backends.shm import SharedGradient, SharedWeights
-from pong_mp.episode import EpisodeResult, EpisodeTask
+from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
 
 log = logging.getLogger("pong_mp")
 
@@ -78,8 +78,8 @@ class Ready(NamedTuple):
 class Done(NamedTuple):
     """Worker -> coordinator: an episode was played; its gradient is in the worker's slot."""
 
-    result: EpisodeResult
-    """The episode's statistics (`grad` is None: the gradient is in shared memory)."""
+    stats: EpisodeStats
+    """The episode's statistics."""
 
 
 class Failed(NamedTuple):
@@ -137,8 +137,7 @@ def worker_main(
             except Exception:
                 conn.send(Failed(task.index, traceback.format_exc()))
             else:
-                result.grad = None  # it is in the shared slot: only the small rest travels
-                conn.send(Done(result))
+                conn.send(Done(result.stats))  # the gradient is in the shared slot
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the coordinator is gone: nothing left to do
     finally:
@@ -350,9 +349,8 @@ class LocalBackend(ContextManaged):
             return None  # a replacement has started; its episode is on the way
         if isinstance(message, Done):
             w.task = None
-            result = message.result
-            result.grad = w.grad.array  # valid until this worker gets its next episode
-            return result
+            # A view of the worker's slot: valid until this worker gets its next episode.
+            return EpisodeResult.with_grad(message.stats, w.grad.array)
         index, tb = message.index, message.traceback
         task = w.task
         if task is None or index is None:  # it failed before it could play anything

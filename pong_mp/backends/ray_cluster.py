@@ -45,7 +45,7 @@ from pong_mp.backends.base import (
     worker_error,
 )
 from pong_mp.batch_sum import GROUP, GroupSum, group_of, sum_group
-from pong_mp.episode import EpisodeResult, EpisodeTask
+from pong_mp.episode import EpisodeStats, EpisodeTask
 
 log = logging.getLogger("pong_mp")
 
@@ -77,7 +77,7 @@ class EpisodeActor:
         return ray.get_runtime_context().get_node_id()
 
     @ray.method(num_returns=2)
-    def play(self, flat32: np.ndarray, task: EpisodeTask) -> tuple[EpisodeResult, np.ndarray]:
+    def play(self, flat32: np.ndarray, task: EpisodeTask) -> tuple[EpisodeStats, np.ndarray]:
         """Play one episode with the float32 weights `flat32` (a zero-copy view).
 
         Returns the result without its gradient, and the gradient: two objects, so that the
@@ -85,8 +85,7 @@ class EpisodeActor:
         group's sum."""
         w1t, w2 = policy.split(flat32, self.spec.hidden)
         result = self.worker.play(policy.Weights32(w1t, w2), task)
-        grad, result.grad = result.grad, None
-        return result, grad
+        return result.stats, result.grad
 
 
 @ray.remote(num_cpus=0)
@@ -262,7 +261,7 @@ class RayBackend(ContextManaged):
 
     def run_batch(
         self, params: np.ndarray, tasks: list[EpisodeTask]
-    ) -> Iterator[EpisodeResult | GroupSum]:
+    ) -> Iterator[EpisodeStats | GroupSum]:
         """Play `tasks` on the actors with `params`; yield results (without gradients) as
         they arrive, and each group's gradient sum, made on the node that played most of it.
         """
@@ -304,7 +303,7 @@ class RayBackend(ContextManaged):
                 assert task is not None
                 group = groups[group_of(task.index, tasks[0].index)]
                 try:
-                    result: EpisodeResult = ray.get(ref)
+                    result: EpisodeStats = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
                     why = f"its actor died ({type(exc).__name__})"
                     self._retry(task, group.pending, retries, why)

@@ -275,7 +275,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
 
     from pong_mp.backends.ray_cluster import GroupSummer
     from pong_mp.batch_sum import BatchSum, GroupSum
-    from pong_mp.episode import EpisodeResult
+    from pong_mp.episode import EpisodeResult, EpisodeStats
 
     size = policy.param_count(hidden)
     # Object stores big enough for the update (Ray's test nodes get ~150 MB by default, and
@@ -326,7 +326,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
             sums.append(summers[owner[first]].sum.remote(refs[first : first + GROUP]))
         summed = BatchSum(0, episodes, np.empty(size))
         for i in range(episodes):
-            summed.add(EpisodeResult(i, None, 0.0, 0, 0.0))
+            summed.add(EpisodeStats(i, 0.0, 0, 0.0))
         for number, ref in enumerate(sums):
             summed.add(GroupSum(number, ray.get(ref)))
         group_seconds = time.perf_counter() - start
