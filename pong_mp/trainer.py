@@ -1,5 +1,18 @@
 """The coordinator: hand out episodes, sum gradients in their fixed order, step the optimizer, log
 and checkpoint. It talks to any backend through the same three calls.
+
+Data flow of one update (`updates`, committed by `run`):
+
+    TrainState k ──params──> backend.run_batch(params, tasks of episodes E .. E+B-1)
+                                 │ EpisodeResult | EpisodeStats | GroupSum, in any order
+                                 v
+                             BatchSum: the fixed order of additions (batch_sum.py)
+                                 │ summed gradient
+                                 v
+                             Optimizer.step (optim.py)  ──> TrainState k+1
+                                 │
+    run(): commit (signals deferred) ──> metrics.jsonl, TensorBoard, progress,
+                                         checkpoint.npz every --checkpoint-every
 """
 
 from __future__ import annotations

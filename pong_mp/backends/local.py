@@ -9,6 +9,18 @@ can only break its own pipe, and a death is seen at once through the process sen
 Episodes are handed out one at a time to whichever worker is idle. A worker that dies or
 hangs is replaced and its episode played again with the same seed; an exception in a worker
 comes back with its traceback and the episode is retried a bounded number of times.
+
+Data flow of one batch:
+
+    coordinator (run_batch)                         worker N (worker_main, an EpisodeWorker)
+    -----------------------                         ----------------------------------------
+    params -> SharedWeights (version v)  ~~ shm ~~>  weights.read(v)
+    Play(v, task)                        -- pipe -->  play(weights, task, slot)
+                                                       gradient -> SharedGradient slot N
+    EpisodeResult(stats, slot N view)   <-- pipe --  Done(stats) | Failed(index, traceback)
+      -> BatchSum (fixed order)
+    sentinel N fires (death), or no answer within --episode-timeout: replace the worker,
+    play its episode again with the same seed.
 """
 
 from __future__ import annotations
