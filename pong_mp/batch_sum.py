@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pong_mp.episode import EpisodeResult, EpisodeStats
+from pong_mp.gradient import Moments
 
 GROUP = 30
 """Episodes per group: about what one node of the seeds' cluster (18 cores) plays in an
@@ -91,6 +92,7 @@ class BatchSum:
         """Episodes whose results arrived."""
         self.steps = 0
         self.rewards: dict[int, float] = {}
+        self._returns: dict[int, Moments] = {}
         self._first = first_index
         self._groups = group_count(batch_size)
         self._batch_size = batch_size
@@ -102,6 +104,13 @@ class BatchSum:
     def episode_rewards(self) -> list[float]:
         """The episodes' reward sums, in episode order."""
         return [self.rewards[i] for i in sorted(self.rewards)]
+
+    def return_moments(self) -> Moments:
+        """The moments of all the batch's returns, merged in episode order (fixed)."""
+        merged = Moments()
+        for index in sorted(self._returns):
+            merged.merge(self._returns[index])
+        return merged
 
     @property
     def complete(self) -> bool:
@@ -124,6 +133,7 @@ class BatchSum:
         self.count += 1
         self.steps += stats.steps
         self.rewards[stats.index] = stats.reward_sum
+        self._returns[stats.index] = stats.returns
 
     def add_episode(self, item: EpisodeResult) -> None:
         """Count an episode and add its gradient in its place in the order."""

@@ -26,6 +26,9 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+ADVANTAGES = ("episode", "batch")
+"""How returns are standardised into advantages: per episode (Karpathy's) or per batch."""
+
 BACKENDS = ("local", "serial", "ray")
 """Where episodes are played: a process pool, this process, or Ray actors."""
 
@@ -81,6 +84,11 @@ class TrainConfig:
     lr: float = option(1e-3, "Learning rate (Karpathy's reference: 1e-4).")
     gamma: float = option(0.99, "Discount factor; the return restarts at every point.")
     decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
+    advantage: str = option(
+        "episode",
+        "Standardise the returns into advantages per episode (Karpathy's) or over the batch.",
+        choices=ADVANTAGES,
+    )
     hidden: int = option(200, "Hidden units.")
     checkpoint_every: int = option(10, "Write checkpoint.npz every N updates (and at the end).")
     episode_timeout: float = option(
@@ -116,6 +124,10 @@ class TrainConfig:
             (self.episode_timeout > 0, "--episode-timeout must be > 0"),
             (self.seed >= 0, "--seed must be >= 0"),
             (self.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}"),
+            (
+                self.advantage in ADVANTAGES,
+                f"--advantage must be one of {', '.join(ADVANTAGES)}",
+            ),
             (
                 self.optimizer in OPTIMIZERS,
                 f"--optimizer must be one of {', '.join(OPTIMIZERS)}",
@@ -207,6 +219,7 @@ ALGORITHM_FIELDS = (
     "gamma",
     "decay_rate",
     "hidden",
+    "advantage",
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
@@ -219,6 +232,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "batch_size": 10,
         "hidden": 200,
         "gamma": 0.99,
+        "advantage": "episode",
     },
 }
 """Named sets of algorithm options. `karpathy` is pg-pong exactly, whatever the defaults."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import gymnasium as gym
@@ -17,7 +17,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
-from pong_mp.gradient import EpisodeGradient
+from pong_mp.gradient import EpisodeGradient, Moments
 
 if TYPE_CHECKING:
     from pong_mp.batch_sum import BatchSum
@@ -46,6 +46,8 @@ class EpisodeStats:
     """Env steps played."""
     seconds: float
     """Wall time spent on the episode in the worker."""
+    returns: Moments = field(default_factory=Moments)
+    """Count, mean and spread of its steps' returns (for batch-wide standardising)."""
 
     def add_to(self, summed: BatchSum) -> None:
         """Count this episode in a batch whose gradients come as group sums
@@ -68,16 +70,20 @@ class EpisodeResult:
     """Env steps played."""
     seconds: float
     """Wall time spent on the episode in the worker."""
+    returns: Moments = field(default_factory=Moments)
+    """Count, mean and spread of its steps' returns (for batch-wide standardising)."""
 
     @property
     def stats(self) -> EpisodeStats:
         """The statistics without the gradient."""
-        return EpisodeStats(self.index, self.reward_sum, self.steps, self.seconds)
+        return EpisodeStats(self.index, self.reward_sum, self.steps, self.seconds, self.returns)
 
     @classmethod
     def with_grad(cls, stats: EpisodeStats, grad: np.ndarray) -> EpisodeResult:
         """An episode's statistics joined again with its gradient."""
-        return cls(stats.index, grad, stats.reward_sum, stats.steps, stats.seconds)
+        return cls(
+            stats.index, grad, stats.reward_sum, stats.steps, stats.seconds, stats.returns
+        )
 
     def add_to(self, summed: BatchSum) -> None:
         """Add this episode to a batch's sum (`BatchSum.add_episode`)."""
@@ -166,12 +172,14 @@ def play_episode(
         record((1.0 if up else 0.0) - p_up, reward)  # dlogp: d log pi(a) / d logit
 
     run_episode(env, inputs, task.seed, work.forward, on_step)
-    grad = np.empty(policy.param_count(hidden), np.float32) if out is None else out
+    grad = np.empty(work.size, np.float32) if out is None else out
     work.finish(grad)
+    moments = work.moments
     return EpisodeResult(
         index=task.index,
         grad=grad,
         reward_sum=work.reward_sum,
         steps=work.steps,
         seconds=time.perf_counter() - start,
+        returns=Moments(moments.count, moments.mean, moments.m2),
     )

@@ -11,6 +11,12 @@ import numpy as np
 from pong_mp import policy, sparse
 
 
+def gradient_width(advantage: str) -> int:
+    """How many parameter-sized vectors an episode's gradient holds: 1, the gradient, for
+    per-episode advantages; 2, its sums A and B, when the batch standardises the returns."""
+    return 2 if advantage == "batch" else 1
+
+
 @dataclass
 class Moments:
     """Count, mean and sum of squared deviations of a stream of values, merged chunk by chunk
@@ -39,6 +45,16 @@ class Moments:
             self.m2 += self.mean * self.mean * self.count * count / total
             self.mean -= self.mean * count / total
             self.count = total
+
+    def merge(self, other: Moments) -> None:
+        """Take in the values that `other` summarises (Chan et al.'s pairwise update)."""
+        if not other.count:
+            return
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        self.m2 += other.m2 + delta * delta * self.count * other.count / total
+        self.mean += delta * other.count / total
+        self.count = total
 
     @property
     def std(self) -> float:
@@ -71,9 +87,11 @@ class EpisodeGradient:
     ENTRIES = 64 * 1024
     """Non-zero input pixels buffered before a fold (~30 a step in Pong)."""
 
-    def __init__(self, hidden: int, block: int = BLOCK) -> None:
-        """Working memory for the gradients of policies with `hidden` units."""
+    def __init__(self, hidden: int, block: int = BLOCK, advantage: str = "episode") -> None:
+        """Working memory for the gradients of policies with `hidden` units; with
+        `advantage` "batch", `finish` writes A and B and leaves standardising to the batch."""
         self._hidden = hidden
+        self._width = gradient_width(advantage)
         self._block = block
         size = policy.param_count(hidden)
         # Written through once here, so that the memory is resident from the start and an
@@ -104,6 +122,16 @@ class EpisodeGradient:
         """Steps added so far."""
         self.reward_sum = 0.0
         """Sum of the rewards added so far."""
+
+    @property
+    def size(self) -> int:
+        """Length of the flat float32 gradient `finish` writes."""
+        return self._width * policy.param_count(self._hidden)
+
+    @property
+    def moments(self) -> Moments:
+        """The moments of this episode's returns (complete after `finish`)."""
+        return self._moments
 
     @property
     def buffered(self) -> int:
@@ -148,6 +176,14 @@ class EpisodeGradient:
     def finish(self, out: np.ndarray) -> np.ndarray:
         """End the episode: write its gradient into the flat float32 `out`."""
         self._fold(final=True)
+        if self._width == 2:  # the batch standardises: A then B, as they are
+            n = policy.param_count(self._hidden)
+            out[:n] = self._a
+            out[n:] = self._b
+            self._a[:] = 0.0
+            self._b[:] = 0.0
+            self._touched[:] = 0
+            return out
         mu, sigma = self._moments.mean, self._moments.std
         scale = 1.0 / sigma if sigma > 0 else 1.0  # standardize's rule: only centre if flat
         sparse.finish(self._a, self._b, self._touched, mu, scale, out)

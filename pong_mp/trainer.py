@@ -33,6 +33,7 @@ from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
 from pong_mp.episode import make_tasks
 from pong_mp.files import FileError
+from pong_mp.gradient import Moments, gradient_width
 from pong_mp.optim import Optimizer
 from pong_mp.progress import LineReporter, Reporter
 from pong_mp.rundir import (
@@ -63,10 +64,22 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         env_id=config.env,
         hidden=config.hidden,
         gamma=config.gamma,
+        advantage=config.advantage,
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
     )
+
+
+def batch_advantage_gradient(sums: np.ndarray, returns: Moments) -> np.ndarray:
+    """The policy gradient with the batch's returns standardised: (sum A - mu sum B) / sigma,
+    from the summed [A; B] of its episodes and the moments of all its steps' returns."""
+    n = len(sums) // 2
+    scale = 1.0 / returns.std if returns.std > 0 else 1.0  # standardize's rule
+    grad = sums[n:] * -returns.mean
+    grad += sums[:n]
+    grad *= scale
+    return grad
 
 
 def apply_batch(
@@ -82,6 +95,8 @@ def apply_batch(
     finite.
     """
     grad = summed.total
+    if config.advantage == "batch":
+        grad = batch_advantage_gradient(grad, summed.return_moments())
     if not np.isfinite(grad.sum()):  # a sum is NaN/inf iff some element is (or it overflows)
         raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
     if optimizer is None:
@@ -211,7 +226,7 @@ def updates(
     Asking for the next update means the caller took the last one: the optimizer reuses the
     arrays of the states before it (see optim.Optimizer).
     """
-    grad = np.empty(state.params.shape)
+    grad = np.empty(gradient_width(config.advantage) * len(state.params))
     optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
     while (config.batches is None or state.batch < config.batches) and not reached_target(
         config, state

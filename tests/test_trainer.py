@@ -237,6 +237,23 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
     assert _weights(tmp_path) == adam_weights
 
 
+@pytest.mark.parametrize(
+    "backend", ["serial", "local", pytest.param("ray", marks=pytest.mark.ray)]
+)
+def test_batch_advantages_give_the_same_bytes_everywhere_and_resume(
+    tmp_path: Path, backend: str, serial_weights: bytes, clean_system
+) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray")
+    reference = tmp_path / "reference"
+    train(_config(reference, backend="serial", advantage="batch"), log=_quiet)
+    assert _weights(reference) != serial_weights  # not the per-episode run
+    run_dir = tmp_path / backend
+    train(_config(run_dir, backend=backend, batches=2, advantage="batch"), log=_quiet)
+    train(_config(run_dir, backend=backend, workers=3, advantage="batch"), resume=True, log=_quiet)
+    assert _weights(run_dir) == _weights(reference)
+
+
 def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
     train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
     with pytest.raises(ConfigError, match="trained with --optimizer 'rmsprop'"):

@@ -77,6 +77,8 @@ class RolloutSpec:
     """Hidden units of the policy."""
     gamma: float
     """Discount factor of the returns."""
+    advantage: str = "episode"
+    """Returns standardised per episode, or over the batch (the gradient is then A and B)."""
     workers: int = 1
     """Worker processes or actors (ignored by the serial backend)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)

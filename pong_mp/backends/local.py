@@ -56,6 +56,7 @@ from pong_mp.backends.base import (
 )
 from pong_mp.backends.shm import SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
+from pong_mp.gradient import gradient_width
 
 log = logging.getLogger("pong_mp")
 
@@ -133,7 +134,7 @@ def worker_main(
         prepare_worker_process()
         try:
             weights = SharedWeights.attach(weights_name, spec.hidden)
-            grad = SharedGradient.attach(grad_name, spec.hidden)
+            grad = SharedGradient.attach(grad_name, spec.hidden, gradient_width(spec.advantage))
             worker.open()
         except Exception:
             conn.send(Failed(None, traceback.format_exc()))
@@ -203,7 +204,8 @@ class LocalBackend(ContextManaged):
         self._weights = SharedWeights.create(self.spec.hidden)
         try:
             slots = range(self.spec.workers)
-            self._grads = [SharedGradient.create(self.spec.hidden) for _ in slots]
+            width = gradient_width(self.spec.advantage)
+            self._grads = [SharedGradient.create(self.spec.hidden, width) for _ in slots]
             self._workers = [self._spawn(slot) for slot in slots]
             self._await_ready()
         except BaseException:

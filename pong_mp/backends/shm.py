@@ -31,14 +31,18 @@ class _Block:
     """A named shared-memory block sized for a policy of `hidden` units. Subclasses say its
     size and map their arrays on it; only the creator unlinks."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, hidden: int, owner: bool) -> None:
-        """Wrap an open block; use `create` or `attach` instead of calling this."""
+    def __init__(
+        self, shm: shared_memory.SharedMemory, hidden: int, owner: bool, width: int = 1
+    ) -> None:
+        """Wrap an open block; use `create` or `attach` instead of calling this. `width`:
+        parameter-sized vectors per gradient (see gradient.gradient_width)."""
         self._shm = shm
         self._owner = owner
         self.hidden = hidden
+        self.width = width
 
     @staticmethod
-    def size(hidden: int) -> int:
+    def size(hidden: int, width: int = 1) -> int:
         """Bytes the block needs."""
         raise NotImplementedError
 
@@ -48,16 +52,16 @@ class _Block:
         return self._shm.name
 
     @classmethod
-    def create(cls, hidden: int) -> Self:
+    def create(cls, hidden: int, width: int = 1) -> Self:
         """A new block, owned (and later unlinked) by the caller."""
         name = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size(hidden))
-        return cls(shm, hidden, owner=True)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size(hidden, width))
+        return cls(shm, hidden, owner=True, width=width)
 
     @classmethod
-    def attach(cls, name: str, hidden: int) -> Self:
+    def attach(cls, name: str, hidden: int, width: int = 1) -> Self:
         """Open an existing block (spawned children share the creator's resource tracker)."""
-        return cls(shared_memory.SharedMemory(name=name), hidden, owner=False)
+        return cls(shared_memory.SharedMemory(name=name), hidden, owner=False, width=width)
 
     def close(self) -> None:
         """Drop this process's mapping: the arrays mapped on it go first."""
@@ -73,9 +77,11 @@ class _Block:
 class SharedWeights(_Block):
     """The float32 policy weights plus a version number in shared memory."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, hidden: int, owner: bool) -> None:
+    def __init__(
+        self, shm: shared_memory.SharedMemory, hidden: int, owner: bool, width: int = 1
+    ) -> None:
         """Map the version and the weights (read-only unless this process owns them)."""
-        super().__init__(shm, hidden, owner)
+        super().__init__(shm, hidden, owner, width)
         version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=0)
         flat = np.ndarray(
             (policy.param_count(hidden),), dtype=np.float32, buffer=shm.buf, offset=HEADER_BYTES
@@ -87,8 +93,8 @@ class SharedWeights(_Block):
         self._views = (version, policy.Weights32(*policy.split(flat, hidden)))
 
     @staticmethod
-    def size(hidden: int) -> int:
-        """The header, then the float32 weights."""
+    def size(hidden: int, width: int = 1) -> int:
+        """The header, then the float32 weights (one vector, whatever the width)."""
         return HEADER_BYTES + 4 * policy.param_count(hidden)
 
     def write(self, params: np.ndarray, version: int) -> None:
@@ -113,15 +119,18 @@ class SharedGradient(_Block):
     """One worker's gradient slot: the worker's backward pass writes into it, the
     coordinator reads it in place, so 5 MB never go through a pipe."""
 
-    def __init__(self, shm: shared_memory.SharedMemory, hidden: int, owner: bool) -> None:
+    def __init__(
+        self, shm: shared_memory.SharedMemory, hidden: int, owner: bool, width: int = 1
+    ) -> None:
         """Map the flat float32 gradient."""
-        super().__init__(shm, hidden, owner)
-        self._views = np.ndarray((policy.param_count(hidden),), dtype=np.float32, buffer=shm.buf)
+        super().__init__(shm, hidden, owner, width)
+        length = width * policy.param_count(hidden)
+        self._views = np.ndarray((length,), dtype=np.float32, buffer=shm.buf)
 
     @staticmethod
-    def size(hidden: int) -> int:
+    def size(hidden: int, width: int = 1) -> int:
         """A flat float32 gradient."""
-        return 4 * policy.param_count(hidden)
+        return 4 * width * policy.param_count(hidden)
 
     @property
     def array(self) -> np.ndarray:

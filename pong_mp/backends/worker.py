@@ -40,7 +40,7 @@ class EpisodeWorker:
             return
         env, inputs = make_training_env(self.spec.env_id, **self.spec.env_kwargs)
         self._env, self._inputs = env, inputs
-        self._work = EpisodeGradient(self.spec.hidden)
+        self._work = EpisodeGradient(self.spec.hidden, advantage=self.spec.advantage)
 
     def play(
         self, weights: policy.Weights32, task: EpisodeTask, out: np.ndarray | None = None
