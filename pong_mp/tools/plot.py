@@ -218,7 +218,8 @@ def _on_grid(
 
 def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
     """Write a PNG comparing runs: running reward against env steps and against wall time.
-    Runs that differ only by seed are one mean curve with its spread (min to max)."""
+    Runs that differ only by seed are one mean curve with its spread (min to max) over the
+    range they all cover, and each of them a thin line in full."""
     plt = _pyplot()
     groups = group_runs(runs)
     fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
@@ -244,6 +245,8 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
             if len(curves) == 1:
                 ax.plot(*curves[0], color=color, lw=2, label=f"{group.label} (1 run)")
                 continue
+            for x, y in curves:  # every seed in full, thin; the mean where they all are
+                ax.plot(x, y, color=color, lw=0.8, alpha=0.45)
             grid, ys = _on_grid(curves)
             ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=color, alpha=0.2)
             ax.plot(
