@@ -70,3 +70,15 @@ def fsync_dir(directory: Path) -> None:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def check_writable(path: Path, wanted: str) -> None:
+    """Raise FileError, in one line, unless `path` can be written as a new or replaced file
+    (`wanted` names what it should be, e.g. "a .png file"): checked before any work."""
+    path = Path(path)
+    if path.is_dir():
+        raise FileError(f"{path} is a directory; name {wanted}")
+    if not path.parent.is_dir():
+        raise FileError(f"{path}: no directory {path.parent}")
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise FileError(f"cannot write {path}: permission denied")

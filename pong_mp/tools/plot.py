@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
@@ -13,7 +12,7 @@ import numpy as np
 
 from pong_mp import rundir
 from pong_mp.config import TrainConfig
-from pong_mp.files import FileError
+from pong_mp.files import FileError, check_writable
 from pong_mp.rundir import METRICS_FILE
 
 
@@ -41,12 +40,10 @@ def check_output(out: Path) -> None:
     out = Path(out)
     if out.suffix.lower() != ".png":
         raise PlotError(f"{out}: the plot is written as PNG; name a .png file")
-    if out.is_dir():
-        raise PlotError(f"{out} is a directory; name a .png file")
-    if not out.parent.is_dir():
-        raise PlotError(f"{out}: no directory {out.parent}")
-    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        raise PlotError(f"cannot write {out}: permission denied")
+    try:
+        check_writable(out, "a .png file")
+    except FileError as exc:
+        raise PlotError(str(exc)) from None
 
 
 def _running(records: list[dict[str, Any]]) -> np.ndarray:

@@ -15,6 +15,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from pong_mp.files import FileError, check_writable
 from pong_mp.tools.gif import GifStream
 
 FORMATS = (".gif", ".mp4")
@@ -43,12 +44,10 @@ class VideoRecorder:
             raise ValueError(f"{path}: --record needs a .gif or .mp4 file")
         if scale < 1 or stride < 1 or (max_frames is not None and max_frames < 1):
             raise ValueError("scale, stride and max_frames must be >= 1")
-        if path.is_dir():
-            raise ValueError(f"{path} is a directory; --record needs a .gif or .mp4 file")
-        if not path.parent.is_dir():
-            raise ValueError(f"{path}: no directory {path.parent}")
-        if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-            raise ValueError(f"cannot write {path}: permission denied")
+        try:
+            check_writable(path, "a .gif or .mp4 file for --record")
+        except FileError as exc:
+            raise ValueError(str(exc)) from None
         self.path = path
         self.scale = scale
         self.stride = stride
