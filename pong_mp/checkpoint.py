@@ -104,6 +104,13 @@ def _read(path: Path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
+        with open(path, "rb") as fh:
+            magic = fh.read(6)
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    if not magic.startswith(b"PK") and magic != b"\x93NUMPY":
+        raise CheckpointError(f"{path}: damaged checkpoint (not an .npz file)")
+    try:
         loaded = np.load(path, allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):  # a .npy holds one bare array
             raise CheckpointError(f"{path}: not a pong-mp checkpoint or model (.npz)")
@@ -191,7 +198,21 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
     A model file plays (`pong-mp play`) but cannot resume training: it has no optimizer
     state. Written atomically, like checkpoints.
     """
+    out = Path(out)
+    if out.exists() and Path(checkpoint_path).exists() and out.samefile(checkpoint_path):
+        raise CheckpointError(f"{out} is the checkpoint itself: name another model file")
     state, config = load(checkpoint_path)
+    if out.exists():
+        # Only an older model file may be replaced: a model has no optimizer state, so
+        # writing one over a run's checkpoint would end that run's --resume.
+        try:
+            existing = _read(out)
+        except CheckpointError:
+            existing = {}
+        if "rmsprop_W1" in existing:
+            raise CheckpointError(f"{out} is a training checkpoint: refusing to overwrite it")
+        if "W1" not in existing:
+            raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
     hidden = int(config["hidden"])
     w1t, w2 = policy.split(state.params, hidden)
     arrays = {
@@ -202,7 +223,6 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         "episodes": np.int64(state.episodes),
         "format_version": np.int64(FORMAT_VERSION),
     }
-    out = Path(out)
     _write_npz_atomic(out, arrays)
     return out
 

@@ -108,6 +108,7 @@ class TrainConfig:
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{_flag(name)} must be a finite number")
         checks = [
+            (self.run_dir.strip() != "", "--run-dir must name a directory"),
             (self.workers >= 1, "--workers must be >= 1"),
             (
                 self.backend != "local" or self.workers <= max_local_workers(),

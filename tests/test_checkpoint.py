@@ -155,3 +155,36 @@ def test_load_policy_names_bad_files(tmp_path: Path) -> None:
     )
     with pytest.raises(CheckpointError, match="non-finite"):
         checkpoint.load_policy(tmp_path / "bad.npz")
+
+
+def test_export_never_overwrites_a_checkpoint_or_a_foreign_file(
+    tmp_path: Path, fake_checkpoint
+) -> None:
+    import shutil
+
+    ckpt = tmp_path / "checkpoint.npz"
+    shutil.copy(fake_checkpoint, ckpt)
+    before = ckpt.read_bytes()
+    with pytest.raises(CheckpointError, match="is the checkpoint itself"):
+        checkpoint.export_model(ckpt, ckpt)
+    other = tmp_path / "other.npz"
+    shutil.copy(fake_checkpoint, other)
+    with pytest.raises(CheckpointError, match="is a training checkpoint: refusing"):
+        checkpoint.export_model(ckpt, other)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(CheckpointError, match="is not a model file: refusing"):
+        checkpoint.export_model(ckpt, notes)
+    assert ckpt.read_bytes() == before and notes.read_text() == "mine"
+    model = tmp_path / "model.npz"
+    checkpoint.export_model(ckpt, model)
+    checkpoint.export_model(ckpt, model)  # an older model file may be replaced
+    assert checkpoint.load_policy(model)[1]["hidden"] == 8
+
+
+def test_a_file_that_is_not_npz_is_named_in_one_short_line(tmp_path: Path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text('{"hidden": 8}')
+    not_npz = r"config.json: damaged checkpoint \(not an .npz file\)$"
+    with pytest.raises(CheckpointError, match=not_npz):
+        checkpoint.load_policy(path)

@@ -87,6 +87,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--resume"], "nothing to resume"),
         (["--preset", "fast"], "'fast' is not 'karpathy'"),
         (["--lr", "inf"], "--lr must be a finite number"),
+        (["--run-dir", " "], "--run-dir must name a directory"),
         (["--workers", "100000"], "--workers must be at most"),
         (["--hidden", "1000000"], "--hidden must be between 1 and 4096"),
         (["--env", "ALE/Breakout-v5"], "ALE/Breakout-v5 is not Pong"),
