@@ -34,6 +34,7 @@ from pong_mp.tools.plot import (
     plot_run,
     plot_runs,
     read_metrics,
+    settings_table,
 )
 from pong_mp.tools.recording import VideoRecorder
 from pong_mp.trainer import NonFiniteError, reached_target, run
@@ -410,7 +411,8 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 @click.option(
     "--milestones",
     is_flag=True,
-    help="Also print when the running reward first reached -20, -15, ... +18, for each run.",
+    help="Also print when the running reward first reached -20, -15, ... +18, for each run "
+    "(and, for several runs, per setting over its seeds).",
 )
 def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bool) -> None:
     """Plot a run's learning curve and speed, or compare several runs (seeds of one setting
@@ -425,6 +427,8 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
             milestones_table(records, title=None if len(runs) == 1 else str(run_dir))
             for run_dir, records in runs
         ]
+        if len(runs) > 1:
+            tables.append(settings_table(runs))
         if len(runs) == 1:
             plot_run(runs[0][0], output, runs[0][1])
         else:

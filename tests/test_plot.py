@@ -8,7 +8,14 @@ from pathlib import Path
 import imageio.v2 as imageio
 import pytest
 
-from pong_mp.tools.plot import PlotError, group_runs, milestones, plot_run, read_metrics
+from pong_mp.tools.plot import (
+    PlotError,
+    group_runs,
+    milestones,
+    plot_run,
+    read_metrics,
+    settings_table,
+)
 from tests.test_cli import pong_mp
 
 
@@ -91,8 +98,9 @@ def test_runs_that_differ_only_by_seed_are_one_group(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     image = imageio.imread(out)
     assert image.shape[0] >= 700 and image[..., :3].std() > 10
-    # One table per run, under its directory; r0 rises more slowly and reaches -2 at 30.
-    assert done.stdout.count("| running reward |") == 3
+    # One table per run, under its directory, then one per setting; r0 rises more slowly.
+    assert done.stdout.count("| running reward |") == 4
+    assert "| running reward | optimizer adam | optimizer rmsprop |" in done.stdout
     table_r0 = done.stdout.split(f"{tmp_path / 'r0'}:")[1].split("\n\n")[0]
     assert "| >= -5 | 1 | 10 | 3,000 |" in table_r0 and "| >= 0 | not yet" in table_r0
 
@@ -126,3 +134,14 @@ def test_a_null_running_reward_plots_as_a_gap(tmp_path: Path) -> None:
     done = pong_mp("plot", str(tmp_path / "R"), "--milestones")
     assert done.returncode == 0, done.stderr
     assert "| >= -5 | 2 | 20 |" in done.stdout  # update 1 has no running reward
+
+
+def test_the_settings_table_averages_seeds_and_counts_those_that_reached(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "a0", seed=0, optimizer="adam")  # 0 reached at update 30
+    _fake_run(tmp_path / "a1", seed=1, optimizer="adam", per_point=3)  # 0 reached at 15
+    _fake_run(tmp_path / "r0", seed=0, per_point=10)  # never reaches 0
+    runs = [(tmp_path / n, read_metrics(tmp_path / n)) for n in ("a0", "a1", "r0")]
+    table = settings_table(runs)
+    row = next(line for line in table.splitlines() if line.startswith("| >= 0 |"))
+    # 30 and 15 updates of 3,000 steps: 0.09 and 0.045 M steps.
+    assert row == "| >= 0 | 0.07 (0.04-0.09), 2/2 | not reached (0/1) |"

@@ -311,3 +311,34 @@ def milestones_table(records: list[dict[str, Any]], title: str | None = None) ->
                 f"{row['steps']:,} | {row['minutes']:.1f} min |"
             )
     return "\n".join(lines)
+
+
+def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
+    """Env steps to each running reward, per setting (runs grouped as in `plot_runs`): the
+    mean over the seeds that reached it, their range, and how many of the seeds did."""
+    groups = group_runs(runs)
+    head = "| running reward | " + " | ".join(g.label for g in groups) + " |"
+    lines = [
+        "env steps (millions) to each running reward, per setting: mean (min-max), seeds "
+        "that reached it",
+        head,
+        "|---" * (len(groups) + 1) + "|",
+    ]
+    for threshold in THRESHOLDS:
+        cells = []
+        for group in groups:
+            steps = [
+                row["steps"]
+                for _, records in group.runs
+                for row in milestones(records, (threshold,))
+                if row["steps"] is not None
+            ]
+            seeds = len(group.runs)
+            if not steps:
+                cells.append(f"not reached (0/{seeds})")
+                continue
+            millions = np.array(steps) / 1e6
+            spread = f" ({millions.min():.2f}-{millions.max():.2f})" if len(steps) > 1 else ""
+            cells.append(f"{millions.mean():.2f}{spread}, {len(steps)}/{seeds}")
+        lines.append(f"| >= {threshold:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
