@@ -25,7 +25,7 @@ from pong_mp.files import FileError
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, open_run
 from pong_mp.signals import STOP_SIGNALS, Interrupted
-from pong_mp.tools.bench import format_bench, run_bench
+from pong_mp.tools.bench import format_bench, format_scaling, run_bench, run_scaling
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
 from pong_mp.tools.plot import (
     PlotError,
@@ -458,12 +458,30 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
     help="Length of each measurement (the whole bench takes about 6x this).",
 )
 @click.option("--env", default="ALE/Pong-v5", show_default=True, help="Env id to measure.")
+@click.option(
+    "--scaling",
+    is_flag=True,
+    help="Instead: training against raw for every worker count from 1 to --workers.",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="Episodes per update of the training runs.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
-def bench_command(workers: int, seconds: float, env: str, as_json: bool) -> None:
+def bench_command(
+    workers: int, seconds: float, env: str, scaling: bool, batch_size: int, as_json: bool
+) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
     try:
         check_env(env, {})
     except UnknownEnvError as exc:
         _fail(str(exc), EXIT_USAGE)
-    results = run_bench(workers, seconds, env)
+    if scaling:
+        rows = run_scaling(workers, seconds, env, batch_size)
+        click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))
+        return
+    results = run_bench(workers, seconds, env, batch_size)
     click.echo(json.dumps(results, indent=2) if as_json else format_bench(results))

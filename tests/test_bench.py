@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 
 import gymnasium as gym
@@ -16,6 +17,7 @@ from pong_mp.tools.bench import (
     format_bench,
     ray_driver_cost,
 )
+from tests.test_cli import pong_mp
 
 
 def test_env_rate_counts_steps_across_resets() -> None:
@@ -94,3 +96,51 @@ def test_ray_driver_cost_sums_both_ways_to_the_same_bytes(clean_system) -> None:
     assert cost["driver_in_mb_groups"] == pytest.approx(3 * 2 * cost["gradient_mb"])
     assert cost["driver_in_mb_each"] == pytest.approx((2 * GROUP + 5) * cost["gradient_mb"])
     assert cost["driver_seconds_each"] > 0 and cost["driver_seconds_groups"] > 0
+
+
+def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
+    monkeypatch, clean_system
+) -> None:
+    from pong_mp.tools import bench
+
+    raw_calls = []
+    monkeypatch.setattr(
+        bench,
+        "raw_rate",
+        lambda env, workers, seconds: raw_calls.append(workers) or 100.0 * workers,
+    )
+    monkeypatch.setattr(
+        bench,
+        "training_rate",
+        lambda env, workers, seconds, batch_size=10: {
+            "steps_per_sec": 90.0 * workers,
+            "coordinator_share": 0.01,
+            "updates": 2,
+        },
+    )
+    rows = bench.run_scaling(3, 1.0, "FakePong-v0", batch_size=6)
+    assert raw_calls == [1, 1, 2, 2, 3, 3]  # before and after each training run
+    assert [r["workers"] for r in rows] == [1, 2, 3]
+    assert all(r["train_ratio"] == pytest.approx(0.9) and r["batch_size"] == 6 for r in rows)
+    table = bench.format_scaling(rows)
+    assert "| 3 | 300 | 270 | 0.90 | 3.00x |" in table
+
+
+def test_scaling_runs_for_real_on_fakepong(clean_system) -> None:
+    done = pong_mp(
+        "bench",
+        "--scaling",
+        "--workers",
+        "2",
+        "--seconds",
+        "1",
+        "--env",
+        "FakePong-v0",
+        "--batch-size",
+        "4",
+        "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert all(r["train_steps_per_sec"] > 0 and r["raw_steps_per_sec"] > 0 for r in rows)

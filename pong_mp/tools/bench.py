@@ -198,10 +198,12 @@ def episode_memory(steps: int, hidden: int = 200, repeats: int = 3) -> dict[str,
     return {"before": before, "peak": peak, "added": peak - before}
 
 
-def run_bench(workers: int, seconds: float, env_id: str = "ALE/Pong-v5") -> dict[str, Any]:
+def run_bench(
+    workers: int, seconds: float, env_id: str = "ALE/Pong-v5", batch_size: int = 10
+) -> dict[str, Any]:
     """Every measurement of `pong-mp bench`, as one dict."""
     raw_before = raw_rate(env_id, workers, seconds)
-    training = training_rate(env_id, workers, seconds)
+    training = training_rate(env_id, workers, seconds, batch_size=batch_size)
     raw_after = raw_rate(env_id, workers, seconds)
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
@@ -219,6 +221,7 @@ def run_bench(workers: int, seconds: float, env_id: str = "ALE/Pong-v5") -> dict
         "train_steps_per_sec": training["steps_per_sec"],
         "train_ratio": training["steps_per_sec"] / raw,
         "train_updates": training["updates"],
+        "batch_size": batch_size,
         "coordinator_share": training["coordinator_share"],
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
         "episode_memory_mb_1k_steps": short,
@@ -240,7 +243,8 @@ def format_bench(r: dict[str, Any]) -> str:
         f"(before training {before:,.0f}, after {after:,.0f})",
         f"pong-mp train, {r['workers']} local worker{'s' * (r['workers'] != 1)}: "
         f"{r['train_steps_per_sec']:,.0f} steps/s"
-        f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of 10 episodes)",
+        f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
+        f"{r.get('batch_size', 10)} episodes)",
         f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
         f" = {r['reference_ratio']:.2f}x one raw process "
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
@@ -388,3 +392,43 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def run_scaling(
+    max_workers: int, seconds: float, env_id: str = "ALE/Pong-v5", batch_size: int = 10
+) -> list[dict[str, Any]]:
+    """Training against the raw emulator with the same number of processes, for 1 to
+    `max_workers` workers: one row per count (raw measured before and after training)."""
+    rows = []
+    for workers in range(1, max_workers + 1):
+        before = raw_rate(env_id, workers, seconds)
+        training = training_rate(env_id, workers, seconds, batch_size=batch_size)
+        after = raw_rate(env_id, workers, seconds)
+        raw = (before + after) / 2
+        rows.append(
+            {
+                "workers": workers,
+                "batch_size": batch_size,
+                "raw_steps_per_sec": raw,
+                "train_steps_per_sec": training["steps_per_sec"],
+                "train_ratio": training["steps_per_sec"] / raw,
+                "coordinator_share": training["coordinator_share"],
+            }
+        )
+    return rows
+
+
+def format_scaling(rows: list[dict[str, Any]]) -> str:
+    """The scaling rows as a Markdown table, with each count's speed-up over one worker."""
+    one = rows[0]["train_steps_per_sec"]
+    lines = [
+        "| workers | raw steps/s (same processes) | training steps/s | training / raw | "
+        "speed-up over 1 worker |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['workers']} | {r['raw_steps_per_sec']:,.0f} | {r['train_steps_per_sec']:,.0f} "
+            f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x |"
+        )
+    return "\n".join(lines)
