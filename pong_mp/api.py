@@ -20,7 +20,6 @@ from typing import Any
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.backends.base import refuse_in_a_starting_worker
 from pong_mp.checkpoint import TrainState, load_policy
 from pong_mp.config import TrainConfig, apply_preset
 from pong_mp.signals import Interrupted
@@ -49,7 +48,6 @@ def train(
     KeyboardInterrupt; `train(run_dir, resume=True)` continues. Bad options raise
     ConfigError, RunDirError, CheckpointError or FileError with a one-line message.
     """
-    refuse_in_a_starting_worker()
     from pong_mp import trainer
     from pong_mp.config import ConfigError
     from pong_mp.progress import NotebookReporter, QuietReporter

@@ -57,6 +57,13 @@ class Moments:
         self.count = total
 
     @property
+    def standardizing_scale(self) -> float:
+        """1 / std, what standardising multiplies by; 1 if the values are all equal
+        (policy.standardize's rule: then they are only centred)."""
+        std = self.std
+        return 1.0 / std if std > 0 else 1.0
+
+    @property
     def std(self) -> float:
         """Population standard deviation (numpy's default, ddof=0)."""
         return math.sqrt(self.m2 / self.count) if self.count else 0.0
@@ -184,8 +191,7 @@ class EpisodeGradient:
             self._b[:] = 0.0
             self._touched[:] = 0
             return out
-        mu, sigma = self._moments.mean, self._moments.std
-        scale = 1.0 / sigma if sigma > 0 else 1.0  # standardize's rule: only centre if flat
+        mu, scale = self._moments.mean, self._moments.standardizing_scale
         sparse.finish(self._a, self._b, self._touched, mu, scale, out)
         return out
 

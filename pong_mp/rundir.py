@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from pong_mp import checkpoint, policy
+from pong_mp.backends.base import refuse_in_a_starting_worker
 from pong_mp.checkpoint import CheckpointError, TrainState
 from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_config
 from pong_mp.envs import UnknownEnvError, check_env
@@ -154,14 +155,11 @@ class RunLock:
             if directory.exists():
                 break
             missing.append(directory)
-        if self.run_dir.exists() and not self.run_dir.is_dir():
-            raise RunDirError(f"--run-dir {self.run_dir} is a file, not a directory")
+        problem = run_dir_problem(self.run_dir)
+        if problem is not None:
+            raise RunDirError(problem)
         try:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError):
-            raise RunDirError(
-                f"--run-dir {self.run_dir}: a part of the path is a file, not a directory"
-            ) from None
         except OSError as exc:
             raise file_error(self.run_dir, "create", exc) from None
         return missing
@@ -243,6 +241,11 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         return []
     with file_io(path, "read"):
         data = path.read_bytes()
+    return _parse_metrics(path, data)
+
+
+def _parse_metrics(path: Path, data: bytes) -> list[dict[str, Any]]:
+    # read_metrics's rules, on the bytes of `path`.
     lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]
     records = []
@@ -270,11 +273,11 @@ def keep_metrics_until(path: Path, last_batch: int) -> None:
     path = Path(path)
     if not path.exists():
         return
-    records = read_metrics(path)
-    kept = [r for r in records if r["batch"] <= last_batch]
     with file_io(path, "read"):
-        unchanged = len(kept) == len(records) and path.read_bytes().endswith(b"\n")
-    if unchanged or (not records and path.stat().st_size == 0):
+        data = path.read_bytes()
+    records = _parse_metrics(path, data)
+    kept = [r for r in records if r["batch"] <= last_batch]
+    if (len(kept) == len(records) and data.endswith(b"\n")) or not data:
         return
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
 
@@ -383,8 +386,9 @@ def _validate(config: TrainConfig, build_env: bool) -> None:
     config.validate()
     if config.ray_address and config.backend != "ray":
         config.backend = "ray"  # --ray-address implies the ray backend
-    if run_dir_problem(Path(config.run_dir)):
-        raise RunDirError(run_dir_problem(Path(config.run_dir)))
+    problem = run_dir_problem(Path(config.run_dir))
+    if problem is not None:
+        raise RunDirError(problem)
     try:
         if build_env:
             check_env(config.env, config.env_kwargs)
@@ -415,6 +419,7 @@ def open_run(
     have written it in between). The lock is held until the block ends; a start that wrote
     nothing leaves no directory behind.
     """
+    refuse_in_a_starting_worker()  # before anything: a worker running the user's script
     lock = RunLock(run_dir)
     lock.check_free()
     prepare_run(run_dir, resume, given)

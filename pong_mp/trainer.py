@@ -27,7 +27,7 @@ import numpy as np
 
 from pong_mp import checkpoint
 from pong_mp.backends import RolloutSpec, make_backend
-from pong_mp.backends.base import Backend, refuse_in_a_starting_worker
+from pong_mp.backends.base import Backend
 from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
@@ -75,7 +75,7 @@ def batch_advantage_gradient(sums: np.ndarray, returns: Moments) -> np.ndarray:
     """The policy gradient with the batch's returns standardised: (sum A - mu sum B) / sigma,
     from the summed [A; B] of its episodes and the moments of all its steps' returns."""
     n = len(sums) // 2
-    scale = 1.0 / returns.std if returns.std > 0 else 1.0  # standardize's rule
+    scale = returns.standardizing_scale
     grad = sums[n:] * -returns.mean
     grad += sums[:n]
     grad *= scale
@@ -156,7 +156,6 @@ def run(
     on any exit after the start the last complete update is saved (unless saving is what
     failed: FileError), and the backend is always closed.
     """
-    refuse_in_a_starting_worker()
     run_dir = Path(config.run_dir)
     reporter = reporter or LineReporter()
     reporter.banner(_banner(config, state, resumed))
