@@ -38,6 +38,9 @@ class GroupSum:
     """The group's number in its batch (its first episode's position // GROUP)."""
     grad: np.ndarray
     """The sum (float64)."""
+    first_index: int = 0
+    """The first episode of its batch: which batch it belongs to, when several are in
+    flight."""
 
     def add_to(self, summed: BatchSum) -> None:
         """Add this group's sum to a batch's (`BatchSum.add_group`)."""

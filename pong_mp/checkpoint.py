@@ -3,7 +3,8 @@
 A checkpoint is an .npz that loads with allow_pickle=False. It holds W1 and W2 (the keys
 users rely on) and everything exact resume needs: the optimizer's state (RMSProp's cache, or
 Adam's two moments), the update, episode and step counters, the running reward, the wall
-time so far and the run's config as JSON.
+time so far, the run's config as JSON and, with a policy lag L, the float32 weights of the
+L updates before (lag_W1, lag_W2: L x H x 6400 and L x H) that the batches in flight use.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.config import ConfigError, check_types
+from pong_mp.config import LEGACY_DEFAULTS, ConfigError, check_types
 from pong_mp.files import write_atomic
 
 FORMAT_VERSION = 1
@@ -46,6 +47,9 @@ class TrainState:
     """Wall seconds spent in updates so far, across resumes."""
     momentum: np.ndarray | None = None
     """Adam's mean of gradients (m), same shape as params; None for RMSProp."""
+    lagged: tuple[np.ndarray, ...] = ()
+    """With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (update 0's
+    where there was none yet), which the next L batches are played with; () without lag."""
 
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
@@ -81,6 +85,10 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
         m1t, m2 = policy.split(state.momentum, hidden)
         arrays["adam_m_W1"] = np.ascontiguousarray(m1t.T)
         arrays["adam_m_W2"] = m2
+    if state.lagged:
+        views = [policy.split(flat, hidden) for flat in state.lagged]
+        arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
+        arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
     _write_npz_atomic(Path(path), arrays)
 
 
@@ -175,6 +183,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
     _check_config(config, hidden)
+    lagged = _lagged(data, config, w1.shape)
     params = policy.join(w1, w2)
     cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
     state = TrainState(
@@ -188,8 +197,30 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         momentum=(
             policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
         ),
+        lagged=lagged,
     )
     return state, config
+
+
+def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:
+    # The weights of the batches in flight: L of them for a run with --policy-lag L.
+    lag = config.get("policy_lag", LEGACY_DEFAULTS["policy_lag"])
+    if not lag:
+        return ()
+    hidden = shape[0]
+    expected = {"lag_W1": (lag, *shape), "lag_W2": (lag, hidden)}
+    for key, want in expected.items():
+        if key not in data:
+            raise CheckpointError(f"missing {key}, which a run with --policy-lag {lag} needs")
+        if data[key].shape != want or data[key].dtype != np.float32:
+            raise CheckpointError(
+                f"{key} is {data[key].dtype} {data[key].shape}, not float32 {want}"
+            )
+        _check_finite(data, (key,))
+    return tuple(
+        np.concatenate([np.ascontiguousarray(w1.T).ravel(), w2])
+        for w1, w2 in zip(data["lag_W1"], data["lag_W2"], strict=True)
+    )
 
 
 def export_model(checkpoint_path: Path, out: Path) -> Path:

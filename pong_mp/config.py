@@ -90,6 +90,12 @@ class TrainConfig:
         choices=ADVANTAGES,
     )
     hidden: int = option(200, "Hidden units.")
+    policy_lag: int = option(
+        0,
+        "Play update k's episodes with the weights of update k-1-L, so that L+1 batches "
+        "can be in flight and no worker waits at a batch's end (0: synchronous).",
+        metavar="L",
+    )
     checkpoint_every: int = option(10, "Write checkpoint.npz every N updates (and at the end).")
     episode_timeout: float = option(
         600.0, "Seconds before a worker stuck in one episode is replaced."
@@ -121,6 +127,10 @@ class TrainConfig:
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
+            (
+                0 <= self.policy_lag <= MAX_POLICY_LAG,
+                f"--policy-lag must be between 0 and {MAX_POLICY_LAG}",
+            ),
             (self.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
             (self.episode_timeout > 0, "--episode-timeout must be > 0"),
             (self.seed >= 0, "--seed must be >= 0"),
@@ -157,7 +167,7 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
         check_types(data)
-        config = cls(**data)
+        config = cls(**{**LEGACY_DEFAULTS, **data})
         config.validate()
         return config
 
@@ -167,6 +177,14 @@ def max_local_workers() -> int:
     More only wait for a core, and each costs ~100 MB of memory."""
     return max(64, 4 * default_workers())
 
+
+MAX_POLICY_LAG = 8
+"""The most batches one update's weights may lag behind: each lag step keeps one more weights
+version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on every node."""
+
+LEGACY_DEFAULTS: dict[str, Any] = {"policy_lag": 0}
+"""Fields added after runs were first stored, with the value that a config.json without them
+was trained with (whatever the default is now): a resumed run keeps its algorithm."""
 
 MAX_HIDDEN = 4096
 """The most hidden units: W1 is then 26 M weights, 210 MB in float64 per copy, and a
@@ -221,6 +239,7 @@ ALGORITHM_FIELDS = (
     "decay_rate",
     "hidden",
     "advantage",
+    "policy_lag",
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
@@ -234,6 +253,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hidden": 200,
         "gamma": 0.99,
         "advantage": "episode",
+        "policy_lag": 0,
     },
 }
 """Named sets of algorithm options. `karpathy` is pg-pong exactly, whatever the defaults."""

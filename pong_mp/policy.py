@@ -127,3 +127,10 @@ class Weights32:
         """The float32 weights of flat float64 parameters (a copy)."""
         w1t, w2 = split(params, hidden)
         return cls(w1t.astype(np.float32), w2.astype(np.float32))
+
+    @classmethod
+    def from_flat32(cls, flat: np.ndarray, hidden: int) -> Weights32:
+        """Views of flat float32 weights (W1 transposed, then W2), as backends receive them."""
+        if flat.dtype != np.float32:
+            raise ValueError(f"expected float32 weights, got {flat.dtype}")
+        return cls(*split(flat, hidden))

@@ -27,8 +27,8 @@ import numpy as np
 
 from pong_mp import checkpoint
 from pong_mp.backends import RolloutSpec, make_backend
-from pong_mp.backends.base import Backend
-from pong_mp.batch_sum import BatchSum
+from pong_mp.backends.base import Backend, BackendItem
+from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
 from pong_mp.episode import make_tasks
@@ -68,6 +68,7 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
+        lag=config.policy_lag,
     )
 
 
@@ -114,6 +115,8 @@ def apply_batch(
     new_state = dataclasses.replace(
         state,
         params=params,
+        # The weights that batches in flight are played with move on by one update.
+        lagged=(*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else (),
         cache=cache,
         momentum=momentum,
         batch=state.batch + 1,
@@ -216,64 +219,115 @@ def reached_target(config: TrainConfig, state: TrainState) -> bool:
     )
 
 
+def batch_weights_version(batch: int, lag: int) -> int:
+    """The update whose weights play batch `batch` (1-based): batch - 1 - lag, or 0 (the
+    initial weights) where there is no such update yet. Fixed by the batch's number alone,
+    so that the bytes do not depend on timing, workers or backend."""
+    return max(0, batch - 1 - lag)
+
+
+def with_lagged(state: TrainState, lag: int) -> TrainState:
+    """`state` with the float32 weights its next `lag` batches are played with: a new run's
+    are its initial weights (a resumed run's come from its checkpoint)."""
+    if len(state.lagged) == lag:
+        return state
+    if state.batch != 0:
+        raise ValueError(f"update {state.batch} has no weights for a policy lag of {lag}")
+    return dataclasses.replace(state, lagged=(state.params.astype(np.float32),) * lag)
+
+
 def updates(
     config: TrainConfig, state: TrainState, backend: Backend
 ) -> Iterator[tuple[TrainState, dict[str, Any]]]:
     """Play batches from `state` until `config.batches` (forever if None) or the target
     reward on a started backend; yield each new state and its metrics record. Writes nothing.
 
+    With --policy-lag L, batch k is played with the weights of update k-1-L, so batches
+    k .. k+L are submitted together and the backend plays them back to back: the gradient
+    of batch k is applied as soon as it is summed, while the next L play on.
+
     Asking for the next update means the caller took the last one: the optimizer reuses the
     arrays of the states before it (see optim.Optimizer).
     """
-    grad = np.empty(gradient_width(config.advantage) * len(state.params))
+    lag = config.policy_lag
+    state = with_lagged(state, lag)
+    width = gradient_width(config.advantage) * len(state.params)
+    sums = [np.empty(width) for _ in range(lag + 1)]  # batch k sums into sums[k % (lag + 1)]
     optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
+    # Versions batch-L .. batch (those before update 0 are update 0's: published once).
+    versions = {max(0, v): w for v, w in enumerate(state.lagged, start=state.batch - lag)}
+    versions[state.batch] = state.params.astype(np.float32)
+    for version in sorted(versions):
+        backend.publish(version, versions[version])
+    in_flight: dict[int, BatchSum] = {}  # by the batch's first episode
+    submitted = state.batch
+    last = time.perf_counter()
     while (config.batches is None or state.batch < config.batches) and not reached_target(
         config, state
     ):
-        new_state, record = _play_update(config, state, backend, grad, optimizer)
-        yield new_state, record
+        while submitted < state.batch + 1 + lag and (
+            config.batches is None or submitted < config.batches
+        ):
+            submitted += 1
+            first = state.episodes + (submitted - state.batch - 1) * config.batch_size
+            in_flight[first] = BatchSum(
+                first, config.batch_size, sums[submitted % (lag + 1)]
+            )
+            tasks = make_tasks(config.seed, first, config.batch_size)
+            backend.submit(batch_weights_version(submitted, lag), tasks)
+        summed = in_flight[state.episodes]
+        arrived = time.perf_counter()
+        for item in backend.results():
+            arrived = time.perf_counter()
+            in_flight[_batch_of(item, state.episodes, config.batch_size)].add(item)
+            if summed.complete:
+                break
+        if not summed.complete:
+            raise RuntimeError("the backend ended a batch before every episode was summed")
+        del in_flight[state.episodes]
+        new_state, stats = apply_batch(config, state, summed, optimizer)
+        backend.publish(new_state.batch, new_state.params.astype(np.float32))
+        now = time.perf_counter()
+        seconds, last = now - last, now
+        new_state.elapsed = state.elapsed + seconds
+        yield new_state, _record(config, new_state, stats, seconds, now - arrived)
         state = new_state
 
 
-def _play_update(
+def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
+    # The first episode of the batch that `item` belongs to (batches in flight are
+    # consecutive runs of batch_size episodes from `first` on).
+    if isinstance(item, GroupSum):
+        return item.first_index
+    return item.index - (item.index - first) % batch_size
+
+
+def _record(
     config: TrainConfig,
     state: TrainState,
-    backend: Backend,
-    grad: np.ndarray,
-    optimizer: Optimizer,
-) -> tuple[TrainState, dict[str, Any]]:
-    """Play one batch and compute the next state and its metrics record (nothing written)."""
-    start = time.perf_counter()
-    summed = BatchSum(state.episodes, config.batch_size, grad)
-    for result in backend.run_batch(
-        state.params, make_tasks(config.seed, state.episodes, config.batch_size)
-    ):
-        arrived = time.perf_counter()
-        summed.add(result)
-    if not summed.complete:
-        raise RuntimeError("the backend ended a batch before every episode was summed")
-    new_state, stats = apply_batch(config, state, summed, optimizer)
-    seconds = time.perf_counter() - start
-    new_state.elapsed = state.elapsed + seconds
-    record = {
-        "batch": new_state.batch,
-        "episodes": new_state.episodes,
+    stats: dict[str, Any],
+    seconds: float,
+    update_seconds: float,
+) -> dict[str, Any]:
+    """The metrics record of the update that made `state`."""
+    return {
+        "batch": state.batch,
+        "episodes": state.episodes,
         "steps": stats["steps"],
         "reward_mean": stats["reward_mean"],
-        "running_reward": new_state.running_reward,
+        "running_reward": state.running_reward,
         "seconds": seconds,
         "steps_per_sec": stats["steps"] / seconds,
         # The coordinator's critical path: from the last result to the new weights.
-        "update_seconds": time.perf_counter() - arrived,
+        "update_seconds": update_seconds,
         "grad_norm": stats["grad_norm"],
         "weight_norm": stats["weight_norm"],
         "step_norm": stats["step_norm"],
-        "elapsed": new_state.elapsed,
-        "total_steps": new_state.steps,
+        "elapsed": state.elapsed,
+        "total_steps": state.steps,
         "workers": 1 if config.backend == "serial" else config.workers,
         "time": time.time(),
     }
-    return new_state, record
 
 
 def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
@@ -292,10 +346,11 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
         until += f" or a running reward of {config.target_reward:g}"
     start = f"resuming at update {state.batch}" if resume else "new run"
     idle = ""
-    if config.backend != "serial" and config.workers > config.batch_size:
-        # A batch's episodes are all there is to hand out before its update.
+    playable = config.batch_size * (config.policy_lag + 1)
+    if config.backend != "serial" and config.workers > playable:
+        # The batches in flight (L + 1) are all there is to hand out before an update.
         idle = (
-            f"; only {config.batch_size} of the {config.workers} workers can be busy "
+            f"; only {playable} of the {config.workers} workers can be busy "
             f"(--batch-size {config.workers} would use them all)"
         )
     return (

@@ -200,3 +200,81 @@ def test_a_batch_left_unfinished_leaves_nothing_for_the_next(clean_system) -> No
         assert backend.replacements == 0
         # The next batch gets only its own episodes, with the same bytes as anywhere.
         assert play_batch(backend, params, make_tasks(1, 10, 4)) == expected
+
+
+def _play_in_flight(backend, batches, kill_after: int | None = None):
+    """Publish each (version, params), submit every batch at once, and sum the items by
+    batch: [(bytes, episodes)] per batch, as `play_batch` gives them one at a time. With
+    `kill_after`, a worker is killed once that many items have come back."""
+    for version, params, _ in batches:
+        backend.publish(version, params.astype(np.float32))
+    for version, _, tasks in batches:
+        backend.submit(version, tasks)
+    by_first = {tasks[0].index: [] for _, _, tasks in batches}
+    size = len(batches[0][2])
+    summed = {
+        first: BatchSum(first, size, np.empty(policy.param_count(HIDDEN))) for first in by_first
+    }
+    for count, item in enumerate(backend.results(), 1):
+        first = item.first_index if isinstance(item, GroupSum) else item.index // size * size
+        summed[first].add(item)
+        if not isinstance(item, GroupSum):
+            by_first[first].append((item.index, item.steps, item.reward_sum))
+        if count == kill_after:
+            os.kill(backend.worker_pids()[0], signal.SIGKILL)
+    assert all(s.complete for s in summed.values())
+    return [(summed[f].total.tobytes(), sorted(by_first[f])) for f in by_first]
+
+
+@pytest.mark.parametrize(
+    ("name", "kill_after"),
+    [
+        ("serial", None),
+        ("local", None),
+        ("local", 2),
+        pytest.param("ray", None, marks=pytest.mark.ray),
+        pytest.param("ray", 2, marks=pytest.mark.ray),
+    ],
+)
+def test_batches_in_flight_play_with_their_own_weights(
+    name: str, kill_after: int | None, reference, clean_system
+) -> None:
+    # The reference batches, played one at a time with weights 0 then 1, submitted at once
+    # with a lag of 1: each with its own weights version, whoever plays it, a killed
+    # worker included.
+    batches = [(v, policy.init_params(HIDDEN, v), make_tasks(1, v * 5, 5)) for v in (0, 1)]
+    spec = _spec("SlowPong-v0", workers=3, lag=1, env_kwargs={"delay": 0.001})
+    with _make(name, spec) as backend:
+        assert _play_in_flight(backend, batches, kill_after) == reference
+        if kill_after is not None:
+            assert backend.replacements == 1
+
+
+def test_a_lag_keeps_only_its_versions() -> None:
+    spec = _spec(lag=1)
+    with make_backend("local", spec) as backend:
+        params = policy.init_params(HIDDEN, 0).astype(np.float32)
+        for version in range(3):
+            backend.publish(version, params)
+        with pytest.raises(ValueError, match="version 0 was not published"):
+            backend.submit(0, make_tasks(1, 0, 1))
+        backend.submit(1, make_tasks(1, 0, 1))  # the last two are kept
+        assert len(list(backend.results())) == 1
+
+
+def test_a_local_worker_goes_on_with_the_next_batch(clean_system) -> None:
+    # Two workers, a batch of three episodes, then another: the worker that is free while
+    # the first batch's last episode plays takes the second batch's first.
+    spec = _spec("SlowPong-v0", workers=2, lag=1, env_kwargs={"delay": 0.001})
+    params = policy.init_params(HIDDEN, 0).astype(np.float32)
+    with make_backend("local", spec) as backend:
+        sent: list[int] = []
+        send = backend._send
+        backend._send = lambda w, job: (sent.append(job.task.index), send(w, job))[1]
+        backend.publish(0, params)
+        backend.submit(0, make_tasks(1, 0, 3))
+        backend.submit(0, make_tasks(1, 3, 3))
+        arrivals = [(item.index, list(sent)) for item in backend.results()]
+    last_of_first = max(i for i, (index, _) in enumerate(arrivals) if index < 3)
+    assert 3 in arrivals[last_of_first][1]
+    assert sorted(index for index, _ in arrivals) == list(range(6))

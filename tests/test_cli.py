@@ -120,7 +120,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
     assert (config["optimizer"], config["lr"], config["batch_size"], config["hidden"]) == (
         "rmsprop", 1e-4, 10, 200,
     )
-    assert (config["gamma"], config["decay_rate"]) == (0.99, 0.99)
+    assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")
     )

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint
+from pong_mp import config as config_module
 from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import ConfigError, TrainConfig
@@ -142,6 +143,7 @@ def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> Non
         ("optimizer", "sgd", "--optimizer must be one of rmsprop, adam"),
         ("target_reward", float("nan"), "--target-reward must be a finite number"),
         ("gamma", 1.5, "--gamma must be in"),
+        ("policy_lag", -1, "--policy-lag must be between 0 and 8"),
         ("env", "Nope-v0", "unknown env id 'Nope-v0'"),
     ],
 )
@@ -191,14 +193,23 @@ class _PoisonedBackend:
     def __init__(self) -> None:
         self.batches = 0
         self.closed = False
+        self.submitted: list = []
+        self.size = 0
 
     def start(self) -> None:
         pass
 
-    def run_batch(self, params, tasks):
-        self.batches += 1
-        grad = np.full(params.shape, np.nan if self.batches >= 2 else 0.5)
-        return [_result(t.index, grad) for t in tasks]
+    def publish(self, version, weights) -> None:
+        self.size = len(weights)
+
+    def submit(self, version, tasks) -> None:
+        self.submitted.append(tasks)
+
+    def results(self):
+        while self.submitted:
+            self.batches += 1
+            grad = np.full(self.size, np.nan if self.batches >= 2 else 0.5)
+            yield from [_result(t.index, grad) for t in self.submitted.pop(0)]
 
     def close(self) -> None:
         self.closed = True
@@ -282,3 +293,73 @@ def test_target_reward_stops_the_run_once_reached(tmp_path: Path, clean_system) 
         log=_quiet,
     )
     assert state.batch == first
+
+
+@pytest.fixture(scope="module")
+def lag_weights(tmp_path_factory) -> bytes:
+    """The weights after 4 updates with --policy-lag 1 on the serial backend."""
+    run_dir = tmp_path_factory.mktemp("lag")
+    train(_config(run_dir, backend="serial", policy_lag=1, batches=4), log=_quiet)
+    return _weights(run_dir)
+
+
+@pytest.mark.parametrize(
+    ("backend", "workers"),
+    [("local", 1), ("local", 3), pytest.param("ray", 2, marks=pytest.mark.ray)],
+)
+def test_policy_lag_gives_the_same_bytes_everywhere(
+    tmp_path: Path, backend: str, workers: int, lag_weights: bytes, clean_system
+) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray")
+    config = _config(tmp_path, backend=backend, workers=workers, policy_lag=1, batches=4)
+    train(config, log=_quiet)
+    assert _weights(tmp_path) == lag_weights
+
+
+def test_policy_lag_plays_older_weights_and_resumes_bit_for_bit(
+    tmp_path: Path, lag_weights: bytes, clean_system
+) -> None:
+    synchronous = tmp_path / "lag0"
+    train(_config(synchronous, backend="serial", batches=4), log=_quiet)
+    assert _weights(synchronous) != lag_weights
+    run_dir = tmp_path / "lag1"
+    # Stopped after update 1 (its lagged weights are update 0's) and after update 3.
+    for batches, workers in ((1, 2), (3, 3), (4, 1)):
+        config = _config(run_dir, policy_lag=1, batches=batches, workers=workers)
+        train(config, resume=batches > 1, log=_quiet)
+        state, _ = checkpoint.load(run_dir / "checkpoint.npz")
+        assert len(state.lagged) == 1 and state.lagged[0].dtype == np.float32
+    assert _weights(run_dir) == lag_weights
+
+
+def test_a_lagged_checkpoint_carries_the_weights_in_flight(tmp_path: Path) -> None:
+    # After update 3 with a lag of 2, batches 4 and 5 play with the weights of updates 1
+    # and 2: the checkpoint holds exactly those (float32).
+    states = []
+    train(_config(tmp_path, backend="serial", policy_lag=2, batches=1), log=_quiet)
+    for batches in (2, 3):
+        states.append(checkpoint.load(tmp_path / "checkpoint.npz")[0].params)
+        train(_config(tmp_path, backend="serial", policy_lag=2, batches=batches), resume=True,
+              log=_quiet)
+    state, _ = checkpoint.load(tmp_path / "checkpoint.npz")
+    assert [w.tobytes() for w in state.lagged] == [
+        p.astype(np.float32).tobytes() for p in states
+    ]
+    with np.load(tmp_path / "checkpoint.npz") as npz:
+        arrays = dict(npz)
+    del arrays["lag_W2"]
+    np.savez(tmp_path / "checkpoint.npz", **arrays)
+    with pytest.raises(checkpoint.CheckpointError, match="missing lag_W2"):
+        checkpoint.load(tmp_path / "checkpoint.npz")
+
+
+def test_a_config_from_before_policy_lag_resumes_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Whatever the default becomes, a stored run keeps the algorithm it was trained with.
+    stored = json.loads(_config(tmp_path, policy_lag=3).to_json())
+    del stored["policy_lag"]
+    monkeypatch.setitem(config_module.LEGACY_DEFAULTS, "policy_lag", 2)
+    assert TrainConfig.from_dict(stored).policy_lag == 2
+    assert TrainConfig.from_dict({**stored, "policy_lag": 1}).policy_lag == 1

@@ -9,12 +9,14 @@ import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
 from pong_mp.batch_sum import GroupSum
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
+
+T = TypeVar("T")
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 
@@ -87,10 +89,19 @@ class RolloutSpec:
     """Seconds one episode may take before its worker is treated as hung and replaced."""
     max_retries: int = 2
     """How many times an episode is played again after it failed, before the run stops."""
+    lag: int = 0
+    """Policy lag: the backend keeps lag + 1 weights versions (up to lag + 1 batches in
+    flight, each played with its own)."""
+
+
+BackendItem = EpisodeResult | EpisodeStats | GroupSum
+"""What a backend yields: an episode with its gradient; or an episode's statistics alone,
+its gradient coming in its group's sum (a GroupSum made where the group was played)."""
 
 
 class Backend(Protocol):
-    """Plays batches of episodes; the trainer never knows which backend it talks to.
+    """Plays episodes with published weights; the trainer never knows which backend it talks
+    to. Several batches may be in flight at once (--policy-lag), each with its own weights.
     A backend is also a context manager: `with make_backend(...) as b:` starts it and
     always closes it."""
 
@@ -103,21 +114,40 @@ class Backend(Protocol):
     def start(self) -> None:
         """Create the envs and workers."""
 
-    def run_batch(
-        self, params: np.ndarray, tasks: list[EpisodeTask]
-    ) -> Iterator[EpisodeResult | EpisodeStats | GroupSum]:
-        """Play `tasks` (one batch, in position order) with flat float64 `params`; yield
-        each result as soon as it is ready, in any order, every task exactly once (the
-        caller orders them). A result's gradient may be valid only until the next item is
-        asked for. A backend that sums groups itself (`batch_sum.sum_group`) yields each
-        episode's EpisodeStats and one GroupSum per group instead."""
+    def publish(self, version: int, weights: np.ndarray) -> None:
+        """Make flat float32 `weights` (W1 transposed, then W2) playable as `version`.
+        The backend keeps the last `spec.lag + 1` versions published and drops older ones:
+        batches submitted or in flight use only those. The caller does not change
+        `weights` afterwards."""
+
+    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+        """Queue one batch, `tasks` in position order, to be played with weights `version`
+        (published). Earlier submitted batches are played first."""
+
+    def results(self) -> Iterator[BackendItem]:
+        """Yield the submitted episodes' results as they are ready, in any order, each
+        episode exactly once, until none is left in flight (the caller orders them).
+
+        The caller may stop asking at any time: the work in flight goes on, and the next
+        call goes on yielding it. A result's gradient may be valid only until the next item
+        is asked for. A backend that sums groups itself (`batch_sum.sum_group`) yields each
+        episode's EpisodeStats and one GroupSum per group instead of gradients."""
+
+    def cancel(self) -> None:
+        """Drop every submitted episode not yet yielded; the backend stays usable."""
+
+    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[BackendItem]:
+        """Play one batch with float64 `params`, alone: publish, submit and results."""
 
     def close(self) -> None:
         """Stop workers and free every resource; safe to call more than once."""
 
 
-class ContextManaged:
-    """`with backend:` for the backends: start on entry, close on every exit."""
+class BackendBase:
+    """What the backends share: `with backend:` (start on entry, close on every exit), and
+    `run_batch`, one batch played alone."""
+
+    _batch_version = -1  # versions that run_batch publishes, counting down from here
 
     def start(self) -> None:
         """Create the envs and workers."""
@@ -126,6 +156,37 @@ class ContextManaged:
     def close(self) -> None:
         """Stop workers and free every resource."""
         raise NotImplementedError
+
+    def publish(self, version: int, weights: np.ndarray) -> None:
+        """See Backend.publish."""
+        raise NotImplementedError
+
+    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+        """See Backend.submit."""
+        raise NotImplementedError
+
+    def results(self) -> Iterator[BackendItem]:
+        """See Backend.results."""
+        raise NotImplementedError
+
+    def cancel(self) -> None:
+        """See Backend.cancel."""
+        raise NotImplementedError
+
+    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[BackendItem]:
+        """Play `tasks` with float64 `params` and nothing else in flight; yield the results
+        as `results` does. Leaving early cancels what is left of the batch."""
+        # Negative versions never meet the trainer's (update numbers, >= 0).
+        self._batch_version -= 1
+        self.publish(self._batch_version, params.astype(np.float32))
+        self.submit(self._batch_version, tasks)
+        finished = False
+        try:
+            yield from self.results()
+            finished = True
+        finally:
+            if not finished:
+                self.cancel()
 
     def __enter__(self) -> Any:
         self.start()
@@ -163,11 +224,11 @@ def worker_error(message: str, tb: str) -> WorkerError:
     return error
 
 
-class Retries:
-    """A batch's failed episodes: how often each failed, and when to give up."""
+class Retries(Generic[T]):
+    """Failed episodes: how often each failed, and when to give up."""
 
     def __init__(self, max_retries: int) -> None:
-        """An episode failing more than `max_retries` times stops the batch."""
+        """An episode failing more than `max_retries` times stops the run."""
         self.max_retries = max_retries
         self.failures: dict[int, int] = {}
         """Failures so far, by episode index."""
@@ -175,12 +236,13 @@ class Retries:
     def again(
         self,
         task: EpisodeTask,
-        pending: deque[EpisodeTask],
+        pending: deque[T],
+        item: T,
         what: Callable[[int], str],
         tb: str | None = None,
     ) -> int:
-        """Count one more failure of `task` and put it back first in `pending` (the same
-        seed gives the same result); returns its failure count.
+        """Count one more failure of `task` and put `item`, what plays it again, first in
+        `pending` (the same seed gives the same result); returns its failure count.
 
         Past `max_retries` it raises WorkerError(f"episode I {what(count)}"), with the
         worker's traceback `tb` as its cause when there is one.
@@ -189,5 +251,9 @@ class Retries:
         if count > self.max_retries:
             message = f"episode {task.index} {what(count)}"
             raise worker_error(message, tb) if tb is not None else WorkerError(message)
-        pending.appendleft(task)
+        pending.appendleft(item)
         return count
+
+    def forget(self, index: int) -> None:
+        """Episode `index` was played at last: its failures no longer count."""
+        self.failures.pop(index, None)

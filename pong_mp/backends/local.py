@@ -2,20 +2,23 @@
 
 Each worker is a spawned process named `pong-mp-worker-N` that builds its env once, pins BLAS
 to one thread and ignores SIGINT (the coordinator owns Ctrl-C). The weights go out through
-one versioned shared-memory block; each worker has its own duplex pipe for tasks and results,
-so the coordinator always knows which episode a worker holds, a worker killed mid-message
-can only break its own pipe, and a death is seen at once through the process sentinel.
+one shared-memory block with a slot per version kept (--policy-lag + 1); each worker has its
+own duplex pipe for tasks and results, so the coordinator always knows which episode a
+worker holds, a worker killed mid-message can only break its own pipe, and a death is seen
+at once through the process sentinel.
 
-Episodes are handed out one at a time to whichever worker is idle. A worker that dies or
-hangs is replaced and its episode played again with the same seed; an exception in a worker
-comes back with its traceback and the episode is retried a bounded number of times.
+Episodes are handed out one at a time, in submission order, to whichever worker is idle,
+whatever batch they belong to: with a policy lag, a worker done with the last episodes of
+one batch goes on with the next batch's. A worker that dies or hangs is replaced and its
+episode played again with the same seed; an exception in a worker comes back with its
+traceback and the episode is retried a bounded number of times.
 
 Data flow of one batch:
 
-    coordinator (run_batch)                         worker N (worker_main, an EpisodeWorker)
-    -----------------------                         ----------------------------------------
-    params -> SharedWeights (version v)  ~~ shm ~~>  weights.read(v)
-    Play(v, task)                        -- pipe -->  play(weights, task, slot)
+    coordinator (publish, submit, results)          worker N (worker_main, an EpisodeWorker)
+    --------------------------------------          ----------------------------------------
+    publish: weights -> SharedWeights slot (v)  ~~ shm ~~>  weights.read(v)
+    submit: Play(v, task) queued, sent  -- pipe -->  play(weights, task, slot)
                                                        gradient -> SharedGradient slot N
     EpisodeResult(stats, slot N view)   <-- pipe --  Done(stats) | Failed(index, traceback)
       -> BatchSum (fixed order)
@@ -46,7 +49,7 @@ import numpy as np
 
 from pong_mp.backends.base import (
     MAIN_GUARD_EXIT,
-    ContextManaged,
+    BackendBase,
     Retries,
     RolloutSpec,
     WorkerError,
@@ -133,7 +136,7 @@ def worker_main(
     try:
         prepare_worker_process()
         try:
-            weights = SharedWeights.attach(weights_name, spec.hidden)
+            weights = SharedWeights.attach(weights_name, spec.hidden, spec.lag + 1)
             grad = SharedGradient.attach(grad_name, spec.hidden, gradient_width(spec.advantage))
             worker.open()
         except Exception:
@@ -171,12 +174,16 @@ class _Worker:
     process: BaseProcess
     conn: Connection
     grad: SharedGradient
-    task: EpisodeTask | None = None
-    since: float = 0.0  # when the current task was sent
-    abandoned: bool = False  # stopped with a batch left unfinished: replaced at the next
+    job: Play | None = None  # the episode it plays, with its weights version
+    since: float = 0.0  # when the current job was sent
+    abandoned: bool = False  # stopped with its episode dropped: replaced at the next results
+
+    @property
+    def task(self) -> EpisodeTask | None:
+        return self.job.task if self.job is not None else None
 
 
-class LocalBackend(ContextManaged):
+class LocalBackend(BackendBase):
     """Persistent spawned worker processes with shared-memory weights."""
 
     def __init__(self, spec: RolloutSpec) -> None:
@@ -188,7 +195,9 @@ class LocalBackend(ContextManaged):
         self._weights: SharedWeights | None = None
         self._grads: list[SharedGradient] = []
         self._workers: list[_Worker] = []
-        self._version = 0
+        self._versions: deque[int] = deque(maxlen=spec.lag + 1)  # those in shared memory
+        self._pending: deque[Play] = deque()  # submitted, not yet sent to a worker
+        self._retries: Retries[Play] = Retries(spec.max_retries)
         self.replacements = 0
         """How many workers were replaced after dying or hanging (for tests and logs)."""
         self.broadcast_seconds = 0.0
@@ -201,7 +210,7 @@ class LocalBackend(ContextManaged):
 
         Raises WorkerError, with the worker's traceback, if one cannot start.
         """
-        self._weights = SharedWeights.create(self.spec.hidden)
+        self._weights = SharedWeights.create(self.spec.hidden, self.spec.lag + 1)
         try:
             slots = range(self.spec.workers)
             width = gradient_width(self.spec.advantage)
@@ -253,9 +262,10 @@ class LocalBackend(ContextManaged):
     def close(self) -> None:
         """Ask workers to stop, kill those that do not, and unlink the shared memory."""
         workers, self._workers = self._workers, []
+        self._pending.clear()
         try:
             for w in workers:
-                if w.task is not None:
+                if w.job is not None:
                     _kill(w.process)  # its episode is being thrown away: no need to wait
                     continue
                 with contextlib.suppress(OSError, ValueError):
@@ -276,10 +286,35 @@ class LocalBackend(ContextManaged):
                 self._weights.unlink()
                 self._weights = None
 
-    # the batch
+    # episodes
 
-    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[EpisodeResult]:
-        """Play `tasks` on the pool with `params`; yield results as they arrive.
+    def publish(self, version: int, weights: np.ndarray) -> None:
+        """Write `weights` into shared memory as `version`, over the oldest version kept."""
+        if self._weights is None:
+            raise RuntimeError("LocalBackend.start() was not called")
+        start = time.perf_counter()
+        self._weights.write(weights, version)
+        self.broadcast_seconds += time.perf_counter() - start
+        self._versions.append(version)
+
+    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+        """Queue `tasks` behind those submitted before, to be played with `version`."""
+        if version not in self._versions:
+            raise ValueError(f"weights version {version} was not published (or was dropped)")
+        self._pending.extend(Play(version, task) for task in tasks)
+
+    def cancel(self) -> None:
+        """Drop the episodes not yet yielded. Workers still playing one are stopped: their
+        answers would come among later results. The next `results` starts fresh ones."""
+        self._pending.clear()
+        for w in self._workers:
+            if w.job is not None:
+                _kill(w.process)
+                w.job, w.abandoned = None, True
+
+    def results(self) -> Iterator[EpisodeResult]:
+        """Play the submitted episodes on the pool, in submission order; yield results as
+        they arrive.
 
         A result's gradient is a view of its worker's shared slot: it stays valid until the
         next result is asked for (the worker gets no new episode before), so copy it to
@@ -287,67 +322,39 @@ class LocalBackend(ContextManaged):
         """
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
-        self._version += 1
-        start = time.perf_counter()
-        self._weights.write(params, self._version)
-        self.broadcast_seconds += time.perf_counter() - start
-        pending = deque(tasks)
-        retries = Retries(self.spec.max_retries)
-        remaining = len(tasks)
-        try:
-            yield from self._play(pending, retries, remaining)
-        finally:
-            # Left mid-batch (the caller stopped asking, or an error): episodes still in
-            # flight would answer into the next batch. Stop their workers; the next batch
-            # starts fresh ones (close() would end them anyway).
-            for w in self._workers:
-                if w.task is not None:
-                    _kill(w.process)
-                    w.task, w.abandoned = None, True
-
-    def _play(
-        self, pending: deque[EpisodeTask], retries: Retries, remaining: int
-    ) -> Iterator[EpisodeResult]:
         for w in list(self._workers):
             if w.abandoned:
                 w.conn.close()
                 self._workers[self._workers.index(w)] = self._spawn(w.slot)
-        while remaining:
+        while self._pending or any(w.job is not None for w in self._workers):
             for w in list(self._workers):
-                if w.task is None and w.process.exitcode is not None:
-                    self._replace(w, pending, retries, "died while idle")
+                if w.job is None and w.process.exitcode is not None:
+                    self._replace(w, "died while idle")
             for w in self._workers:
-                if w.task is None and pending:
-                    self._send(w, pending.popleft())
-            busy = [w for w in self._workers if w.task is not None]
+                if w.job is None and self._pending:
+                    self._send(w, self._pending.popleft())
+            busy = [w for w in self._workers if w.job is not None]
             ready = wait(
                 [w.conn for w in busy] + [w.process.sentinel for w in busy],
                 timeout=_POLL_SECONDS,
             )
             for w in busy:
                 if w.conn in ready or w.process.sentinel in ready:
-                    result = self._collect(w, ready, pending, retries)
+                    result = self._collect(w, ready)
                     if result is not None:
-                        remaining -= 1
                         yield result
             now = time.monotonic()
             for w in busy:
-                if w.task is not None and now - w.since > self.spec.episode_timeout:
-                    self._replace(w, pending, retries, f"hung for {now - w.since:.0f} s")
+                if w.job is not None and now - w.since > self.spec.episode_timeout:
+                    self._replace(w, f"hung for {now - w.since:.0f} s")
 
-    def _send(self, w: _Worker, task: EpisodeTask) -> None:
-        w.task, w.since = task, time.monotonic()
+    def _send(self, w: _Worker, job: Play) -> None:
+        w.job, w.since = job, time.monotonic()
         # If it died, sending fails or goes nowhere; its sentinel reports the death next wait.
         with contextlib.suppress(OSError, ValueError):
-            w.conn.send(Play(self._version, task))
+            w.conn.send(job)
 
-    def _collect(
-        self,
-        w: _Worker,
-        ready: list[object],
-        pending: deque[EpisodeTask],
-        retries: Retries,
-    ) -> EpisodeResult | None:
+    def _collect(self, w: _Worker, ready: list[object]) -> EpisodeResult | None:
         """The result `w` sent, or None after handling its death, failure or readiness."""
         message = None
         try:
@@ -357,40 +364,42 @@ class LocalBackend(ContextManaged):
             message = None  # a message cut off by the worker's death
         if message is None:
             code = w.process.exitcode if w.process.sentinel in ready else None
-            self._replace(w, pending, retries, f"died (exit code {code})")
+            self._replace(w, f"died (exit code {code})")
             return None
         if isinstance(message, Ready):
             return None  # a replacement has started; its episode is on the way
         if isinstance(message, Done):
-            w.task = None
+            w.job = None
+            self._retries.forget(message.stats.index)
             # A view of the worker's slot: valid until this worker gets its next episode.
             return EpisodeResult.with_grad(message.stats, w.grad.array)
         index, tb = message.index, message.traceback
-        task = w.task
-        if task is None or index is None:  # it failed before it could play anything
+        job = w.job
+        if job is None or index is None:  # it failed before it could play anything
             raise worker_error(f"worker {w.slot} failed to start", tb)
-        w.task = None
-        count = retries.again(task, pending, lambda n: f"failed {n} times in a worker", tb)
+        w.job = None
+        count = self._retries.again(
+            job.task, self._pending, job, lambda n: f"failed {n} times in a worker", tb
+        )
         last_line = tb.strip().splitlines()[-1]
         log.warning(
-            f"episode {task.index} failed in worker {w.slot} ({last_line}); "
+            f"episode {job.task.index} failed in worker {w.slot} ({last_line}); "
             f"retrying ({count}/{self.spec.max_retries})"
         )
         return None
 
-    def _replace(
-        self,
-        w: _Worker,
-        pending: deque[EpisodeTask],
-        retries: Retries,
-        why: str,
-    ) -> None:
-        task = w.task
+    def _replace(self, w: _Worker, why: str) -> None:
+        job = w.job
         _kill(w.process)
         w.conn.close()
-        if task is not None:
-            retries.again(task, pending, lambda n: f"lost its worker {n} times (last: {why})")
-        replay = f"; episode {task.index} will be played again" if task is not None else ""
+        if job is not None:
+            self._retries.again(
+                job.task,
+                self._pending,
+                job,
+                lambda n: f"lost its worker {n} times (last: {why})",
+            )
+        replay = f"; episode {job.task.index} will be played again" if job is not None else ""
         log.warning(f"worker {w.slot} {why}: replaced{replay}")
         fresh = self._spawn(w.slot)
         self._workers[self._workers.index(w)] = fresh

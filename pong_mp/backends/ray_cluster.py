@@ -23,7 +23,7 @@ import re
 import signal
 import socket
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType
@@ -36,15 +36,15 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from pong_mp import policy
 from pong_mp.backends.base import (
+    BackendBase,
     BackendUnavailable,
-    ContextManaged,
     Retries,
     RolloutSpec,
     WorkerError,
     prepare_worker_process,
     worker_error,
 )
-from pong_mp.batch_sum import GROUP, GroupSum, group_of, sum_group
+from pong_mp.batch_sum import GROUP, GroupSum, sum_group
 from pong_mp.episode import EpisodeStats, EpisodeTask
 
 log = logging.getLogger("pong_mp")
@@ -103,29 +103,33 @@ class GroupSummer:
 
 
 @dataclass
-class _Slot:
-    actor: Any
-    node: str = ""
-    task: EpisodeTask | None = None
-    ref: Any = None  # the result's
-    grad_ref: Any = None
-    since: float = 0.0
-
-
-@dataclass
 class _Group:
     """One group of a batch's episodes (batch_sum.GROUP), on its way to one sum."""
 
     number: int
+    first_index: int  # its batch's first episode
+    version: int  # of the weights its episodes are played with
     tasks: list[EpisodeTask]
     pending: deque[EpisodeTask] = field(init=False)
     node: str | None = None  # where its episodes are preferably played, and summed
     grads: dict[int, Any] = field(default_factory=dict)  # episode index -> gradient ref
+    reported: set[int] = field(default_factory=set)  # episodes whose stats were yielded
     sum_ref: Any = None
     failures: int = 0
 
     def __post_init__(self) -> None:
         self.pending = deque(self.tasks)
+
+
+@dataclass
+class _Slot:
+    actor: Any
+    node: str = ""
+    task: EpisodeTask | None = None
+    group: _Group | None = None  # the task's; None for a call whose batch was cancelled
+    ref: Any = None  # the result's
+    grad_ref: Any = None
+    since: float = 0.0
 
 
 def _alarm(signum: int, frame: FrameType | None) -> None:
@@ -197,7 +201,7 @@ def connect(address: str | None, num_cpus: int) -> bool:
     return False
 
 
-class RayBackend(ContextManaged):
+class RayBackend(BackendBase):
     """Episodes on Ray actors: a local Ray instance, or a cluster at `address`."""
 
     def __init__(self, spec: RolloutSpec, address: str | None = None) -> None:
@@ -209,6 +213,9 @@ class RayBackend(ContextManaged):
         self._owns_ray = False
         self._slots: list[_Slot] = []
         self._summers: dict[str, Any] = {}  # node id -> its GroupSummer
+        self._versions: OrderedDict[int, Any] = OrderedDict()  # weights refs, oldest first
+        self._groups: list[_Group] = []  # in flight, in submission order
+        self._retries: Retries[EpisodeTask] = Retries(spec.max_retries)
         self.replacements = 0
         """How many actors were replaced after dying or hanging."""
         self.group_sums = 0
@@ -252,6 +259,8 @@ class RayBackend(ContextManaged):
         """Kill the actors, and stop Ray if this backend started it."""
         slots, self._slots = self._slots, []
         summers, self._summers = list(self._summers.values()), {}
+        self._groups.clear()
+        self._versions.clear()
         for actor in [slot.actor for slot in slots] + summers:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
@@ -259,29 +268,41 @@ class RayBackend(ContextManaged):
             ray.shutdown()
             self._owns_ray = False
 
-    def run_batch(
-        self, params: np.ndarray, tasks: list[EpisodeTask]
-    ) -> Iterator[EpisodeStats | GroupSum]:
-        """Play `tasks` on the actors with `params`; yield results (without gradients) as
-        they arrive, and each group's gradient sum, made on the node that played most of it.
-        """
+    def publish(self, version: int, weights: np.ndarray) -> None:
+        """Put float32 `weights` in the object store once (one transfer per node, zero-copy
+        reads); keep the last spec.lag + 1 versions."""
+        self._versions[version] = ray.put(weights)
+        while len(self._versions) > self.spec.lag + 1:
+            self._versions.popitem(last=False)
+
+    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+        """Queue `tasks` as groups of batch_sum.GROUP behind those submitted before."""
+        if version not in self._versions:
+            raise ValueError(f"weights version {version} was not published (or was dropped)")
+        first = tasks[0].index if tasks else 0
+        self._groups.extend(
+            _Group(number, first, version, tasks[start : start + GROUP])
+            for number, start in enumerate(range(0, len(tasks), GROUP))
+        )
+
+    def cancel(self) -> None:
+        """Drop the groups in flight; calls still running are left to end, unheard."""
+        self._groups.clear()
+        for slot in self._slots:
+            slot.group = None
+
+    def results(self) -> Iterator[EpisodeStats | GroupSum]:
+        """Play the submitted groups on the actors; yield each episode's result (without
+        its gradient) as it arrives, and each group's gradient sum, made on the node that
+        played most of it."""
         if not self._slots:
             raise RuntimeError("RayBackend.start() was not called")
-        # The same float32 bytes as Weights32.from_params, put in the store once.
-        weights = ray.put(params.astype(np.float32))
-        groups = [
-            _Group(number, tasks[first : first + GROUP])
-            for number, first in enumerate(range(0, len(tasks), GROUP))
-        ]
-        retries = Retries(self.spec.max_retries)
-        reported: set[int] = set()  # episodes whose result was yielded
-        unsummed = len(groups)
-        while unsummed:
+        while self._groups:
             for slot in self._slots:
                 if slot.task is None:
-                    self._hand_out(slot, groups, weights)
+                    self._hand_out(slot)
             busy = {s.ref: s for s in self._slots if s.task is not None}
-            summing = {g.sum_ref: g for g in groups if g.sum_ref is not None}
+            summing = {g.sum_ref: g for g in self._groups if g.sum_ref is not None}
             ready, _ = ray.wait([*busy, *summing], num_returns=1, timeout=_POLL_SECONDS)
             for ref in ready:
                 if ref in summing:
@@ -293,57 +314,65 @@ class RayBackend(ContextManaged):
                         self._summers.pop(group.node or "", None)  # made anew if needed
                         self._replay_group(group, f"its sum failed ({type(exc).__name__})")
                         continue
-                    unsummed -= 1
+                    self._groups.remove(group)
                     group.grads.clear()
-                    yield GroupSum(group.number, total)
+                    yield GroupSum(group.number, total, group.first_index)
                     continue
                 slot = busy[ref]
-                task, grad_ref = slot.task, slot.grad_ref
-                slot.task = slot.ref = slot.grad_ref = None
+                task, group, grad_ref = slot.task, slot.group, slot.grad_ref
+                slot.task = slot.group = slot.ref = slot.grad_ref = None
                 assert task is not None
-                group = groups[group_of(task.index, tasks[0].index)]
                 try:
                     result: EpisodeStats = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    why = f"its actor died ({type(exc).__name__})"
-                    self._retry(task, group.pending, retries, why)
+                    if group is not None:
+                        why = f"its actor died ({type(exc).__name__})"
+                        self._retry(task, group.pending, why)
                     self._replace(slot)
                     continue
                 except ray.exceptions.RayTaskError as exc:
-                    # Ray's traceback, with its terminal colour codes taken out for logs.
-                    tb = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-                    self._retry(task, group.pending, retries, "it raised", tb=tb)
+                    if group is not None:
+                        # Ray's traceback, with its terminal colour codes taken out for logs.
+                        tb = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+                        self._retry(task, group.pending, "it raised", tb=tb)
                     continue
+                if group is None:
+                    continue  # its batch was cancelled
+                self._retries.forget(task.index)
                 group.grads[task.index] = grad_ref
                 if len(group.grads) == len(group.tasks):
                     self._sum(group)
-                if task.index not in reported:
-                    reported.add(task.index)
+                if task.index not in group.reported:
+                    group.reported.add(task.index)
                     yield result
             now = time.monotonic()
             for slot in self._slots:
                 if slot.task is not None and now - slot.since > self.spec.episode_timeout:
-                    task, slot.task, slot.ref, slot.grad_ref = slot.task, None, None, None
-                    group = groups[group_of(task.index, tasks[0].index)]
-                    why = f"hung for {now - slot.since:.0f} s"
-                    self._retry(task, group.pending, retries, why)
+                    task, group = slot.task, slot.group
+                    slot.task = slot.group = slot.ref = slot.grad_ref = None
+                    if group is not None:
+                        self._retry(task, group.pending, f"hung for {now - slot.since:.0f} s")
                     ray.kill(slot.actor)
                     self._replace(slot)
 
-    def _hand_out(self, slot: _Slot, groups: list[_Group], weights: Any) -> None:
-        # An actor takes work from a group of its own node first, then opens a new group
-        # for its node, and only then helps another node's group: most of a group is
-        # played, and so summed, on one node, while no actor waits while work is left.
-        group = min(
-            (g for g in groups if g.pending),
-            key=lambda g: (g.node != slot.node, g.node is not None),  # own, fresh, other
-            default=None,
-        )  # min keeps the first of equals: the lowest group number
-        if group is None:
+    def _hand_out(self, slot: _Slot) -> None:
+        # The earliest batch with episodes left goes first: it is the one the trainer waits
+        # for. Within it, an actor takes work from a group of its own node first, then opens
+        # a new group for its node, and only then helps another node's group: most of a
+        # group is played, and so summed, on one node, while no actor waits while work is
+        # left.
+        open_groups = [g for g in self._groups if g.pending]
+        if not open_groups:
             return
+        batch = open_groups[0].first_index
+        group = min(
+            (g for g in open_groups if g.first_index == batch),
+            key=lambda g: (g.node != slot.node, g.node is not None),  # own, fresh, other
+        )  # min keeps the first of equals: the lowest group number
         if group.node is None:
             group.node = slot.node
-        slot.task, slot.since = group.pending.popleft(), time.monotonic()
+        slot.task, slot.group, slot.since = group.pending.popleft(), group, time.monotonic()
+        weights = self._versions[group.version]
         slot.ref, slot.grad_ref = slot.actor.play.remote(weights, slot.task)
 
     def _sum(self, group: _Group) -> None:
@@ -369,7 +398,7 @@ class RayBackend(ContextManaged):
         group.failures += 1
         if group.failures > self.spec.max_retries:
             raise WorkerError(
-                f"the sum of episodes {group.number * GROUP}.. failed {group.failures} times "
+                f"the sum of episodes {group.tasks[0].index}.. failed {group.failures} times "
                 f"on Ray (last: {why})"
             )
         log.warning(f"group {group.number}: {why}; playing its episodes again")
@@ -378,15 +407,10 @@ class RayBackend(ContextManaged):
         group.node = None
 
     def _retry(
-        self,
-        task: EpisodeTask,
-        pending: deque[EpisodeTask],
-        retries: Retries,
-        why: str,
-        tb: str | None = None,
+        self, task: EpisodeTask, pending: deque[EpisodeTask], why: str, tb: str | None = None
     ) -> None:
         what = f"times on Ray actors (last: {why})"
-        count = retries.again(task, pending, lambda n: f"failed {n} {what}", tb)
+        count = self._retries.again(task, pending, task, lambda n: f"failed {n} {what}", tb)
         log.warning(
             f"episode {task.index}: {why}; playing it again ({count}/{self.spec.max_retries})"
         )

@@ -2,30 +2,58 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict, deque
 from collections.abc import Iterator
 
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from pong_mp.backends.base import ContextManaged
+from pong_mp.backends.base import BackendBase, RolloutSpec
 from pong_mp.backends.worker import EpisodeWorker
 from pong_mp.episode import EpisodeResult, EpisodeTask
 from pong_mp.policy import Weights32
 
 
-class SerialBackend(EpisodeWorker, ContextManaged):
-    """An EpisodeWorker in the calling process: the backend that is the worker itself."""
+class SerialBackend(EpisodeWorker, BackendBase):
+    """An EpisodeWorker in the calling process: the backend that is the worker itself.
+
+    Submitted episodes wait in one queue, in submission order, each with its weights
+    version; `results` plays them one at a time."""
+
+    def __init__(self, spec: RolloutSpec) -> None:
+        """Remember the spec; the env is built by `start`."""
+        super().__init__(spec)
+        self._versions: OrderedDict[int, Weights32] = OrderedDict()
+        self._queue: deque[tuple[int, EpisodeTask]] = deque()
 
     def start(self) -> None:
         """Create the env."""
         self.open()
 
-    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[EpisodeResult]:
-        """Play `tasks` in order, with BLAS on one thread as in the workers (same bytes)."""
+    def publish(self, version: int, weights: np.ndarray) -> None:
+        """Keep views of `weights` as `version`, and the last spec.lag + 1 versions only."""
+        self._versions[version] = Weights32.from_flat32(weights, self.spec.hidden)
+        while len(self._versions) > self.spec.lag + 1:
+            self._versions.popitem(last=False)
+
+    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+        """Queue `tasks` behind those submitted before."""
+        if version not in self._versions:
+            raise ValueError(f"weights version {version} was not published (or was dropped)")
+        self._queue.extend((version, task) for task in tasks)
+
+    def cancel(self) -> None:
+        """Forget the episodes not played yet."""
+        self._queue.clear()
+
+    def results(self) -> Iterator[EpisodeResult]:
+        """Play the queued episodes in order, with BLAS on one thread as in the workers
+        (same bytes)."""
         if not self.is_open:
             raise RuntimeError("SerialBackend.start() was not called")
-        weights = Weights32.from_params(params, self.spec.hidden)
-        for task in tasks:
+        while self._queue:
+            version, task = self._queue[0]
             with threadpool_limits(limits=1):
-                result = self.play(weights, task)
+                result = self.play(self._versions[version], task)
+            self._queue.popleft()  # only once played: an error leaves it queued
             yield result

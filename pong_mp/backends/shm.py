@@ -1,8 +1,9 @@
 """Versioned weights in one shared-memory block: the coordinator writes, workers read in place.
 
-Layout: a 64-byte header whose first 8 bytes hold the version (int64), then the float32
-weights that episodes compute with (`policy.Weights32`: W1 transposed, then W2), 64-byte
-aligned. The coordinator keeps the float64 master copy and writes this one once per update.
+Layout: one slot per weights version kept (--policy-lag + 1), each a 64-byte header whose
+first 8 bytes hold the version (int64), then the float32 weights that episodes compute with
+(`policy.Weights32`: W1 transposed, then W2), 64-byte aligned. The coordinator keeps the
+float64 master copy and writes one slot per update, the oldest, in turn.
 Blocks are named `pong-mp-<pid>-<random>` so that a leak is easy to spot in /dev/shm. Only
 the creator unlinks.
 """
@@ -75,44 +76,63 @@ class _Block:
 
 
 class SharedWeights(_Block):
-    """The float32 policy weights plus a version number in shared memory."""
+    """Float32 policy weights with their version numbers in shared memory: `width` slots,
+    holding the last `width` versions written."""
 
     def __init__(
         self, shm: shared_memory.SharedMemory, hidden: int, owner: bool, width: int = 1
     ) -> None:
-        """Map the version and the weights (read-only unless this process owns them)."""
+        """Map each slot's version and weights (read-only unless this process owns them)."""
         super().__init__(shm, hidden, owner, width)
-        version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=0)
-        flat = np.ndarray(
-            (policy.param_count(hidden),), dtype=np.float32, buffer=shm.buf, offset=HEADER_BYTES
-        )
-        if owner:
-            version[0] = -1
-        else:
-            flat.flags.writeable = False
-        self._views = (version, policy.Weights32(*policy.split(flat, hidden)))
+        slots = []
+        for slot in range(width):
+            offset = slot * self.slot_size(hidden)
+            version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=offset)
+            flat = np.ndarray(
+                (policy.param_count(hidden),),
+                dtype=np.float32,
+                buffer=shm.buf,
+                offset=offset + HEADER_BYTES,
+            )
+            if owner:
+                version[0] = _NO_VERSION
+            else:
+                flat.flags.writeable = False
+            slots.append((version, policy.Weights32(*policy.split(flat, hidden))))
+        self._views = slots
+        self._written = 0  # versions written so far: the next goes in slot _written % width
+
+    @staticmethod
+    def slot_size(hidden: int) -> int:
+        """Bytes of one slot: the header, then the float32 weights, rounded up to 64."""
+        return -(-(HEADER_BYTES + 4 * policy.param_count(hidden)) // 64) * 64
 
     @staticmethod
     def size(hidden: int, width: int = 1) -> int:
-        """The header, then the float32 weights (one vector, whatever the width)."""
-        return HEADER_BYTES + 4 * policy.param_count(hidden)
+        """`width` slots."""
+        return width * SharedWeights.slot_size(hidden)
 
     def write(self, params: np.ndarray, version: int) -> None:
-        """Publish float64 `params` as `version` (coordinator only, while no one reads)."""
-        stamp, weights = self._views
+        """Publish flat `params` (float64 or float32) as `version`, over the oldest version
+        kept (coordinator only; no episode may still be playing that one)."""
+        stamp, weights = self._views[self._written % self.width]
+        stamp[0] = _NO_VERSION
         w1t, w2 = policy.split(params, self.hidden)
         np.copyto(weights.w1t, w1t, casting="same_kind")
         np.copyto(weights.w2, w2, casting="same_kind")
         stamp[0] = version
+        self._written += 1
 
     def read(self, version: int) -> policy.Weights32:
-        """Read-only views of the weights; raises if they are not `version`."""
-        stamp, weights = self._views
-        if int(stamp[0]) != version:
-            raise StaleWeightsError(
-                f"shared weights are version {int(stamp[0])}, expected {version}"
-            )
-        return weights
+        """Read-only views of the weights of `version`; raises if no slot holds it."""
+        for stamp, weights in self._views:
+            if int(stamp[0]) == version:
+                return weights
+        held = sorted(int(stamp[0]) for stamp, _ in self._views if stamp[0] != _NO_VERSION)
+        raise StaleWeightsError(f"shared weights hold versions {held}, not {version}")
+
+
+_NO_VERSION = np.iinfo(np.int64).min  # a slot not written yet (versions may be negative)
 
 
 class SharedGradient(_Block):
