@@ -19,7 +19,14 @@ import click
 
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
-from pong_mp.config import PRESETS, ConfigError, TrainConfig, apply_preset, default_workers
+from pong_mp.config import (
+    MAX_POLICY_LAG,
+    PRESETS,
+    ConfigError,
+    TrainConfig,
+    apply_preset,
+    default_workers,
+)
 from pong_mp.envs import SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.progress import make_reporter
@@ -470,18 +477,40 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
     show_default=True,
     help="Episodes per update of the training runs.",
 )
+@click.option(
+    "--policy-lag",
+    type=click.IntRange(min=0, max=MAX_POLICY_LAG),
+    default=0,
+    show_default=True,
+    metavar="L",
+    help="The training runs' --policy-lag.",
+)
+@click.option(
+    "--model",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Train from this model or checkpoint's weights: a trained agent's long episodes.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 def bench_command(
-    workers: int, seconds: float, env: str, scaling: bool, batch_size: int, as_json: bool
+    workers: int,
+    seconds: float,
+    env: str,
+    scaling: bool,
+    batch_size: int,
+    policy_lag: int,
+    model: Path | None,
+    as_json: bool,
 ) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
     try:
         check_env(env, {})
-    except UnknownEnvError as exc:
+        if model is not None:
+            load_policy(model)  # a bad file is one line now, not after the raw runs
+    except (UnknownEnvError, CheckpointError) as exc:
         _fail(str(exc), EXIT_USAGE)
     if scaling:
-        rows = run_scaling(workers, seconds, env, batch_size)
+        rows = run_scaling(workers, seconds, env, batch_size, policy_lag, model)
         click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))
         return
-    results = run_bench(workers, seconds, env, batch_size)
+    results = run_bench(workers, seconds, env, batch_size, policy_lag, model)
     click.echo(json.dumps(results, indent=2) if as_json else format_bench(results))

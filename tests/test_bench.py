@@ -6,6 +6,7 @@ import json
 import time
 
 import gymnasium as gym
+import numpy as np
 import pytest
 
 from pong_mp.batch_sum import GROUP
@@ -112,7 +113,7 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
     monkeypatch.setattr(
         bench,
         "training_rate",
-        lambda env, workers, seconds, batch_size=10: {
+        lambda env, workers, seconds, batch_size=10, policy_lag=0, model=None: {
             "steps_per_sec": 90.0 * workers,
             "coordinator_share": 0.01,
             "updates": 2,
@@ -144,3 +145,35 @@ def test_scaling_runs_for_real_on_fakepong(clean_system) -> None:
     rows = json.loads(done.stdout)
     assert [r["workers"] for r in rows] == [1, 2]
     assert all(r["train_steps_per_sec"] > 0 and r["raw_steps_per_sec"] > 0 for r in rows)
+
+
+def test_training_rate_starts_from_a_model_with_its_lag(
+    fake_checkpoint, monkeypatch, clean_system
+) -> None:
+    import pong_mp.trainer as trainer
+    from pong_mp.checkpoint import load_policy
+    from pong_mp.tools import bench
+
+    played = []
+    original = trainer.updates
+
+    def spy(config, state, backend):
+        played.append((config.hidden, config.policy_lag, state.params.copy()))
+        return original(config, state, backend)
+
+    monkeypatch.setattr(trainer, "updates", spy)  # training_rate imports it when called
+    rate = bench.training_rate(
+        "FakePong-v0", 2, 0.5, batch_size=2, policy_lag=1, model=fake_checkpoint
+    )
+    params, _ = load_policy(fake_checkpoint)
+    hidden, lag, start = played[0]
+    assert (hidden, lag) == (8, 1) and np.array_equal(start, params)
+    assert rate["updates"] >= 1 and rate["steps_per_sec"] > 0
+
+
+def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
+    bad = tmp_path / "model.npz"
+    bad.write_text("not a model")
+    done = pong_mp("bench", "--env", "FakePong-v0", "--model", str(bad))
+    assert done.returncode == 2
+    assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr

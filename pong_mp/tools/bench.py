@@ -121,16 +121,29 @@ def _rss_mb(pid: int, field: str = "VmHWM") -> float | None:
 
 
 def training_rate(
-    env_id: str, workers: int, seconds: float, batch_size: int = 10, hidden: int = 200
+    env_id: str,
+    workers: int,
+    seconds: float,
+    batch_size: int = 10,
+    policy_lag: int = 0,
+    model: Path | None = None,
 ) -> dict[str, Any]:
-    """Train for real on the local backend for about `seconds` after one warm-up update."""
+    """Train for real on the local backend for about `seconds` after one warm-up update,
+    from new weights or from those of `model` (a trained agent's episodes are longer)."""
     from pong_mp.backends.local import LocalBackend
-    from pong_mp.checkpoint import TrainState
+    from pong_mp.checkpoint import TrainState, load_policy
     from pong_mp.config import TrainConfig
     from pong_mp.trainer import rollout_spec, updates
 
-    config = TrainConfig(env=env_id, workers=workers, batch_size=batch_size, hidden=hidden)
-    params = policy.init_params(hidden, 0)
+    if model is None:
+        hidden = TrainConfig.hidden
+        params = policy.init_params(hidden, 0)
+    else:
+        params, stored = load_policy(model)
+        hidden = int(stored["hidden"])
+    config = TrainConfig(
+        env=env_id, workers=workers, batch_size=batch_size, hidden=hidden, policy_lag=policy_lag
+    )
     backend = LocalBackend(rollout_spec(config))
     backend.start()
     try:
@@ -199,11 +212,16 @@ def episode_memory(steps: int, hidden: int = 200, repeats: int = 3) -> dict[str,
 
 
 def run_bench(
-    workers: int, seconds: float, env_id: str = "ALE/Pong-v5", batch_size: int = 10
+    workers: int,
+    seconds: float,
+    env_id: str = "ALE/Pong-v5",
+    batch_size: int = 10,
+    policy_lag: int = 0,
+    model: Path | None = None,
 ) -> dict[str, Any]:
     """Every measurement of `pong-mp bench`, as one dict."""
     raw_before = raw_rate(env_id, workers, seconds)
-    training = training_rate(env_id, workers, seconds, batch_size=batch_size)
+    training = training_rate(env_id, workers, seconds, batch_size, policy_lag, model)
     raw_after = raw_rate(env_id, workers, seconds)
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
@@ -222,6 +240,8 @@ def run_bench(
         "train_ratio": training["steps_per_sec"] / raw,
         "train_updates": training["updates"],
         "batch_size": batch_size,
+        "policy_lag": policy_lag,
+        "model": None if model is None else str(model),
         "coordinator_share": training["coordinator_share"],
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
         "episode_memory_mb_1k_steps": short,
@@ -244,7 +264,8 @@ def format_bench(r: dict[str, Any]) -> str:
         f"pong-mp train, {r['workers']} local worker{'s' * (r['workers'] != 1)}: "
         f"{r['train_steps_per_sec']:,.0f} steps/s"
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
-        f"{r.get('batch_size', 10)} episodes)",
+        f"{r.get('batch_size', 10)} episodes, policy lag {r.get('policy_lag', 0)}, "
+        f"{'from ' + r['model'] if r.get('model') else 'new weights'})",
         f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
         f" = {r['reference_ratio']:.2f}x one raw process "
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
@@ -395,20 +416,26 @@ if __name__ == "__main__":
 
 
 def run_scaling(
-    max_workers: int, seconds: float, env_id: str = "ALE/Pong-v5", batch_size: int = 10
+    max_workers: int,
+    seconds: float,
+    env_id: str = "ALE/Pong-v5",
+    batch_size: int = 10,
+    policy_lag: int = 0,
+    model: Path | None = None,
 ) -> list[dict[str, Any]]:
     """Training against the raw emulator with the same number of processes, for 1 to
     `max_workers` workers: one row per count (raw measured before and after training)."""
     rows = []
     for workers in range(1, max_workers + 1):
         before = raw_rate(env_id, workers, seconds)
-        training = training_rate(env_id, workers, seconds, batch_size=batch_size)
+        training = training_rate(env_id, workers, seconds, batch_size, policy_lag, model)
         after = raw_rate(env_id, workers, seconds)
         raw = (before + after) / 2
         rows.append(
             {
                 "workers": workers,
                 "batch_size": batch_size,
+                "policy_lag": policy_lag,
                 "raw_steps_per_sec": raw,
                 "train_steps_per_sec": training["steps_per_sec"],
                 "train_ratio": training["steps_per_sec"] / raw,
