@@ -43,6 +43,7 @@ from pong_mp.tools.plot import (
     read_metrics,
     settings_table,
 )
+from pong_mp.tools.projection import format_projection, measure_costs, run_projection
 from pong_mp.tools.recording import VideoRecorder
 from pong_mp.trainer import NonFiniteError, reached_target, run
 
@@ -478,6 +479,12 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
     help="Episodes per update of the training runs.",
 )
 @click.option(
+    "--project",
+    is_flag=True,
+    help="Instead: measure a trained agent's costs here (--model) and project training "
+    "against raw for 1 to 64 workers, with lag 0 and 1 and batch sizes 10 and 32.",
+)
+@click.option(
     "--policy-lag",
     type=click.IntRange(min=0, max=MAX_POLICY_LAG),
     default=0,
@@ -497,6 +504,7 @@ def bench_command(
     env: str,
     scaling: bool,
     batch_size: int,
+    project: bool,
     policy_lag: int,
     model: Path | None,
     as_json: bool,
@@ -508,6 +516,17 @@ def bench_command(
             load_policy(model)  # a bad file is one line now, not after the raw runs
     except (UnknownEnvError, CheckpointError) as exc:
         _fail(str(exc), EXIT_USAGE)
+    if project:
+        if model is None:
+            _fail("--project needs --model: the agent whose episodes it measures", EXIT_USAGE)
+        costs = measure_costs(model, env)
+        rows = run_projection(costs)
+        click.echo(
+            json.dumps({"costs": dataclasses.asdict(costs), "rows": rows}, indent=2)
+            if as_json
+            else format_projection(costs, rows)
+        )
+        return
     if scaling:
         rows = run_scaling(workers, seconds, env, batch_size, policy_lag, model)
         click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))
