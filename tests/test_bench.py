@@ -59,6 +59,8 @@ def test_format_bench_shows_every_figure() -> None:
         "train_steps_per_sec": 7600.0,
         "train_ratio": 0.95,
         "train_updates": 12,
+        "workers_busy": 0.934,
+        "policy_lag": 1,
         "coordinator_share": 0.004,
         "peak_worker_rss_mb": 85.0,
         "episode_memory_mb_1k_steps": {"before": 56.0, "peak": 68.0, "added": 12.0},
@@ -69,6 +71,8 @@ def test_format_bench_shows_every_figure() -> None:
         "8,000 steps/s",
         "7,600 steps/s",
         "0.95x raw",
+        "policy lag 1, new weights",
+        "workers busy 93% of the time",
         "0.45x one raw process",
         "0.40%",
         "85 MB",
@@ -116,6 +120,7 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
         lambda env, workers, seconds, batch_size=10, policy_lag=0, model=None: {
             "steps_per_sec": 90.0 * workers,
             "coordinator_share": 0.01,
+            "workers_busy": 0.9,
             "updates": 2,
         },
     )
@@ -169,6 +174,7 @@ def test_training_rate_starts_from_a_model_with_its_lag(
     hidden, lag, start = played[0]
     assert (hidden, lag) == (8, 1) and np.array_equal(start, params)
     assert rate["updates"] >= 1 and rate["steps_per_sec"] > 0
+    assert 0 < rate["workers_busy"] <= 1.1  # approximate at the window's ends
 
 
 def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:

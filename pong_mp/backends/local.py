@@ -202,6 +202,9 @@ class LocalBackend(BackendBase):
         """How many workers were replaced after dying or hanging (for tests and logs)."""
         self.broadcast_seconds = 0.0
         """Total time spent writing weights to shared memory (for `pong-mp bench`)."""
+        self.busy_seconds = 0.0
+        """Total time workers spent playing the episodes whose results came back (for
+        `pong-mp bench`: the rest of their time they waited)."""
 
     # lifecycle
 
@@ -370,6 +373,7 @@ class LocalBackend(BackendBase):
             return None  # a replacement has started; its episode is on the way
         if isinstance(message, Done):
             w.job = None
+            self.busy_seconds += message.stats.seconds
             self._retries.forget(message.stats.index)
             # A view of the worker's slot: valid until this worker gets its next episode.
             return EpisodeResult.with_grad(message.stats, w.grad.array)

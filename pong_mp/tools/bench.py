@@ -151,12 +151,14 @@ def training_rate(
         stream = updates(config, TrainState(params=params, cache=np.zeros_like(params)), backend)
         next(stream)  # warm-up: first touches of memory and caches
         broadcast_before = backend.broadcast_seconds
+        busy_before = backend.busy_seconds
         start = time.perf_counter()
         for _, record in stream:
             records.append(record)
             if time.perf_counter() - start >= seconds:
                 break
         broadcast = backend.broadcast_seconds - broadcast_before
+        busy = backend.busy_seconds - busy_before
         rss = [_rss_mb(pid) for pid in backend.worker_pids()]
     finally:
         backend.close()
@@ -166,6 +168,9 @@ def training_rate(
         "steps_per_sec": sum(r["steps"] for r in records) / wall,
         "updates": len(records),
         "coordinator_share": coordinator / wall,
+        # Episodes still playing at either end of the window make this approximate, by
+        # at most one episode per worker.
+        "workers_busy": busy / (workers * wall),
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
     }
 
@@ -239,6 +244,7 @@ def run_bench(
         "train_steps_per_sec": training["steps_per_sec"],
         "train_ratio": training["steps_per_sec"] / raw,
         "train_updates": training["updates"],
+        "workers_busy": training["workers_busy"],
         "batch_size": batch_size,
         "policy_lag": policy_lag,
         "model": None if model is None else str(model),
@@ -265,7 +271,8 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r['train_steps_per_sec']:,.0f} steps/s"
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
         f"{r.get('batch_size', 10)} episodes, policy lag {r.get('policy_lag', 0)}, "
-        f"{'from ' + r['model'] if r.get('model') else 'new weights'})",
+        f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
+        f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
         f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
         f" = {r['reference_ratio']:.2f}x one raw process "
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
@@ -440,6 +447,7 @@ def run_scaling(
                 "train_steps_per_sec": training["steps_per_sec"],
                 "train_ratio": training["steps_per_sec"] / raw,
                 "coordinator_share": training["coordinator_share"],
+                "workers_busy": training["workers_busy"],
             }
         )
     return rows
