@@ -65,6 +65,9 @@ def cluster() -> Iterator[str]:
     finally:
         down = _script("down")
         assert down.returncode == 0, down.stderr
+        # Nothing left that a later local Ray start would join.
+        current = Path("/tmp/ray/ray_current_cluster")
+        assert not current.exists() or "10.77.0.1" not in current.read_text()
 
 
 def _in_head(*args: str) -> list[str]:
