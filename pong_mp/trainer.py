@@ -1,12 +1,15 @@
 """The coordinator: hand out episodes, sum gradients in their fixed order, step the optimizer, log
-and checkpoint. It talks to any backend through the same three calls.
+and checkpoint. It talks to any backend through the same calls (publish, submit, results).
 
-Data flow of one update (`updates`, committed by `run`):
+Data flow of one update (`updates`, committed by `run`; L is --policy-lag):
 
-    TrainState k ──params──> backend.run_batch(params, tasks of episodes E .. E+B-1)
-                                 │ EpisodeResult | EpisodeStats | GroupSum, in any order
+    TrainState k ──weights──> backend.publish(k, float32 weights)
+    batch j (k < j <= k+1+L) ──> backend.submit(weights version max(0, j-1-L), its episodes)
+                                 │ backend.results(): EpisodeResult | EpisodeStats |
+                                 │ GroupSum of any batch in flight, in any order
                                  v
-                             BatchSum: the fixed order of additions (batch_sum.py)
+                             BatchSum of its batch: the fixed order of additions
+                                 │ (batch k+1 complete)
                                  │ summed gradient
                                  v
                              Optimizer.step (optim.py)  ──> TrainState k+1
@@ -286,11 +289,12 @@ def updates(
             raise RuntimeError("the backend ended a batch before every episode was summed")
         del in_flight[state.episodes]
         new_state, stats = apply_batch(config, state, summed, optimizer)
+        applied = time.perf_counter()  # the broadcast is timed by the backend (bench)
         backend.publish(new_state.batch, new_state.params.astype(np.float32))
         now = time.perf_counter()
         seconds, last = now - last, now
         new_state.elapsed = state.elapsed + seconds
-        yield new_state, _record(config, new_state, stats, seconds, now - arrived)
+        yield new_state, _record(config, new_state, stats, seconds, applied - arrived)
         state = new_state
 
 
