@@ -178,10 +178,6 @@ class _Worker:
     since: float = 0.0  # when the current job was sent
     abandoned: bool = False  # stopped with its episode dropped: replaced at the next results
 
-    @property
-    def task(self) -> EpisodeTask | None:
-        return self.job.task if self.job is not None else None
-
 
 class LocalBackend(BackendBase):
     """Persistent spawned worker processes with shared-memory weights."""
@@ -195,7 +191,6 @@ class LocalBackend(BackendBase):
         self._weights: SharedWeights | None = None
         self._grads: list[SharedGradient] = []
         self._workers: list[_Worker] = []
-        self._versions: deque[int] = deque(maxlen=spec.lag + 1)  # those in shared memory
         self._pending: deque[Play] = deque()  # submitted, not yet sent to a worker
         self._retries: Retries[Play] = Retries(spec.max_retries)
         self.replacements = 0
@@ -298,11 +293,12 @@ class LocalBackend(BackendBase):
         start = time.perf_counter()
         self._weights.write(weights, version)
         self.broadcast_seconds += time.perf_counter() - start
-        self._versions.append(version)
 
     def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
         """Queue `tasks` behind those submitted before, to be played with `version`."""
-        if version not in self._versions:
+        if self._weights is None:
+            raise RuntimeError("LocalBackend.start() was not called")
+        if version not in self._weights.versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")
         self._pending.extend(Play(version, task) for task in tasks)
 

@@ -128,8 +128,12 @@ class SharedWeights(_Block):
         for stamp, weights in self._views:
             if int(stamp[0]) == version:
                 return weights
-        held = sorted(int(stamp[0]) for stamp, _ in self._views if stamp[0] != _NO_VERSION)
-        raise StaleWeightsError(f"shared weights hold versions {held}, not {version}")
+        raise StaleWeightsError(f"shared weights hold versions {self.versions}, not {version}")
+
+    @property
+    def versions(self) -> list[int]:
+        """The versions the slots hold now, in increasing order."""
+        return sorted(int(stamp[0]) for stamp, _ in self._views if stamp[0] != _NO_VERSION)
 
 
 _NO_VERSION = np.iinfo(np.int64).min  # a slot not written yet (versions may be negative)

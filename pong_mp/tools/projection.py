@@ -122,11 +122,13 @@ def measure_costs(
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
     from pong_mp.backends.shm import SharedWeights
     from pong_mp.backends.worker import EpisodeWorker
-    from pong_mp.checkpoint import load_policy
+    from pong_mp.batch_sum import BatchSum
+    from pong_mp.checkpoint import TrainState, load_policy
     from pong_mp.config import TrainConfig
-    from pong_mp.episode import make_tasks
+    from pong_mp.episode import EpisodeResult, make_tasks
     from pong_mp.optim import Optimizer
     from pong_mp.tools.bench import env_steps_per_sec
+    from pong_mp.trainer import apply_batch
 
     prepare_worker_process()
     params, config = load_policy(model)
@@ -151,17 +153,18 @@ def measure_costs(
         total += grad
     sum_seconds = (time.perf_counter() - start) / 20
 
-    defaults = TrainConfig()
-    optimizer = Optimizer(defaults.optimizer, defaults.lr, defaults.decay_rate)
+    # The trainer's own update (optimizer step and statistics), then the broadcast.
+    config = TrainConfig(env=env_id, hidden=hidden)
+    optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
+    state = TrainState(params=params, cache=np.zeros_like(params))
+    summed = BatchSum(0, 1, np.empty(len(params)))
+    summed.add(EpisodeResult(0, grad, 0.0, 1, 0.0))
     shared = SharedWeights.create(hidden)
     try:
-        cache = np.zeros_like(params)
         start = time.perf_counter()
-        for step in range(1, 11):
-            params, cache, _ = optimizer.step(params, cache, None, total, step)
-            for array in (total, params, params):  # the update's three norms
-                float(np.linalg.norm(array))
-            shared.write(params, step)
+        for _ in range(10):
+            state, _ = apply_batch(config, state, summed, optimizer)
+            shared.write(state.params, state.batch)
         update_seconds = (time.perf_counter() - start) / 10
     finally:
         shared.close()
