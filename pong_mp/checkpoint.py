@@ -19,6 +19,7 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.config import LEGACY_DEFAULTS, ConfigError, check_types
 from pong_mp.files import write_atomic
+from pong_mp.frames import INPUTS
 
 FORMAT_VERSION = 1
 
@@ -150,6 +151,12 @@ def _check_config(config: object, hidden: int) -> None:
         check_types(config)
     except ConfigError as exc:
         raise CheckpointError(f"bad config ({exc})") from None
+    inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
+    if inputs not in INPUTS:
+        raise CheckpointError(
+            f"its policy sees inputs {inputs!r}, which this pong-mp does not know "
+            f"({', '.join(INPUTS)})"
+        )
 
 
 def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:

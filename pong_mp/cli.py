@@ -20,6 +20,7 @@ import click
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import (
+    LEGACY_DEFAULTS,
     MAX_POLICY_LAG,
     PRESETS,
     ConfigError,
@@ -29,6 +30,7 @@ from pong_mp.config import (
 )
 from pong_mp.envs import SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
+from pong_mp.frames import INPUTS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, open_run
 from pong_mp.signals import STOP_SIGNALS, Interrupted
@@ -333,6 +335,7 @@ def play_command(
             env_kwargs=env_kwargs,
             on_frame=progress.add if progress is not None else None,
             on_game=on_game,
+            inputs=config.get("inputs", LEGACY_DEFAULTS["inputs"]),
         )
         if recorder is not None:
             recorder.close()
@@ -497,6 +500,11 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
     type=click.Path(dir_okay=False, path_type=Path),
     help="Train from this model or checkpoint's weights: a trained agent's long episodes.",
 )
+@click.option(
+    "--inputs",
+    type=click.Choice(INPUTS),
+    help="The training runs' --inputs (default: the model's, else train's default).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 def bench_command(
     workers: int,
@@ -507,13 +515,17 @@ def bench_command(
     project: bool,
     policy_lag: int,
     model: Path | None,
+    inputs: str | None,
     as_json: bool,
 ) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
     try:
         check_env(env, {})
         if model is not None:
-            load_policy(model)  # a bad file is one line now, not after the raw runs
+            # A bad file is one line now, not after the raw runs.
+            trained_on = load_policy(model)[1].get("inputs", LEGACY_DEFAULTS["inputs"])
+            if inputs not in (None, trained_on):
+                _fail(f"{model} sees inputs {trained_on}: omit --inputs", EXIT_USAGE)
     except (UnknownEnvError, CheckpointError) as exc:
         _fail(str(exc), EXIT_USAGE)
     if project:
@@ -528,8 +540,8 @@ def bench_command(
         )
         return
     if scaling:
-        rows = run_scaling(workers, seconds, env, batch_size, policy_lag, model)
+        rows = run_scaling(workers, seconds, env, batch_size, policy_lag, model, inputs)
         click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))
         return
-    results = run_bench(workers, seconds, env, batch_size, policy_lag, model)
+    results = run_bench(workers, seconds, env, batch_size, policy_lag, model, inputs)
     click.echo(json.dumps(results, indent=2) if as_json else format_bench(results))

@@ -11,6 +11,7 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pong_mp.frames import INPUTS
 from pong_mp.optim import OPTIMIZERS
 
 
@@ -90,6 +91,12 @@ class TrainConfig:
         choices=ADVANTAGES,
     )
     hidden: int = option(200, "Hidden units.")
+    inputs: str = option(
+        "diff",
+        "What the policy sees: frame differences (Karpathy's), or differences with the "
+        "agent's paddle column shown as it is (diff+paddle), so a paddle standing still is seen.",
+        choices=INPUTS,
+    )
     policy_lag: int = option(
         0,
         "Play update k's episodes with the weights of update k-1-L, so that L+1 batches "
@@ -139,6 +146,7 @@ class TrainConfig:
                 self.advantage in ADVANTAGES,
                 f"--advantage must be one of {', '.join(ADVANTAGES)}",
             ),
+            (self.inputs in INPUTS, f"--inputs must be one of {', '.join(INPUTS)}"),
             (
                 self.optimizer in OPTIMIZERS,
                 f"--optimizer must be one of {', '.join(OPTIMIZERS)}",
@@ -182,7 +190,7 @@ MAX_POLICY_LAG = 8
 """The most batches one update's weights may lag behind: each lag step keeps one more weights
 version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on every node."""
 
-LEGACY_DEFAULTS: dict[str, Any] = {"policy_lag": 0}
+LEGACY_DEFAULTS: dict[str, Any] = {"policy_lag": 0, "inputs": "diff"}
 """Fields added after runs were first stored, with the value that a config.json without them
 was trained with (whatever the default is now): a resumed run keeps its algorithm."""
 
@@ -239,6 +247,7 @@ ALGORITHM_FIELDS = (
     "decay_rate",
     "hidden",
     "advantage",
+    "inputs",
     "policy_lag",
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
@@ -253,6 +262,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hidden": 200,
         "gamma": 0.99,
         "advantage": "episode",
+        "inputs": "diff",
         "policy_lag": 0,
     },
 }

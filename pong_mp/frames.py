@@ -6,6 +6,10 @@ the indices and signs (+1/-1) of those pixels, as cheaply as the env's observati
   `binarize`, then compare;
 - `PaletteInputs` for FastAtari: compare the raw palette indices and look up the colours of
   the few changed pixels only (a compiled loop).
+
+With inputs "diff+paddle" both streams show one column as it is instead of its difference:
+the agent's paddle, which a difference erases while it stands still (at a wall, or when
+sticky actions hold it). ~8 more non-zero inputs a step; the weights keep their shape.
 """
 
 from __future__ import annotations
@@ -19,6 +23,17 @@ from pong_mp import sparse
 
 INPUT_SIZE = 80 * 80
 """Length of one preprocessed frame: 80x80 pixels."""
+
+INPUTS = ("diff", "diff+paddle")
+"""What the policy sees each step: the frame difference (Karpathy's), or the difference with
+PADDLE_COLUMN shown as it is now."""
+
+PADDLE_COLUMN = 71
+"""The column of the 80x80 frame that "diff+paddle" shows as it is: the right half of the
+agent's paddle (x = 142-143 of 160, in ALE Pong and FakePong). Column 70, its left half,
+keeps the difference, and with it the paddle's motion."""
+
+_COLUMN_PIXELS = np.arange(PADDLE_COLUMN, INPUT_SIZE, 80, dtype=np.int32)
 
 ERASED = (144, 109, 0)
 """Red values set to 0 by preprocessing: ALE Pong's two backgrounds, and 0 itself."""
@@ -51,12 +66,25 @@ def _signs(changed: np.ndarray, now: np.ndarray) -> np.ndarray:
     return now[changed].astype(np.float32) * 2.0 - 1.0
 
 
+_BINARY = np.arange(256, dtype=np.uint8)
+"""The table of `sparse.show_column` for frames that are already 0/1 pixels."""
+
+
+def _shows_paddle(inputs: str) -> bool:
+    if inputs not in INPUTS:
+        raise ValueError(f"inputs must be one of {', '.join(INPUTS)}, not {inputs!r}")
+    return inputs == "diff+paddle"
+
+
 class BinaryInputs:
     """Inputs for envs with ALE-format RGB observations."""
 
-    def __init__(self) -> None:
-        """An idle stream; call reset first."""
+    def __init__(self, inputs: str = "diff") -> None:
+        """An idle stream of `inputs` (one of INPUTS); call reset first."""
         self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
+        self._show = _shows_paddle(inputs)
+        self._idx = np.empty(INPUT_SIZE, dtype=np.int32)
+        self._vals = np.empty(INPUT_SIZE, dtype=np.float32)
 
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame."""
@@ -68,7 +96,13 @@ class BinaryInputs:
         # A bool mask: ~8x faster than on ints. int32, as sparse's functions take.
         changed = np.flatnonzero(cur != self._prev).astype(np.int32)
         self._prev = cur
-        return changed, _signs(changed, cur)
+        signs = _signs(changed, cur)
+        if not self._show:
+            return changed, signs
+        n = sparse.show_column(
+            changed, signs, cur, _BINARY, PADDLE_COLUMN, 80, self._idx, self._vals
+        )
+        return self._idx[:n], self._vals[:n]
 
 
 class PaletteInputs:
@@ -80,9 +114,13 @@ class PaletteInputs:
     from the screen).
     """
 
-    def __init__(self, env: Any) -> None:
-        """Look up colours through `env.binary` (FastAtari)."""
+    def __init__(self, env: Any, inputs: str = "diff") -> None:
+        """Look up colours through `env.binary` (FastAtari); `inputs` is one of INPUTS."""
         self._env = env
+        self._show = _shows_paddle(inputs)
+        # A view that `env.binary` fills in; what `palette_diff` reads the column through.
+        self._table = env.table if self._show else None
+        self._column = PADDLE_COLUMN if self._show else -1
         self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
         self._change = np.full((256, 256), sparse.UNSEEN, dtype=np.int8)
         self._idx = np.empty(INPUT_SIZE, dtype=np.int32)
@@ -97,10 +135,14 @@ class PaletteInputs:
         """The pixels whose colour class changed, and their signs (views that the next
         step overwrites)."""
         cur = np.ascontiguousarray(obs).reshape(-1)
-        n = sparse.palette_diff(cur, self._prev, self._change, self._idx, self._vals)
+        n = sparse.palette_diff(
+            cur, self._prev, self._change, self._idx, self._vals, self._table, self._column
+        )
         if n < 0:
             self._learn(cur)
-            n = sparse.palette_diff(cur, self._prev, self._change, self._idx, self._vals)
+            n = sparse.palette_diff(
+                cur, self._prev, self._change, self._idx, self._vals, self._table, self._column
+            )
         self._prev = cur
         return self._idx[:n], self._vals[:n]
 
@@ -111,11 +153,13 @@ class PaletteInputs:
         self._change[before, now] = self._env.binary(now).astype(np.int8) - self._env.binary(
             before
         )
+        if self._show:
+            self._env.binary(cur[PADDLE_COLUMN::80])  # the shown column's colours
 
 
-def input_stream(env: gym.Env) -> InputStream:
-    """The cheapest input stream for this env."""
+def input_stream(env: gym.Env, inputs: str = "diff") -> InputStream:
+    """The cheapest stream of `inputs` (one of INPUTS) for this env."""
     unwrapped = env.unwrapped
     if hasattr(unwrapped, "binary"):
-        return PaletteInputs(unwrapped)
-    return BinaryInputs()
+        return PaletteInputs(unwrapped, inputs)
+    return BinaryInputs(inputs)

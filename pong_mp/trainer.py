@@ -68,6 +68,7 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         hidden=config.hidden,
         gamma=config.gamma,
         advantage=config.advantage,
+        inputs=config.inputs,
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,

@@ -97,3 +97,24 @@ def test_palette_inputs_are_the_dense_frame_differences() -> None:
         nonzero += len(idx)
         prev = cur
     assert nonzero > 600  # the differences were not all empty
+
+
+def test_palette_inputs_with_the_paddle_match_the_binary_ones() -> None:
+    from tests.test_frames import shown_paddle
+
+    env = _fast()
+    inputs = PaletteInputs(env, "diff+paddle")
+    obs, _ = env.reset(seed=2)
+    inputs.reset(obs)
+    prev = env.binary(obs.ravel()).astype(float)
+    for a in _actions(600):
+        obs, *_ = env.step(int(a))
+        idx, vals = inputs.step(obs)
+        cur = env.binary(obs.ravel()).astype(float)
+        dense = np.zeros(6400)
+        dense[idx] = vals
+        np.testing.assert_array_equal(dense, shown_paddle(cur, prev))
+        assert vals.dtype == np.float32 and idx.dtype == np.int32
+        prev = cur
+    # The agent's paddle (8 rows of the column) is on screen in the last frame.
+    assert dense[71::80].sum() >= 7

@@ -144,6 +144,7 @@ def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> Non
         ("target_reward", float("nan"), "--target-reward must be a finite number"),
         ("gamma", 1.5, "--gamma must be in"),
         ("policy_lag", -1, "--policy-lag must be between 0 and 8"),
+        ("inputs", "pixels", "--inputs must be one of diff, diff\\+paddle"),
         ("env", "Nope-v0", "unknown env id 'Nope-v0'"),
     ],
 )
@@ -265,6 +266,27 @@ def test_batch_advantages_give_the_same_bytes_everywhere_and_resume(
     assert _weights(run_dir) == _weights(reference)
 
 
+@pytest.mark.parametrize(
+    "backend", ["serial", "local", pytest.param("ray", marks=pytest.mark.ray)]
+)
+def test_paddle_inputs_give_the_same_bytes_everywhere_and_resume(
+    tmp_path: Path, backend: str, serial_weights: bytes, clean_system
+) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray")
+    reference = tmp_path / "reference"
+    train(_config(reference, backend="serial", inputs="diff+paddle"), log=_quiet)
+    assert _weights(reference) != serial_weights  # the policy saw other inputs
+    run_dir = tmp_path / backend
+    train(_config(run_dir, backend=backend, batches=2, inputs="diff+paddle"), log=_quiet)
+    resumed = _config(run_dir, backend=backend, workers=3, inputs="diff+paddle")
+    train(resumed, resume=True, log=_quiet)
+    assert json.loads((run_dir / "config.json").read_text())["inputs"] == "diff+paddle"
+    assert _weights(run_dir) == _weights(reference)
+    with pytest.raises(ConfigError, match="trained with --inputs 'diff\\+paddle'"):
+        prepare_run(run_dir, True, {"inputs": "diff"})
+
+
 def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
     train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
     with pytest.raises(ConfigError, match="trained with --optimizer 'rmsprop'"):
@@ -363,3 +385,9 @@ def test_a_config_from_before_policy_lag_resumes_without_it(
     monkeypatch.setitem(config_module.LEGACY_DEFAULTS, "policy_lag", 2)
     assert TrainConfig.from_dict(stored).policy_lag == 2
     assert TrainConfig.from_dict({**stored, "policy_lag": 1}).policy_lag == 1
+
+
+def test_a_config_from_before_inputs_resumes_with_frame_differences(tmp_path: Path) -> None:
+    stored = json.loads(_config(tmp_path, inputs="diff+paddle").to_json())
+    del stored["inputs"]
+    assert TrainConfig.from_dict(stored).inputs == "diff"

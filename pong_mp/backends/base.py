@@ -81,6 +81,8 @@ class RolloutSpec:
     """Discount factor of the returns."""
     advantage: str = "episode"
     """Returns standardised per episode, or over the batch (the gradient is then A and B)."""
+    inputs: str = "diff"
+    """What the policy sees (frames.INPUTS): frame differences, or with the paddle shown."""
     workers: int = 1
     """Worker processes or actors (ignored by the serial backend)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)

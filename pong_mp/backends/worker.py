@@ -38,7 +38,9 @@ class EpisodeWorker:
         """Build the env and the gradient's working memory (once; again after close)."""
         if self.is_open:
             return
-        env, inputs = make_training_env(self.spec.env_id, **self.spec.env_kwargs)
+        env, inputs = make_training_env(
+            self.spec.env_id, self.spec.inputs, **self.spec.env_kwargs
+        )
         self._env, self._inputs = env, inputs
         self._work = EpisodeGradient(self.spec.hidden, advantage=self.spec.advantage)
 

@@ -63,8 +63,10 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
 
 
 
-def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:
-    """An env for training and the input stream that reads it.
+def make_training_env(
+    env_id: str, inputs: str = "diff", **kwargs: Any
+) -> tuple[gym.Env, InputStream]:
+    """An env for training and the stream of `inputs` (frames.INPUTS) that reads it.
 
     ALE ids get FastAtari (v5 semantics, seeded sticky actions, the screen read from the
     emulator) unless `kwargs` has fast=False, which keeps gymnasium's own env.
@@ -80,4 +82,4 @@ def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]
         env: gym.Env = FastAtari(env_id, **kwargs)
     else:
         env = make_env(env_id, **kwargs)
-    return env, input_stream(env)
+    return env, input_stream(env, inputs)

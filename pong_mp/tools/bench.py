@@ -127,22 +127,31 @@ def training_rate(
     batch_size: int = 10,
     policy_lag: int = 0,
     model: Path | None = None,
+    inputs: str | None = None,
 ) -> dict[str, Any]:
     """Train for real on the local backend for about `seconds` after one warm-up update,
-    from new weights or from those of `model` (a trained agent's episodes are longer)."""
+    from new weights or from those of `model` (a trained agent's episodes are longer).
+    `inputs` (frames.INPUTS) defaults to the model's, or else to training's default."""
     from pong_mp.backends.local import LocalBackend
     from pong_mp.checkpoint import TrainState, load_policy
-    from pong_mp.config import TrainConfig
+    from pong_mp.config import LEGACY_DEFAULTS, TrainConfig
     from pong_mp.trainer import rollout_spec, updates
 
     if model is None:
         hidden = TrainConfig.hidden
         params = policy.init_params(hidden, 0)
+        inputs = inputs or TrainConfig.inputs
     else:
         params, stored = load_policy(model)
         hidden = int(stored["hidden"])
+        inputs = inputs or stored.get("inputs", LEGACY_DEFAULTS["inputs"])
     config = TrainConfig(
-        env=env_id, workers=workers, batch_size=batch_size, hidden=hidden, policy_lag=policy_lag
+        env=env_id,
+        workers=workers,
+        batch_size=batch_size,
+        hidden=hidden,
+        policy_lag=policy_lag,
+        inputs=inputs,
     )
     backend = LocalBackend(rollout_spec(config))
     backend.start()
@@ -165,6 +174,7 @@ def training_rate(
     wall = sum(r["seconds"] for r in records)
     coordinator = sum(r["update_seconds"] for r in records) + broadcast
     return {
+        "inputs": inputs,
         "steps_per_sec": sum(r["steps"] for r in records) / wall,
         "updates": len(records),
         "coordinator_share": coordinator / wall,
@@ -223,10 +233,11 @@ def run_bench(
     batch_size: int = 10,
     policy_lag: int = 0,
     model: Path | None = None,
+    inputs: str | None = None,
 ) -> dict[str, Any]:
     """Every measurement of `pong-mp bench`, as one dict."""
     raw_before = raw_rate(env_id, workers, seconds)
-    training = training_rate(env_id, workers, seconds, batch_size, policy_lag, model)
+    training = training_rate(env_id, workers, seconds, batch_size, policy_lag, model, inputs)
     raw_after = raw_rate(env_id, workers, seconds)
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
@@ -247,6 +258,7 @@ def run_bench(
         "workers_busy": training["workers_busy"],
         "batch_size": batch_size,
         "policy_lag": policy_lag,
+        "inputs": training["inputs"],
         "model": None if model is None else str(model),
         "coordinator_share": training["coordinator_share"],
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
@@ -271,6 +283,7 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r['train_steps_per_sec']:,.0f} steps/s"
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
         f"{r.get('batch_size', 10)} episodes, policy lag {r.get('policy_lag', 0)}, "
+        f"inputs {r.get('inputs', 'diff')}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
         f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
@@ -429,13 +442,16 @@ def run_scaling(
     batch_size: int = 10,
     policy_lag: int = 0,
     model: Path | None = None,
+    inputs: str | None = None,
 ) -> list[dict[str, Any]]:
     """Training against the raw emulator with the same number of processes, for 1 to
     `max_workers` workers: one row per count (raw measured before and after training)."""
     rows = []
     for workers in range(1, max_workers + 1):
         before = raw_rate(env_id, workers, seconds)
-        training = training_rate(env_id, workers, seconds, batch_size, policy_lag, model)
+        training = training_rate(
+            env_id, workers, seconds, batch_size, policy_lag, model, inputs
+        )
         after = raw_rate(env_id, workers, seconds)
         raw = (before + after) / 2
         rows.append(
@@ -443,6 +459,7 @@ def run_scaling(
                 "workers": workers,
                 "batch_size": batch_size,
                 "policy_lag": policy_lag,
+                "inputs": training["inputs"],
                 "raw_steps_per_sec": raw,
                 "train_steps_per_sec": training["steps_per_sec"],
                 "train_ratio": training["steps_per_sec"] / raw,

@@ -36,8 +36,11 @@ def play_games(
     env_kwargs: dict[str, Any] | None = None,
     on_frame: Callable[[np.ndarray], None] | None = None,
     on_game: Callable[[GameScore], None] | None = None,
+    inputs: str = "diff",
 ) -> list[GameScore]:
     """Play `games` full games; game i is seeded from (seed, i), so results repeat.
+
+    `inputs` (frames.INPUTS) must be what the policy was trained on: a model's config says.
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
     `on_frame`, if given, receives the RGB frame after every step (for recording), and
@@ -48,7 +51,7 @@ def play_games(
     kwargs = dict(env_kwargs or {})
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"
-    env, inputs = make_training_env(env_id, **kwargs)
+    env, stream = make_training_env(env_id, inputs, **kwargs)
 
     def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
         return sparse.forward(weights.w1t, weights.w2, idx, vals, hidden_units)
@@ -66,7 +69,7 @@ def play_games(
     try:
         for i in range(games):
             game.update(agent=0, opponent=0, steps=0)
-            run_episode(env, inputs, episode_seed(seed, i), p_up, on_step, greedy=greedy)
+            run_episode(env, stream, episode_seed(seed, i), p_up, on_step, greedy=greedy)
             scores.append(GameScore(**game))
             if on_game is not None:
                 on_game(scores[-1])

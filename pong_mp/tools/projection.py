@@ -124,7 +124,7 @@ def measure_costs(
     from pong_mp.backends.worker import EpisodeWorker
     from pong_mp.batch_sum import BatchSum
     from pong_mp.checkpoint import TrainState, load_policy
-    from pong_mp.config import TrainConfig
+    from pong_mp.config import LEGACY_DEFAULTS, TrainConfig
     from pong_mp.episode import EpisodeResult, make_tasks
     from pong_mp.optim import Optimizer
     from pong_mp.tools.bench import env_steps_per_sec
@@ -133,7 +133,9 @@ def measure_costs(
     prepare_worker_process()
     params, config = load_policy(model)
     hidden = int(config["hidden"])
-    worker = EpisodeWorker(RolloutSpec(env_id, hidden, float(config.get("gamma", 0.99))))
+    inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
+    spec = RolloutSpec(env_id, hidden, float(config.get("gamma", 0.99)), inputs=inputs)
+    worker = EpisodeWorker(spec)
     worker.open()
     weights = policy.Weights32.from_params(params, hidden)
     grad = np.empty(policy.param_count(hidden), dtype=np.float32)
