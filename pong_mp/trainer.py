@@ -21,6 +21,7 @@ Data flow of one update (`updates`, committed by `run`; L is --policy-lag):
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -349,6 +350,11 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
     until = f"until update {config.batches}" if config.batches is not None else "until Ctrl-C"
     if config.target_reward is not None:
         until += f" or a running reward of {config.target_reward:g}"
+    if config.backend == "ray":
+        where += f" on {config.ray_address or 'a private Ray instance'}"
+        if config.ray_address is None and os.environ.get("RAY_ADDRESS"):
+            joins = f"--ray-address {os.environ['RAY_ADDRESS']}"
+            where += f" (RAY_ADDRESS is not read: {joins} joins that cluster)"
     start = f"resuming at update {state.batch}" if resume else "new run"
     idle = ""
     playable = config.batch_size * (config.policy_lag + 1)

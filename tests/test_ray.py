@@ -5,6 +5,7 @@ from the command line. Skipped only where Ray is not installed.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -139,6 +140,25 @@ def test_train_joins_a_cluster_started_with_ray_start(tmp_path: Path, clean_syst
             weights.append(npz["W1"].tobytes() + npz["W2"].tobytes())
     assert weights[0] == weights[1]
     assert '"backend": "ray"' in (tmp_path / "ray" / "config.json").read_text()
+
+
+def test_without_ray_address_a_private_instance_starts_whatever_ray_address_says(
+    tmp_path: Path, clean_system
+) -> None:
+    # Ray's own ray.init() would try to join RAY_ADDRESS (and refuse num_cpus with a
+    # traceback); only --ray-address joins a cluster.
+    args = "train --env FakePong-v0 --env-arg points_to_win=1 --batch-size 2 --batches 1"
+    done = subprocess.run(
+        [sys.executable, "-m", "pong_mp", *args.split(), "--backend", "ray", "--workers", "1",
+         "--run-dir", str(tmp_path / "R")],
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "RAY_ADDRESS": f"127.0.0.1:{_free_port()}"},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "on a private Ray instance (RAY_ADDRESS is not read: --ray-address 127.0.0.1:" in (
+        done.stdout
+    )
+    assert (tmp_path / "R" / "checkpoint.npz").exists()
 
 
 def test_an_unreachable_cluster_is_one_line_and_quick(tmp_path: Path) -> None:

@@ -172,8 +172,16 @@ def connect(address: str | None, num_cpus: int) -> bool:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports sent home unasked
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address is None:
-        # A private instance on loopback: nothing to reach from elsewhere.
-        ray.init(num_cpus=num_cpus, include_dashboard=False, _node_ip_address="127.0.0.1", **quiet)
+        # A private instance on loopback: nothing to reach from elsewhere. "local", because
+        # a bare ray.init() would join whatever RAY_ADDRESS or the last `ray start` names
+        # (and then refuse num_cpus with a traceback); only --ray-address joins a cluster.
+        ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            **quiet,
+        )
         return True
     _use_token_if_available()
     host, _, port = address.rpartition(":")
