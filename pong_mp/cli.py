@@ -313,6 +313,7 @@ def play_command(
             err=True,
         )
     hidden = int(config["hidden"])
+    inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
     played: list[GameScore] = []
     progress = _RecordingProgress(recorder) if recorder is not None else None
 
@@ -335,7 +336,7 @@ def play_command(
             env_kwargs=env_kwargs,
             on_frame=progress.add if progress is not None else None,
             on_game=on_game,
-            inputs=config.get("inputs", LEGACY_DEFAULTS["inputs"]),
+            inputs=inputs,
         )
         if recorder is not None:
             recorder.close()
@@ -353,6 +354,7 @@ def play_command(
             "policy": str(checkpoint_path),
             "env": env_id,
             "env_kwargs": env_kwargs,
+            "inputs": inputs,
             "greedy": greedy,
             "seed": seed,
             **evaluation(scores),

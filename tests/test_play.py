@@ -185,7 +185,9 @@ def test_cli_play_shows_the_policy_the_inputs_it_was_trained_on(tmp_path: Path) 
         _model(path, W1=w1, W2=np.ones(1, np.float32), config=config)
         done = pong_mp("play", str(path), "--episodes", "2", "--json")
         assert done.returncode == 0, done.stderr
-        games[inputs] = json.loads(done.stdout)["scores"]
+        report = json.loads(done.stdout)
+        assert report["inputs"] == inputs
+        games[inputs] = report["scores"]
         params, _ = load_policy(path)
         direct = play_games(params, 1, "FakePong-v0", 2, env_kwargs=GAME, inputs=inputs)
         assert games[inputs] == [dataclasses.asdict(score) for score in direct]
