@@ -7,7 +7,8 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.envs import make_env, make_training_env
-from pong_mp.frames import BinaryInputs, PaletteInputs
+from pong_mp.frames import INPUTS, PADDLE_COLUMN, BinaryInputs, PaletteInputs
+from tests.test_frames import expected_input
 
 pytestmark = pytest.mark.ale
 
@@ -79,9 +80,10 @@ def test_training_env_for_ale_is_fast_atari_unless_told_otherwise() -> None:
     env.close()
 
 
-def test_palette_inputs_are_the_dense_frame_differences() -> None:
+@pytest.mark.parametrize("kind", INPUTS)
+def test_palette_inputs_are_the_dense_inputs(kind: str) -> None:
     env = _fast()
-    inputs = PaletteInputs(env)
+    inputs = PaletteInputs(env, kind)
     obs, _ = env.reset(seed=2)
     inputs.reset(obs)
     prev = env.binary(obs.ravel()).astype(float)
@@ -92,29 +94,10 @@ def test_palette_inputs_are_the_dense_frame_differences() -> None:
         cur = env.binary(obs.ravel()).astype(float)
         dense = np.zeros(6400)
         dense[idx] = vals
-        np.testing.assert_array_equal(dense, cur - prev)
-        assert vals.dtype == np.float32
+        np.testing.assert_array_equal(dense, expected_input(kind, cur, prev))
+        assert vals.dtype == np.float32 and idx.dtype == np.int32
         nonzero += len(idx)
         prev = cur
     assert nonzero > 600  # the differences were not all empty
-
-
-def test_palette_inputs_with_the_paddle_match_the_binary_ones() -> None:
-    from tests.test_frames import shown_paddle
-
-    env = _fast()
-    inputs = PaletteInputs(env, "diff+paddle")
-    obs, _ = env.reset(seed=2)
-    inputs.reset(obs)
-    prev = env.binary(obs.ravel()).astype(float)
-    for a in _actions(600):
-        obs, *_ = env.step(int(a))
-        idx, vals = inputs.step(obs)
-        cur = env.binary(obs.ravel()).astype(float)
-        dense = np.zeros(6400)
-        dense[idx] = vals
-        np.testing.assert_array_equal(dense, shown_paddle(cur, prev))
-        assert vals.dtype == np.float32 and idx.dtype == np.int32
-        prev = cur
-    # The agent's paddle (8 rows of the column) is on screen in the last frame.
-    assert dense[71::80].sum() >= 7
+    if kind == "diff+paddle":  # the agent's paddle is on screen in the last frame
+        assert dense[PADDLE_COLUMN::80].sum() >= 7

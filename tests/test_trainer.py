@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -252,39 +253,25 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
 @pytest.mark.parametrize(
     "backend", ["serial", "local", pytest.param("ray", marks=pytest.mark.ray)]
 )
-def test_batch_advantages_give_the_same_bytes_everywhere_and_resume(
-    tmp_path: Path, backend: str, serial_weights: bytes, clean_system
-) -> None:
-    if backend == "ray":
-        pytest.importorskip("ray")
-    reference = tmp_path / "reference"
-    train(_config(reference, backend="serial", advantage="batch"), log=_quiet)
-    assert _weights(reference) != serial_weights  # not the per-episode run
-    run_dir = tmp_path / backend
-    train(_config(run_dir, backend=backend, batches=2, advantage="batch"), log=_quiet)
-    train(_config(run_dir, backend=backend, workers=3, advantage="batch"), resume=True, log=_quiet)
-    assert _weights(run_dir) == _weights(reference)
-
-
 @pytest.mark.parametrize(
-    "backend", ["serial", "local", pytest.param("ray", marks=pytest.mark.ray)]
+    ("option", "value"), [("advantage", "batch"), ("inputs", "diff+paddle")]
 )
-def test_paddle_inputs_give_the_same_bytes_everywhere_and_resume(
-    tmp_path: Path, backend: str, serial_weights: bytes, clean_system
+def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
+    tmp_path: Path, backend: str, option: str, value: str, serial_weights: bytes, clean_system
 ) -> None:
     if backend == "ray":
         pytest.importorskip("ray")
     reference = tmp_path / "reference"
-    train(_config(reference, backend="serial", inputs="diff+paddle"), log=_quiet)
-    assert _weights(reference) != serial_weights  # the policy saw other inputs
+    train(_config(reference, backend="serial", **{option: value}), log=_quiet)
+    assert _weights(reference) != serial_weights  # not the default's run
     run_dir = tmp_path / backend
-    train(_config(run_dir, backend=backend, batches=2, inputs="diff+paddle"), log=_quiet)
-    resumed = _config(run_dir, backend=backend, workers=3, inputs="diff+paddle")
+    train(_config(run_dir, backend=backend, batches=2, **{option: value}), log=_quiet)
+    resumed = _config(run_dir, backend=backend, workers=3, **{option: value})
     train(resumed, resume=True, log=_quiet)
-    assert json.loads((run_dir / "config.json").read_text())["inputs"] == "diff+paddle"
     assert _weights(run_dir) == _weights(reference)
-    with pytest.raises(ConfigError, match="trained with --inputs 'diff\\+paddle'"):
-        prepare_run(run_dir, True, {"inputs": "diff"})
+    assert json.loads((run_dir / "config.json").read_text())[option] == value
+    with pytest.raises(ConfigError, match=re.escape(f"trained with --{option} '{value}'")):
+        prepare_run(run_dir, True, {option: getattr(TrainConfig, option)})
 
 
 def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
