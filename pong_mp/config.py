@@ -83,6 +83,11 @@ class TrainConfig:
     run_dir: str = option("runs/pong", "Where config.json, metrics.jsonl and checkpoint.npz live.")
     optimizer: str = option("rmsprop", "rmsprop (Karpathy's) or adam.", choices=OPTIMIZERS)
     lr: float = option(1e-3, "Learning rate (Karpathy's reference: 1e-4).")
+    lr_half_life: float = option(
+        0.0,
+        "Halve the learning rate every STEPS env steps, smoothly (0: constant, Karpathy's).",
+        metavar="STEPS",
+    )
     gamma: float = option(0.99, "Discount factor; the return restarts at every point.")
     decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
     advantage: str = option(
@@ -117,7 +122,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
-        for name in ("lr", "gamma", "decay_rate", "episode_timeout"):
+        for name in ("lr", "lr_half_life", "gamma", "decay_rate", "episode_timeout"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{_flag(name)} must be a finite number")
         checks = [
@@ -131,6 +136,7 @@ class TrainConfig:
             (self.batch_size >= 1, "--batch-size must be >= 1"),
             (self.batches is None or self.batches >= 0, "--batches must be >= 0"),
             (self.lr > 0, "--lr must be > 0"),
+            (self.lr_half_life >= 0, "--lr-half-life must be >= 0 (0: constant)"),
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
@@ -190,7 +196,7 @@ MAX_POLICY_LAG = 8
 """The most batches one update's weights may lag behind: each lag step keeps one more weights
 version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on every node."""
 
-LEGACY_DEFAULTS: dict[str, Any] = {"policy_lag": 0, "inputs": "diff"}
+LEGACY_DEFAULTS: dict[str, Any] = {"policy_lag": 0, "inputs": "diff", "lr_half_life": 0.0}
 """Fields added after runs were first stored, with the value that a config.json without them
 was trained with (whatever the default is now): a resumed run keeps its algorithm."""
 
@@ -243,6 +249,7 @@ ALGORITHM_FIELDS = (
     "seed",
     "optimizer",
     "lr",
+    "lr_half_life",
     "gamma",
     "decay_rate",
     "hidden",
@@ -257,6 +264,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "karpathy": {
         "optimizer": "rmsprop",
         "lr": 1e-4,
+        "lr_half_life": 0.0,
         "decay_rate": 0.99,
         "batch_size": 10,
         "hidden": 200,

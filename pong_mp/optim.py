@@ -88,6 +88,19 @@ def adam_step(
     return new_params, new_momentum, new_cache
 
 
+def scheduled_lr(lr: float, half_life: float, steps: int) -> float:
+    """The learning rate after `steps` env steps: `lr` halved every `half_life` steps, or
+    `lr` itself when `half_life` is 0 (constant).
+
+    Counting env steps rather than updates ties the schedule to the experience played, so
+    the same setting means the same thing at any batch size, and a run stopped and resumed
+    carries on where it was (the checkpoint holds the steps).
+    """
+    if half_life == 0:
+        return lr
+    return lr * 0.5 ** (steps / half_life)
+
+
 class Optimizer:
     """A run's update rule over the flat parameters, `rmsprop` or `adam`, as one object.
 
@@ -112,14 +125,17 @@ class Optimizer:
         momentum: np.ndarray | None,
         grad: np.ndarray,
         step: int,
+        lr: float | None = None,
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Update number `step` (from 1): the new (params, cache, momentum); the inputs are
-        left untouched, so the caller swaps the new state in at once."""
+        left untouched, so the caller swaps the new state in at once. `lr`, if given, is this
+        update's learning rate (a schedule's) instead of the optimizer's own."""
+        lr = self.lr if lr is None else lr
         if self.name == "adam":
             if momentum is None:
                 raise ValueError("adam needs the momentum of the state it updates")
             new_params, new_momentum, new_cache = adam_step(
-                params, momentum, cache, grad, step=step, lr=self.lr
+                params, momentum, cache, grad, step=step, lr=lr
             )
             return new_params, new_cache, new_momentum
         if len(self._sets) < 2:
@@ -127,6 +143,6 @@ class Optimizer:
         out = self._sets[self._turn]
         self._turn = 1 - self._turn
         new_params, new_cache = rmsprop_step(
-            params, cache, grad, lr=self.lr, decay=self.decay, out=out
+            params, cache, grad, lr=lr, decay=self.decay, out=out
         )
         return new_params, new_cache, None

@@ -29,6 +29,7 @@ SCALARS = {
     "update/grad_norm": "grad_norm",
     "update/weight_norm": "weight_norm",
     "update/step_norm": "step_norm",
+    "update/lr": "lr",
 }
 """TensorBoard tag -> metrics field, for each update."""
 

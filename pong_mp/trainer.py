@@ -38,7 +38,7 @@ from pong_mp.config import TrainConfig
 from pong_mp.episode import make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
-from pong_mp.optim import Optimizer
+from pong_mp.optim import Optimizer, scheduled_lr
 from pong_mp.progress import LineReporter, Reporter
 from pong_mp.rundir import (
     CHECKPOINT_FILE,
@@ -107,8 +107,10 @@ def apply_batch(
         raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
     if optimizer is None:
         optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
+    # The rate at the env steps played before this batch: update 1 uses --lr itself.
+    lr = scheduled_lr(config.lr, config.lr_half_life, state.steps)
     params, cache, momentum = optimizer.step(
-        state.params, state.cache, state.momentum, grad, state.batch + 1
+        state.params, state.cache, state.momentum, grad, state.batch + 1, lr
     )
     if not np.isfinite(params.sum()):
         raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
@@ -136,6 +138,7 @@ def apply_batch(
         "grad_norm": float(np.linalg.norm(grad)),
         "weight_norm": float(np.linalg.norm(params)),
         "step_norm": float(np.linalg.norm(params - state.params)),
+        "lr": lr,
     }
     return new_state, stats
 
@@ -329,6 +332,7 @@ def _record(
         "grad_norm": stats["grad_norm"],
         "weight_norm": stats["weight_norm"],
         "step_norm": stats["step_norm"],
+        "lr": stats["lr"],
         "elapsed": state.elapsed,
         "total_steps": state.steps,
         "workers": 1 if config.backend == "serial" else config.workers,

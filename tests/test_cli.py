@@ -87,6 +87,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--resume"], "nothing to resume"),
         (["--preset", "fast"], "'fast' is not 'karpathy'"),
         (["--lr", "inf"], "--lr must be a finite number"),
+        (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
         (["--run-dir", " "], "--run-dir must name a directory"),
         (["--workers", "100000"], "--workers must be at most"),
         (["--hidden", "1000000"], "--hidden must be between 1 and 4096"),
@@ -121,7 +122,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
         "rmsprop", 1e-4, 10, 200,
     )
     assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
-    assert config["inputs"] == "diff"
+    assert (config["inputs"], config["lr_half_life"]) == ("diff", 0)
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pong_mp.optim import Optimizer, adam_step, rmsprop_step
+from pong_mp.optim import Optimizer, adam_step, rmsprop_step, scheduled_lr
 
 
 def test_one_step_by_hand() -> None:
@@ -93,3 +93,25 @@ def test_the_optimizer_object_steps_like_the_functions_and_keeps_the_last_state(
 def test_an_unknown_optimizer_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
         Optimizer("sgd", lr=0.1, decay=0.9)
+
+
+def test_the_scheduled_rate_halves_every_half_life_and_zero_keeps_it_constant() -> None:
+    assert scheduled_lr(1e-3, 0.0, 10**9) == 1e-3
+    assert scheduled_lr(1e-3, 2e6, 0) == 1e-3
+    assert scheduled_lr(1e-3, 2e6, 2_000_000) == pytest.approx(5e-4, rel=1e-15)
+    assert scheduled_lr(1e-3, 2e6, 6_000_000) == pytest.approx(1.25e-4, rel=1e-15)
+    assert scheduled_lr(1e-3, 2e6, 1_000_000) == pytest.approx(1e-3 / np.sqrt(2), rel=1e-15)
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+def test_a_rate_given_to_a_step_replaces_the_optimizer_own(name: str) -> None:
+    grad = np.array([1.0, -2.0, 0.5])
+    stepped = [
+        Optimizer(name, lr=lr, decay=0.9).step(np.ones(3), np.zeros(3), np.zeros(3), grad, 1)
+        for lr in (0.01, 0.02)
+    ]
+    given = Optimizer(name, lr=0.01, decay=0.9).step(
+        np.ones(3), np.zeros(3), np.zeros(3), grad, 1, lr=0.02
+    )
+    assert np.array_equal(given[0], stepped[1][0])
+    assert not np.array_equal(given[0], stepped[0][0])

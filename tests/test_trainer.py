@@ -254,10 +254,12 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
     "backend", ["serial", "local", pytest.param("ray", marks=pytest.mark.ray)]
 )
 @pytest.mark.parametrize(
-    ("option", "value"), [("advantage", "batch"), ("inputs", "diff+paddle")]
+    ("option", "value"),
+    [("advantage", "batch"), ("inputs", "diff+paddle"), ("lr_half_life", 1000.0)],
 )
 def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
-    tmp_path: Path, backend: str, option: str, value: str, serial_weights: bytes, clean_system
+    tmp_path: Path, backend: str, option: str, value: object, serial_weights: bytes,
+    clean_system,
 ) -> None:
     if backend == "ray":
         pytest.importorskip("ray")
@@ -270,8 +272,19 @@ def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
     train(resumed, resume=True, log=_quiet)
     assert _weights(run_dir) == _weights(reference)
     assert json.loads((run_dir / "config.json").read_text())[option] == value
-    with pytest.raises(ConfigError, match=re.escape(f"trained with --{option} '{value}'")):
+    flag = "--" + option.replace("_", "-")
+    with pytest.raises(ConfigError, match=re.escape(f"trained with {flag} {value!r}")):
         prepare_run(run_dir, True, {option: getattr(TrainConfig, option)})
+
+
+def test_each_update_uses_the_scheduled_rate_of_the_steps_before_its_batch(
+    tmp_path: Path, clean_system
+) -> None:
+    train(_config(tmp_path, backend="serial", lr=0.01, lr_half_life=200.0), log=_quiet)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    before = [record["total_steps"] - record["steps"] for record in records]
+    assert before[0] == 0 and before[-1] > 200  # the rate fell by half or more
+    assert [record["lr"] for record in records] == [0.01 * 0.5 ** (s / 200.0) for s in before]
 
 
 def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
