@@ -95,6 +95,12 @@ class TrainConfig:
         "Standardise the returns into advantages per episode (Karpathy's) or over the batch.",
         choices=ADVANTAGES,
     )
+    entropy_bonus: float = option(
+        0.0,
+        "Add BETA times the policy's entropy at every step to each episode's (standardised) "
+        "objective, which keeps the policy from settling early (0: none, Karpathy's).",
+        metavar="BETA",
+    )
     hidden: int = option(200, "Hidden units.")
     inputs: str = option(
         "diff",
@@ -122,7 +128,9 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
-        for name in ("lr", "lr_half_life", "gamma", "decay_rate", "episode_timeout"):
+        for name in (
+            "lr", "lr_half_life", "gamma", "decay_rate", "entropy_bonus", "episode_timeout"
+        ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{_flag(name)} must be a finite number")
         checks = [
@@ -139,6 +147,11 @@ class TrainConfig:
             (self.lr_half_life >= 0, "--lr-half-life must be >= 0 (0: constant)"),
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
+            (self.entropy_bonus >= 0, "--entropy-bonus must be >= 0 (0: none)"),
+            (
+                self.entropy_bonus == 0 or self.advantage == "episode",
+                "--entropy-bonus works with --advantage episode only",
+            ),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
             (
                 0 <= self.policy_lag <= MAX_POLICY_LAG,
@@ -196,7 +209,12 @@ MAX_POLICY_LAG = 8
 """The most batches one update's weights may lag behind: each lag step keeps one more weights
 version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on every node."""
 
-LEGACY_DEFAULTS: dict[str, Any] = {"policy_lag": 0, "inputs": "diff", "lr_half_life": 0.0}
+LEGACY_DEFAULTS: dict[str, Any] = {
+    "policy_lag": 0,
+    "inputs": "diff",
+    "lr_half_life": 0.0,
+    "entropy_bonus": 0.0,
+}
 """Fields added after runs were first stored, with the value that a config.json without them
 was trained with (whatever the default is now): a resumed run keeps its algorithm."""
 
@@ -254,6 +272,7 @@ ALGORITHM_FIELDS = (
     "decay_rate",
     "hidden",
     "advantage",
+    "entropy_bonus",
     "inputs",
     "policy_lag",
 )
@@ -270,6 +289,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "hidden": 200,
         "gamma": 0.99,
         "advantage": "episode",
+        "entropy_bonus": 0.0,
         "inputs": "diff",
         "policy_lag": 0,
     },

@@ -94,18 +94,35 @@ class EpisodeGradient:
     ENTRIES = 64 * 1024
     """Non-zero input pixels buffered before a fold (~30 a step in Pong)."""
 
-    def __init__(self, hidden: int, block: int = BLOCK, advantage: str = "episode") -> None:
+    def __init__(
+        self,
+        hidden: int,
+        block: int = BLOCK,
+        advantage: str = "episode",
+        entropy_bonus: float = 0.0,
+    ) -> None:
         """Working memory for the gradients of policies with `hidden` units; with
-        `advantage` "batch", `finish` writes A and B and leaves standardising to the batch."""
+        `advantage` "batch", `finish` writes A and B and leaves standardising to the batch.
+        An `entropy_bonus` beta > 0 adds beta * sum_t H_t, the policy's entropy at each
+        step, to the (per-episode) objective."""
+        if entropy_bonus and advantage == "batch":
+            raise ValueError("an entropy bonus needs per-episode advantages")
         self._hidden = hidden
         self._width = gradient_width(advantage)
         self._block = block
+        self._entropy_bonus = entropy_bonus
         size = policy.param_count(hidden)
         # Written through once here, so that the memory is resident from the start and an
         # episode's peak does not depend on what its first rallies touch.
         self._a = np.ones(size)
         self._b = np.ones(size)
         self._carry = np.ones(size)
+        # With a bonus, E = sum_t dH_t/dlogit * d logit_t / d params: known step by step,
+        # and added as beta * E after the standardising (so in its own sum), with each
+        # step's slope dH/dlogit.
+        self._e = np.ones(size) if entropy_bonus else None
+        self._slopes = np.ones(block)
+        self._no_slopes = np.zeros(block)
         # W1 rows that may be non-zero (uint8: the compiled loops take no bool arrays)
         self._touched = np.ones(policy.INPUT_SIZE, dtype=np.uint8)
         # The buffered steps: inputs in CSR form (a step has at most INPUT_SIZE entries, so
@@ -151,7 +168,7 @@ class EpisodeGradient:
         self._weights = weights
         self._gamma = gamma
         # `finish` leaves the sums zero; an episode cut short by an error may not have.
-        for acc in (self._a, self._b):
+        for acc in (self._a, self._b) if self._e is None else (self._a, self._b, self._e):
             w1t, w2 = policy.split(acc, self._hidden)
             w1t[np.flatnonzero(self._touched)] = 0.0
             w2[:] = 0.0
@@ -167,7 +184,10 @@ class EpisodeGradient:
         self._idx[first:last] = idx
         self._vals[first:last] = vals
         self._indptr[t + 1] = last
-        return sparse.forward(self._weights.w1t, self._weights.w2, idx, vals, self._hs[t])
+        p_up = sparse.forward(self._weights.w1t, self._weights.w2, idx, vals, self._hs[t])
+        if self._e is not None:
+            self._slopes[t] = policy.entropy_slope(p_up)
+        return p_up
 
     def add(self, dlogp: float, reward: float) -> None:
         """Complete the step begun by `forward`: d log pi(action) / d logit, and the reward."""
@@ -192,6 +212,11 @@ class EpisodeGradient:
             self._touched[:] = 0
             return out
         mu, scale = self._moments.mean, self._moments.standardizing_scale
+        if self._e is not None:
+            # finish writes (A - mu B) * scale: A + beta / scale * E adds beta * E to it.
+            self._e *= self._entropy_bonus / scale
+            self._a += self._e
+            self._e[:] = 0.0
         sparse.finish(self._a, self._b, self._touched, mu, scale, out)
         return out
 
@@ -241,7 +266,7 @@ class EpisodeGradient:
             self._idx[: last - first] = self._idx[first:last]
             self._vals[: last - first] = self._vals[first:last]
             self._indptr[: rest + 1] = self._indptr[count : self._buffered + 1] - first
-            for array in (self._hs, self._dlogps, self._rewards):
+            for array in (self._hs, self._dlogps, self._rewards, self._slopes):
                 array[:rest] = array[count : self._buffered]
         self._indptr[0] = 0
         self._buffered = rest
@@ -261,4 +286,10 @@ class EpisodeGradient:
             sparse.accumulate(
                 self._idx, self._vals, self._indptr, self._hs, self._weights.w2, count,
                 coef_a, coef_b, out_a, out_b, self._touched,
+            )
+        if count and self._e is not None:
+            # The kernel fills two sums a call; E goes alone, as both, its second share 0.
+            sparse.accumulate(
+                self._idx, self._vals, self._indptr, self._hs, self._weights.w2, count,
+                self._slopes, self._no_slopes, self._e, self._e, self._touched,
             )

@@ -13,6 +13,7 @@ copy, through the compiled sparse loops of `sparse.pyx`; tests check those again
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -57,6 +58,19 @@ def init_params(hidden: int, seed: int) -> np.ndarray:
 def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
     """The logistic function, 1 / (1 + exp(-x))."""
     return 1.0 / (1.0 + np.exp(-x))
+
+
+def entropy_slope(p_up: float) -> float:
+    """d H / d logit for the policy's two actions with P(UP) = `p_up`: -logit * p * (1 - p).
+
+    The entropy H = -p log p - (1 - p) log(1 - p) is largest at p = 1/2, where this slope is
+    0; it is 0 too where p is exactly 0 or 1 (a saturated logit). Scalar `math`, not numpy, so
+    that every machine computes the same bits.
+    """
+    q = 1.0 - p_up
+    if p_up <= 0.0 or q <= 0.0:
+        return 0.0
+    return -(math.log(p_up) - math.log(q)) * p_up * q
 
 
 def discount_rewards(rewards: np.ndarray, gamma: float) -> np.ndarray:

@@ -70,6 +70,7 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         gamma=config.gamma,
         advantage=config.advantage,
         inputs=config.inputs,
+        entropy_bonus=config.entropy_bonus,
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,

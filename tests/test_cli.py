@@ -88,6 +88,11 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--preset", "fast"], "'fast' is not 'karpathy'"),
         (["--lr", "inf"], "--lr must be a finite number"),
         (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
+        (["--entropy-bonus", "-0.1"], "--entropy-bonus must be >= 0"),
+        (
+            ["--entropy-bonus", "0.01", "--advantage", "batch"],
+            "--entropy-bonus works with --advantage episode only",
+        ),
         (["--run-dir", " "], "--run-dir must name a directory"),
         (["--workers", "100000"], "--workers must be at most"),
         (["--hidden", "1000000"], "--hidden must be between 1 and 4096"),
@@ -122,7 +127,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
         "rmsprop", 1e-4, 10, 200,
     )
     assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
-    assert (config["inputs"], config["lr_half_life"]) == ("diff", 0)
+    assert (config["inputs"], config["lr_half_life"], config["entropy_bonus"]) == ("diff", 0, 0)
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")
     )

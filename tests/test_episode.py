@@ -55,8 +55,11 @@ def test_result_is_a_finite_gradient_of_the_right_size() -> None:
 class _Recording(EpisodeGradient):
     """Keeps every step it is given, for comparison with the dense reference."""
 
-    def __init__(self, hidden: int, block: int, entries: int, advantage: str = "episode") -> None:
-        super().__init__(hidden, block, advantage)
+    def __init__(
+        self, hidden: int, block: int, entries: int, advantage: str = "episode",
+        entropy_bonus: float = 0.0,
+    ) -> None:
+        super().__init__(hidden, block, advantage, entropy_bonus)
         self.ENTRIES = entries  # the buffers stay larger: only the fold's trigger moves
         self.log: list[tuple[np.ndarray, np.ndarray, float, float]] = []
         self.most_buffered = 0
@@ -71,8 +74,11 @@ class _Recording(EpisodeGradient):
         self.most_buffered = max(self.most_buffered, self.buffered)
 
 
-def _dense_gradient(log, params: np.ndarray, hidden: int, gamma: float) -> np.ndarray:
-    """Karpathy's computation of an episode's gradient, dense and in float64."""
+def _dense_gradient(
+    log, params: np.ndarray, hidden: int, gamma: float, entropy_bonus: float = 0.0
+) -> np.ndarray:
+    """Karpathy's computation of an episode's gradient, dense and in float64; with an
+    entropy bonus beta, plus beta times the gradient of the sum of the steps' entropies."""
     xs = np.zeros((len(log), policy.INPUT_SIZE))
     for t, (idx, vals, _, _) in enumerate(log):
         xs[t, idx] = vals
@@ -80,8 +86,13 @@ def _dense_gradient(log, params: np.ndarray, hidden: int, gamma: float) -> np.nd
     rewards = np.array([step[3] for step in log])
     advantages = policy.standardize(policy.discount_rewards(rewards, gamma))
     w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), hidden)
-    hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
-    return policy.backward(w2, xs, hs, dlogps * advantages, np.empty_like(params))
+    steps = [policy.forward(w1t, w2, x) for x in xs]
+    hs = np.vstack([h for _, h in steps])
+    # H = -p log p - (1-p) log(1-p); dH/dlogit = -logit p (1-p), logit = log(p / (1-p))
+    ps = np.array([p for p, _ in steps])
+    slopes = -np.log(ps / (1 - ps)) * ps * (1 - ps)
+    coefficients = dlogps * advantages + entropy_bonus * slopes
+    return policy.backward(w2, xs, hs, coefficients, np.empty_like(params))
 
 
 @pytest.mark.parametrize(
@@ -110,6 +121,32 @@ def test_episode_gradient_matches_the_dense_reference(
     scale = np.abs(dense).max()
     assert scale > 0
     np.testing.assert_allclose(result.grad, dense, rtol=0, atol=scale * 1e-5)
+
+
+@pytest.mark.parametrize("block", [1024, 16, 7])
+def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -> None:
+    params = policy.init_params(HIDDEN, 2) * 3
+    weights = policy.Weights32.from_params(params, HIDDEN)
+    env = make_training_env("FakePong-v0", points_to_win=3, max_steps=300 if block == 7 else 27_000)
+    work = _Recording(HIDDEN, block, EpisodeGradient.ENTRIES, entropy_bonus=0.3)
+    result = _play(env, weights, EpisodeTask(0, 5), work)
+    dense = _dense_gradient(work.log, params, HIDDEN, 0.99, entropy_bonus=0.3)
+    scale = np.abs(dense).max()
+    np.testing.assert_allclose(result.grad, dense, rtol=0, atol=scale * 1e-5)
+    without = _dense_gradient(work.log, params, HIDDEN, 0.99)
+    assert np.abs(without - dense).max() > scale * 1e-2  # the bonus changes the gradient
+
+
+def test_policy_entropy_slope_is_the_derivative_of_the_entropy() -> None:
+    def entropy(logit: float) -> float:
+        p = 1 / (1 + np.exp(-logit))
+        return -p * np.log(p) - (1 - p) * np.log(1 - p)
+
+    for logit in (-3.0, -0.2, 0.0, 1.5):
+        p = 1 / (1 + np.exp(-logit))
+        numeric = (entropy(logit + 1e-6) - entropy(logit - 1e-6)) / 2e-6
+        assert policy.entropy_slope(p) == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+    assert policy.entropy_slope(0.0) == policy.entropy_slope(1.0) == 0.0
 
 
 def test_batch_advantages_match_the_dense_reference() -> None:
@@ -164,19 +201,27 @@ def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
     assert reused.grad.tobytes() == fresh.grad.tobytes()
 
 
-def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one() -> None:
+@pytest.mark.parametrize("entropy_bonus", [0.0, 0.5])
+def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one(
+    entropy_bonus: float,
+) -> None:
     weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), HIDDEN)
     crashing = make_training_env(
         "CrashingPong-v0", crash_episodes=(0,), crash_at_step=60, points_to_win=2
     )
-    work = EpisodeGradient(HIDDEN, block=8)  # small blocks: folds happen before the failure
+    # small blocks: folds happen before the failure
+    work = EpisodeGradient(HIDDEN, block=8, entropy_bonus=entropy_bonus)
     with pytest.raises(RuntimeError, match="planned failure"):
         _play(crashing, weights, EpisodeTask(0, 11), work)
     assert work.steps == 59 and work.buffered < 8
     reused = _play(crashing, weights, EpisodeTask(1, 12), work)
     env = make_training_env("FakePong-v0", points_to_win=2)
-    fresh = _play(env, weights, EpisodeTask(1, 12), EpisodeGradient(HIDDEN, block=8))
+    fresh = _play(
+        env, weights, EpisodeTask(1, 12), EpisodeGradient(HIDDEN, 8, entropy_bonus=entropy_bonus)
+    )
     assert reused.grad.tobytes() == fresh.grad.tobytes()
+    again = _play(env, weights, EpisodeTask(1, 12), work)  # after a finished episode
+    assert again.grad.tobytes() == fresh.grad.tobytes()
 
 
 def test_moments_merge_chunks_like_numpy() -> None:

@@ -255,7 +255,12 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
 )
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("advantage", "batch"), ("inputs", "diff+paddle"), ("lr_half_life", 1000.0)],
+    [
+        ("advantage", "batch"),
+        ("inputs", "diff+paddle"),
+        ("lr_half_life", 1000.0),
+        ("entropy_bonus", 0.5),
+    ],
 )
 def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
     tmp_path: Path, backend: str, option: str, value: object, serial_weights: bytes,

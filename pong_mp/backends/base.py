@@ -83,6 +83,8 @@ class RolloutSpec:
     """Returns standardised per episode, or over the batch (the gradient is then A and B)."""
     inputs: str = "diff"
     """What the policy sees (frames.INPUTS): frame differences, or with the paddle shown."""
+    entropy_bonus: float = 0.0
+    """Weight of the policy's entropy in each episode's objective (0: none)."""
     workers: int = 1
     """Worker processes or actors (ignored by the serial backend)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)

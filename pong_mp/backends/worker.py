@@ -42,7 +42,11 @@ class EpisodeWorker:
             self.spec.env_id, self.spec.inputs, **self.spec.env_kwargs
         )
         self._env, self._inputs = env, inputs
-        self._work = EpisodeGradient(self.spec.hidden, advantage=self.spec.advantage)
+        self._work = EpisodeGradient(
+            self.spec.hidden,
+            advantage=self.spec.advantage,
+            entropy_bonus=self.spec.entropy_bonus,
+        )
 
     def play(
         self, weights: policy.Weights32, task: EpisodeTask, out: np.ndarray | None = None
