@@ -18,7 +18,7 @@ Module map, in the order data flows through an update:
     frames.py      frames -> binary 80x80 -> sparse frame differences
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops
     batch_sum.py   the fixed order in which a batch's gradients are added
-    optim.py       RMSProp and Adam
+    optim.py       RMSProp and Adam, and the learning-rate schedule
     checkpoint.py  atomic save and validated load; files.py atomic writes
     envs/          making envs: registry.py (ids), atari.py (FastAtari), fake_pong.py
     api.py         pong_mp.train and pong_mp.Agent

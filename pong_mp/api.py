@@ -37,12 +37,11 @@ def train(
     """Train (or with `resume=True` continue) the run in `run_dir`; returns its final state
     (`.batch`, `.episodes`, `.steps`, `.running_reward`, ...).
 
-    Options are those of `pong-mp train`, with underscores: `env`, `workers`, `backend`,
-    `batch_size`, `batches`, `seed`, `optimizer`, `lr`, `gamma`, `decay_rate`, `hidden`,
-    `checkpoint_every`, `episode_timeout`, `target_reward`, `ray_address`; `env_arg` is a
-    dict of env arguments and `preset` a preset's name. On resume, only the options given
-    here change the stored run (and only those that may change). A progress bar (tqdm.auto:
-    a widget in Jupyter) shows unless `progress=False`.
+    Options are the fields of `TrainConfig`, which are `pong-mp train`'s long options with
+    underscores (`batch_size`, `lr_half_life`, ...; `pong_mp.config.TrainConfig` lists them);
+    `env_arg` is a dict of env arguments and `preset` a preset's name. On resume, only the
+    options given here change the stored run (and only those that may change). A progress
+    bar (tqdm.auto: a widget in Jupyter) shows unless `progress=False`.
 
     Ctrl-C (KeyboardInterrupt in a notebook) saves the checkpoint and raises
     KeyboardInterrupt; `train(run_dir, resume=True)` continues. Bad options raise
