@@ -95,6 +95,7 @@ class BatchSum:
         """Episodes whose results arrived."""
         self.steps = 0
         self.rewards: dict[int, float] = {}
+        self._entropies: dict[int, float] = {}
         self._returns: dict[int, Moments] = {}
         self._first = first_index
         self._groups = group_count(batch_size)
@@ -107,6 +108,12 @@ class BatchSum:
     def episode_rewards(self) -> list[float]:
         """The episodes' reward sums, in episode order."""
         return [self.rewards[i] for i in sorted(self.rewards)]
+
+    @property
+    def entropy(self) -> float:
+        """The sum of the policy's entropy over the steps of the episodes that arrived,
+        added in episode order (the same bits whatever order they arrived in)."""
+        return sum(self._entropies[i] for i in sorted(self._entropies))
 
     def return_moments(self) -> Moments:
         """The moments of all the batch's returns, merged in episode order (fixed)."""
@@ -135,6 +142,7 @@ class BatchSum:
             raise ValueError(f"episode {stats.index} was added twice")
         self.count += 1
         self.steps += stats.steps
+        self._entropies[stats.index] = stats.entropy
         self.rewards[stats.index] = stats.reward_sum
         self._returns[stats.index] = stats.returns
 

@@ -48,6 +48,8 @@ class EpisodeStats:
     """Wall time spent on the episode in the worker."""
     returns: Moments = field(default_factory=Moments)
     """Count, mean and spread of its steps' returns (for batch-wide standardising)."""
+    entropy: float = 0.0
+    """Sum over its steps of the policy's entropy (nats): how undecided it played."""
 
     def add_to(self, summed: BatchSum) -> None:
         """Count this episode in a batch whose gradients come as group sums
@@ -72,17 +74,22 @@ class EpisodeResult:
     """Wall time spent on the episode in the worker."""
     returns: Moments = field(default_factory=Moments)
     """Count, mean and spread of its steps' returns (for batch-wide standardising)."""
+    entropy: float = 0.0
+    """Sum over its steps of the policy's entropy (nats): how undecided it played."""
 
     @property
     def stats(self) -> EpisodeStats:
         """The statistics without the gradient."""
-        return EpisodeStats(self.index, self.reward_sum, self.steps, self.seconds, self.returns)
+        return EpisodeStats(
+            self.index, self.reward_sum, self.steps, self.seconds, self.returns, self.entropy
+        )
 
     @classmethod
     def with_grad(cls, stats: EpisodeStats, grad: np.ndarray) -> EpisodeResult:
         """An episode's statistics joined again with its gradient."""
         return cls(
-            stats.index, grad, stats.reward_sum, stats.steps, stats.seconds, stats.returns
+            stats.index, grad, stats.reward_sum, stats.steps, stats.seconds, stats.returns,
+            stats.entropy,
         )
 
     def add_to(self, summed: BatchSum) -> None:
@@ -182,4 +189,5 @@ def play_episode(
         steps=work.steps,
         seconds=time.perf_counter() - start,
         returns=Moments(moments.count, moments.mean, moments.m2),
+        entropy=work.entropy_sum,
     )

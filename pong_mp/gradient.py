@@ -146,6 +146,8 @@ class EpisodeGradient:
         """Steps added so far."""
         self.reward_sum = 0.0
         """Sum of the rewards added so far."""
+        self.entropy_sum = 0.0
+        """Sum of the policy's entropy (nats) over the steps begun so far."""
 
     @property
     def size(self) -> int:
@@ -185,6 +187,7 @@ class EpisodeGradient:
         self._vals[first:last] = vals
         self._indptr[t + 1] = last
         p_up = sparse.forward(self._weights.w1t, self._weights.w2, idx, vals, self._hs[t])
+        self.entropy_sum += policy.entropy(p_up)
         if self._e is not None:
             self._slopes[t] = policy.entropy_slope(p_up)
         return p_up

@@ -60,6 +60,15 @@ def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def entropy(p_up: float) -> float:
+    """The entropy in nats of the policy's two actions with P(UP) = `p_up`: ln 2 at 1/2, 0
+    for a certain action (scalar `math`, the same bits on every machine)."""
+    q = 1.0 - p_up
+    if p_up <= 0.0 or q <= 0.0:
+        return 0.0
+    return -p_up * math.log(p_up) - q * math.log(q)
+
+
 def entropy_slope(p_up: float) -> float:
     """d H / d logit for the policy's two actions with P(UP) = `p_up`: -logit * p * (1 - p).
 

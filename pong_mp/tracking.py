@@ -30,6 +30,7 @@ SCALARS = {
     "update/weight_norm": "weight_norm",
     "update/step_norm": "step_norm",
     "update/lr": "lr",
+    "policy/entropy": "entropy",
 }
 """TensorBoard tag -> metrics field, for each update."""
 

@@ -140,6 +140,8 @@ def apply_batch(
         "weight_norm": float(np.linalg.norm(params)),
         "step_norm": float(np.linalg.norm(params - state.params)),
         "lr": lr,
+        # Mean entropy per step (nats; ln 2 = 0.69 is a coin toss): how settled the policy is.
+        "entropy": summed.entropy / summed.steps if summed.steps else None,
     }
     return new_state, stats
 
@@ -334,6 +336,7 @@ def _record(
         "weight_norm": stats["weight_norm"],
         "step_norm": stats["step_norm"],
         "lr": stats["lr"],
+        "entropy": stats["entropy"],
         "elapsed": state.elapsed,
         "total_steps": state.steps,
         "workers": 1 if config.backend == "serial" else config.workers,

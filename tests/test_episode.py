@@ -135,18 +135,17 @@ def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -
     np.testing.assert_allclose(result.grad, dense, rtol=0, atol=scale * 1e-5)
     without = _dense_gradient(work.log, params, HIDDEN, 0.99)
     assert np.abs(without - dense).max() > scale * 1e-2  # the bonus changes the gradient
-
-
-def test_policy_entropy_slope_is_the_derivative_of_the_entropy() -> None:
-    def entropy(logit: float) -> float:
-        p = 1 / (1 + np.exp(-logit))
-        return -p * np.log(p) - (1 - p) * np.log(1 - p)
-
-    for logit in (-3.0, -0.2, 0.0, 1.5):
-        p = 1 / (1 + np.exp(-logit))
-        numeric = (entropy(logit + 1e-6) - entropy(logit - 1e-6)) / 2e-6
-        assert policy.entropy_slope(p) == pytest.approx(numeric, rel=1e-6, abs=1e-9)
-    assert policy.entropy_slope(0.0) == policy.entropy_slope(1.0) == 0.0
+    # The episode's entropy, reported with or without a bonus, is that of its steps' P(UP).
+    w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), HIDDEN)
+    ps = []
+    for idx, vals, _, _ in work.log:
+        x = np.zeros(policy.INPUT_SIZE)
+        x[idx] = vals
+        ps.append(policy.forward(w1t, w2, x)[0])
+    ps = np.array(ps)
+    entropy = -(ps * np.log(ps) + (1 - ps) * np.log(1 - ps)).sum()
+    assert result.entropy == pytest.approx(entropy, rel=1e-5)
+    assert 0 < result.entropy < np.log(2) * result.steps
 
 
 def test_batch_advantages_match_the_dense_reference() -> None:

@@ -127,3 +127,19 @@ def test_backward_matches_finite_differences() -> None:
     # Inputs that are always zero get no gradient.
     zero_col = int(np.flatnonzero(np.abs(xs).sum(axis=0) == 0)[0])
     assert np.all(grad[zero_col * hidden : (zero_col + 1) * hidden] == 0.0)
+
+
+def test_the_entropy_and_its_slope_by_the_logit() -> None:
+    def entropy(logit: float) -> float:
+        p = 1 / (1 + np.exp(-logit))
+        return -p * np.log(p) - (1 - p) * np.log(1 - p)
+
+    for logit in (-3.0, -0.2, 0.0, 1.5):
+        p = 1 / (1 + np.exp(-logit))
+        numeric = (entropy(logit + 1e-6) - entropy(logit - 1e-6)) / 2e-6
+        assert policy.entropy(p) == pytest.approx(entropy(logit), rel=1e-12)
+        assert policy.entropy_slope(p) == pytest.approx(numeric, rel=1e-6, abs=1e-9)
+    assert policy.entropy_slope(0.0) == policy.entropy_slope(1.0) == 0.0
+    assert policy.entropy(0.5) == pytest.approx(np.log(2), rel=1e-15)
+    assert policy.entropy(0.2) == pytest.approx(-0.2 * np.log(0.2) - 0.8 * np.log(0.8))
+    assert policy.entropy(0.0) == policy.entropy(1.0) == 0.0

@@ -104,6 +104,18 @@ def test_resume_continues_bit_for_bit(tmp_path: Path, serial_weights: bytes, cle
     assert [json.loads(r)["batch"] for r in records] == [1, 2, 3]
 
 
+def test_the_policy_entropy_is_logged_with_the_same_bits_on_every_backend(
+    tmp_path: Path, clean_system
+) -> None:
+    logged = []
+    for name, overrides in (("serial", {"backend": "serial"}), ("local", {"workers": 3})):
+        train(_config(tmp_path / name, **overrides), log=_quiet)
+        lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        logged.append([json.loads(line)["entropy"] for line in lines])
+    assert logged[0] == logged[1]
+    assert all(0.3 < value <= np.log(2) for value in logged[0])  # a young policy: undecided
+
+
 def test_resume_drops_metrics_newer_than_the_checkpoint(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
