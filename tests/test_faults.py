@@ -125,7 +125,15 @@ def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
 
 def test_ctrl_c_while_workers_start(tmp_path: Path, clean_system) -> None:
     proc = start("train", *FAKE, "--workers", "2", "--run-dir", str(tmp_path))
-    time.sleep(0.8)  # inside start-up: imports, spawning, the workers' env set-up
+    # Once the run directory is made, the workers are being spawned and set up their envs.
+    # (Waiting for it rather than a fixed time keeps the signal out of the interpreter's own
+    # imports on a loaded machine: a KeyboardInterrupt there is Python's, before any of
+    # pong-mp runs.)
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "config.json").exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run directory was never made"
+        time.sleep(0.01)
     os.kill(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
