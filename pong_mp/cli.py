@@ -427,7 +427,18 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     help="Also print when the running reward first reached -20, -15, ... +18, for each run "
     "(and, for several runs, per setting over its seeds).",
 )
-def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bool) -> None:
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="STEPS_PER_SEC",
+    help="With --milestones, also convert env steps to wall time at this training rate (the "
+    "steps/s that `pong-mp bench` measures), for runs made with fewer processes or on a busy "
+    "machine.",
+)
+def plot_command(
+    run_dirs: tuple[Path, ...], output: Path | None, milestones: bool, rate: float | None
+) -> None:
     """Plot a run's learning curve and speed, or compare several runs (seeds of one setting
     become a mean curve with its spread). Works while runs are still going."""
     if output is None:
@@ -437,11 +448,11 @@ def plot_command(run_dirs: tuple[Path, ...], output: Path | None, milestones: bo
         runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
         check_output(output)
         tables = [
-            milestones_table(records, title=None if len(runs) == 1 else str(run_dir))
+            milestones_table(records, title=None if len(runs) == 1 else str(run_dir), rate=rate)
             for run_dir, records in runs
         ]
         if len(runs) > 1:
-            tables.append(settings_table(runs))
+            tables.append(settings_table(runs, rate=rate))
         if len(runs) == 1:
             plot_run(runs[0][0], output, runs[0][1])
         else:

@@ -145,3 +145,21 @@ def test_the_settings_table_averages_seeds_and_counts_those_that_reached(tmp_pat
     row = next(line for line in table.splitlines() if line.startswith("| >= 0 |"))
     # 30 and 15 updates of 3,000 steps: 0.09 and 0.045 M steps.
     assert row == "| >= 0 | 0.07 (0.04-0.09), 2/2 | not reached (0/1) |"
+
+
+def test_rate_converts_env_steps_to_wall_time(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "a0", seed=0, optimizer="adam")  # 0 at update 30: 90,000 steps
+    _fake_run(tmp_path / "a1", seed=1, optimizer="adam", per_point=3)  # 0 at 15: 45,000
+    _fake_run(tmp_path / "r0", seed=0, per_point=10)
+    done = pong_mp(
+        "plot", *(str(tmp_path / n) for n in ("a0", "a1", "r0")), "-o", str(tmp_path / "c.png"),
+        "--milestones", "--rate", "500",
+    )
+    assert done.returncode == 0, done.stderr
+    # 90,000 steps at 500 steps/s: 3.0 min; the seeds' mean, 67,500 steps: 2.2 min (2.25).
+    table_a0 = done.stdout.split(f"{tmp_path / 'a0'}:")[1].split("\n\n")[0]
+    assert "| >= 0 | 30 | 300 | 90,000 | 0.5 min | 3.0 min |" in table_a0
+    assert "| >= 18 | not yet | | | | |" in table_a0
+    assert "| >= 0 | 0.07 (0.04-0.09), 2/2, 2.2 min | not reached (0/1) |" in done.stdout
+    bad = pong_mp("plot", str(tmp_path / "a0"), "--rate", "0")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1

@@ -295,32 +295,43 @@ def milestones(
     return rows
 
 
-def milestones_table(records: list[dict[str, Any]], title: str | None = None) -> str:
-    """The milestones as a Markdown table, under `title` if given."""
+def minutes_at(steps: float, rate: float) -> str:
+    """Env steps as wall time at a training rate in steps/s, e.g. "3.3 min"."""
+    return f"{steps / rate / 60:.1f} min"
+
+
+def milestones_table(
+    records: list[dict[str, Any]], title: str | None = None, rate: float | None = None
+) -> str:
+    """The milestones as a Markdown table, under `title` if given; with `rate` (training steps
+    per second), a column with the wall time the env steps take at that rate."""
     lines = [f"{title}:"] if title else []
+    extra = f" at {rate:,.0f} steps/s |" if rate else ""
     lines += [
-        "| running reward | update | episodes | env steps | wall time |",
-        "|---|---|---|---|---|",
+        "| running reward | update | episodes | env steps | wall time |" + extra,
+        "|---|---|---|---|---|" + "---|" * bool(rate),
     ]
     for row in milestones(records):
         if row["batch"] is None:
-            lines.append(f"| >= {row['threshold']:g} | not yet | | | |")
+            lines.append(f"| >= {row['threshold']:g} | not yet | | | |" + " |" * bool(rate))
         else:
+            at = f" {minutes_at(row['steps'], rate)} |" if rate else ""
             lines.append(
                 f"| >= {row['threshold']:g} | {row['batch']} | {row['episodes']:,} | "
-                f"{row['steps']:,} | {row['minutes']:.1f} min |"
+                f"{row['steps']:,} | {row['minutes']:.1f} min |" + at
             )
     return "\n".join(lines)
 
 
-def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
+def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | None = None) -> str:
     """Env steps to each running reward, per setting (runs grouped as in `plot_runs`): the
-    mean over the seeds that reached it, their range, and how many of the seeds did."""
+    mean over the seeds that reached it, their range, and how many of the seeds did; with
+    `rate` (training steps per second), also the wall time of the mean at that rate."""
     groups = group_runs(runs)
     head = "| running reward | " + " | ".join(g.label for g in groups) + " |"
     lines = [
         "env steps (millions) to each running reward, per setting: mean (min-max), seeds "
-        "that reached it",
+        "that reached it" + (f", minutes at {rate:,.0f} steps/s" if rate else ""),
         head,
         "|---" * (len(groups) + 1) + "|",
     ]
@@ -339,6 +350,7 @@ def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
                 continue
             millions = np.array(steps) / 1e6
             spread = f" ({millions.min():.2f}-{millions.max():.2f})" if len(steps) > 1 else ""
-            cells.append(f"{millions.mean():.2f}{spread}, {len(steps)}/{seeds}")
+            at = f", {minutes_at(float(np.mean(steps)), rate)}" if rate else ""
+            cells.append(f"{millions.mean():.2f}{spread}, {len(steps)}/{seeds}{at}")
         lines.append(f"| >= {threshold:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
