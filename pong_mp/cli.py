@@ -34,7 +34,13 @@ from pong_mp.frames import INPUTS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, open_run
 from pong_mp.signals import STOP_SIGNALS, Interrupted
-from pong_mp.tools.bench import format_bench, format_scaling, run_bench, run_scaling
+from pong_mp.tools.bench import (
+    TrainingSetup,
+    format_bench,
+    format_scaling,
+    run_bench,
+    run_scaling,
+)
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
 from pong_mp.tools.plot import (
     PlotError,
@@ -490,7 +496,7 @@ def plot_command(
 @click.option(
     "--batch-size",
     type=click.IntRange(min=1),
-    default=10,
+    default=TrainConfig.batch_size,
     show_default=True,
     help="Episodes per update of the training runs.",
 )
@@ -503,7 +509,7 @@ def plot_command(
 @click.option(
     "--policy-lag",
     type=click.IntRange(min=0, max=MAX_POLICY_LAG),
-    default=0,
+    default=TrainConfig.policy_lag,
     show_default=True,
     metavar="L",
     help="The training runs' --policy-lag.",
@@ -518,6 +524,14 @@ def plot_command(
     type=click.Choice(INPUTS),
     help="The training runs' --inputs (default: the model's, else train's default).",
 )
+@click.option(
+    "--entropy-bonus",
+    type=click.FloatRange(min=0),
+    default=TrainConfig.entropy_bonus,
+    show_default=True,
+    metavar="BETA",
+    help="The training runs' --entropy-bonus (its extra sum per worker costs time and memory).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 def bench_command(
     workers: int,
@@ -529,6 +543,7 @@ def bench_command(
     policy_lag: int,
     model: Path | None,
     inputs: str | None,
+    entropy_bonus: float,
     as_json: bool,
 ) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
@@ -552,9 +567,10 @@ def bench_command(
             else format_projection(costs, rows)
         )
         return
+    setup = TrainingSetup(batch_size, policy_lag, inputs, entropy_bonus, model)
     if scaling:
-        rows = run_scaling(workers, seconds, env, batch_size, policy_lag, model, inputs)
+        rows = run_scaling(workers, seconds, env, setup)
         click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))
         return
-    results = run_bench(workers, seconds, env, batch_size, policy_lag, model, inputs)
+    results = run_bench(workers, seconds, env, setup)
     click.echo(json.dumps(results, indent=2) if as_json else format_bench(results))

@@ -72,7 +72,7 @@ def test_format_bench_shows_every_figure() -> None:
         "8,000 steps/s",
         "7,600 steps/s",
         "0.95x raw",
-        "policy lag 1, inputs diff+paddle, new weights",
+        "policy lag 1, inputs diff+paddle, entropy bonus 0, new weights",
         "workers busy 93% of the time",
         "0.45x one raw process",
         "0.40%",
@@ -118,15 +118,15 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
     monkeypatch.setattr(
         bench,
         "training_rate",
-        lambda env, workers, seconds, batch_size=10, policy_lag=0, model=None, inputs=None: {
-            "inputs": inputs or "diff",
+        lambda env, workers, seconds, setup: {
+            "inputs": setup.inputs or "diff",
             "steps_per_sec": 90.0 * workers,
             "coordinator_share": 0.01,
             "workers_busy": 0.9,
             "updates": 2,
         },
     )
-    rows = bench.run_scaling(3, 1.0, "FakePong-v0", batch_size=6)
+    rows = bench.run_scaling(3, 1.0, "FakePong-v0", bench.TrainingSetup(batch_size=6))
     assert raw_calls == [1, 1, 2, 2, 3, 3]  # before and after each training run
     assert [r["workers"] for r in rows] == [1, 2, 3]
     assert all(r["train_ratio"] == pytest.approx(0.9) and r["batch_size"] == 6 for r in rows)
@@ -169,9 +169,8 @@ def test_training_rate_starts_from_a_model_with_its_lag(
         return original(config, state, backend)
 
     monkeypatch.setattr(trainer, "updates", spy)  # training_rate imports it when called
-    rate = bench.training_rate(
-        "FakePong-v0", 2, 0.5, batch_size=2, policy_lag=1, model=fake_checkpoint
-    )
+    setup = bench.TrainingSetup(batch_size=2, policy_lag=1, model=fake_checkpoint)
+    rate = bench.training_rate("FakePong-v0", 2, 0.5, setup)
     params, _ = load_policy(fake_checkpoint)
     hidden, lag, inputs, start = played[0]
     assert (hidden, lag, inputs) == (8, 1, "diff") and np.array_equal(start, params)
@@ -203,9 +202,50 @@ def test_bench_trains_with_the_inputs_of_its_model(tmp_path, monkeypatch, clean_
         return original(config, state, backend)
 
     monkeypatch.setattr(trainer, "updates", spy)
-    bench.training_rate("FakePong-v0", 1, 0.2, batch_size=1, model=model)
-    bench.training_rate("FakePong-v0", 1, 0.2, batch_size=1, inputs="diff+paddle")
+    bench.training_rate("FakePong-v0", 1, 0.2, bench.TrainingSetup(batch_size=1, model=model))
+    setup = bench.TrainingSetup(batch_size=1, inputs="diff+paddle")
+    bench.training_rate("FakePong-v0", 1, 0.2, setup)
     assert seen == ["diff+paddle", "diff+paddle"]
     done = pong_mp("bench", "--env", "FakePong-v0", "--model", str(model), "--inputs", "diff")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "sees inputs diff+paddle: omit --inputs" in done.stderr
+
+
+def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_system) -> None:
+    import pong_mp.trainer as trainer
+    from pong_mp.tools import bench
+
+    seen = []
+    original = trainer.updates
+
+    def spy(config, state, backend):
+        seen.append(config.entropy_bonus)
+        return original(config, state, backend)
+
+    monkeypatch.setattr(trainer, "updates", spy)
+    monkeypatch.setattr(bench, "raw_rate", lambda env, workers, seconds: 1000.0)
+    monkeypatch.setattr(bench, "dense_reference_rate", lambda env, seconds: 100.0)
+    memory = []
+    monkeypatch.setattr(
+        bench,
+        "episode_memory",
+        lambda steps, entropy_bonus=0.0: memory.append(entropy_bonus) or None,
+    )
+    setup = bench.TrainingSetup(batch_size=1, entropy_bonus=0.25)
+    results = bench.run_bench(1, 0.2, "FakePong-v0", setup)
+    assert seen == [0.25] and memory == [0.25, 0.25]
+    assert results["entropy_bonus"] == 0.25 and results["batch_size"] == 1
+    assert "entropy bonus 0.25" in bench.format_bench(results)
+    done = pong_mp("bench", "--env", "FakePong-v0", "--entropy-bonus", "-1")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+
+
+def test_the_entropy_bonus_adds_its_sum_to_a_workers_episode_memory() -> None:
+    from pong_mp.tools import bench
+
+    plain = bench.episode_memory(1_000, hidden=100, repeats=1)
+    bonus = bench.episode_memory(1_000, hidden=100, repeats=1, entropy_bonus=0.1)
+    if plain is None or bonus is None:
+        pytest.skip("needs Linux's /proc")
+    # The third sum E: 100 x 6,401 float64, 5.1 MB.
+    assert 4.0 < bonus["peak"] - plain["peak"] < 7.0

@@ -19,6 +19,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.batch_sum import GROUP
+from pong_mp.config import TrainConfig
 from pong_mp.envs import make_env
 
 
@@ -120,38 +122,56 @@ def _rss_mb(pid: int, field: str = "VmHWM") -> float | None:
     return None
 
 
+@dataclass(frozen=True)
+class TrainingSetup:
+    """What a bench's training runs train with: `pong-mp train`'s options of the same names
+    (their defaults are train's), and the weights they start from."""
+
+    batch_size: int = TrainConfig.batch_size
+    policy_lag: int = TrainConfig.policy_lag
+    inputs: str | None = None
+    """What the policy sees (frames.INPUTS); None: the model's, or else train's default."""
+    entropy_bonus: float = TrainConfig.entropy_bonus
+    model: Path | None = None
+    """A model or checkpoint whose weights the runs start from (a trained agent's long
+    episodes); None: new weights."""
+
+    def describe(self) -> dict[str, Any]:
+        """The setup as JSON fields of the bench's results."""
+        return {
+            "batch_size": self.batch_size,
+            "policy_lag": self.policy_lag,
+            "entropy_bonus": self.entropy_bonus,
+            "model": None if self.model is None else str(self.model),
+        }
+
+
 def training_rate(
-    env_id: str,
-    workers: int,
-    seconds: float,
-    batch_size: int = 10,
-    policy_lag: int = 0,
-    model: Path | None = None,
-    inputs: str | None = None,
+    env_id: str, workers: int, seconds: float, setup: TrainingSetup = TrainingSetup()
 ) -> dict[str, Any]:
     """Train for real on the local backend for about `seconds` after one warm-up update,
-    from new weights or from those of `model` (a trained agent's episodes are longer).
-    `inputs` (frames.INPUTS) defaults to the model's, or else to training's default."""
+    as `setup` says."""
     from pong_mp.backends.local import LocalBackend
     from pong_mp.checkpoint import TrainState, load_policy
-    from pong_mp.config import LEGACY_DEFAULTS, TrainConfig
+    from pong_mp.config import LEGACY_DEFAULTS
     from pong_mp.trainer import rollout_spec, updates
 
-    if model is None:
+    if setup.model is None:
         hidden = TrainConfig.hidden
         params = policy.init_params(hidden, 0)
-        inputs = inputs or TrainConfig.inputs
+        inputs = setup.inputs or TrainConfig.inputs
     else:
-        params, stored = load_policy(model)
+        params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
-        inputs = inputs or stored.get("inputs", LEGACY_DEFAULTS["inputs"])
+        inputs = setup.inputs or stored.get("inputs", LEGACY_DEFAULTS["inputs"])
     config = TrainConfig(
         env=env_id,
         workers=workers,
-        batch_size=batch_size,
+        batch_size=setup.batch_size,
         hidden=hidden,
-        policy_lag=policy_lag,
+        policy_lag=setup.policy_lag,
         inputs=inputs,
+        entropy_bonus=setup.entropy_bonus,
     )
     backend = LocalBackend(rollout_spec(config))
     backend.start()
@@ -185,7 +205,7 @@ def training_rate(
     }
 
 
-def _episode_memory(steps: int, hidden: int) -> tuple[float, float]:
+def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[float, float]:
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
     from pong_mp.backends.worker import EpisodeWorker
     from pong_mp.episode import EpisodeTask
@@ -193,7 +213,8 @@ def _episode_memory(steps: int, hidden: int) -> tuple[float, float]:
     prepare_worker_process()
     # What a worker holds for all its episodes: its env and workspace, and its gradient slot.
     game = {"points_to_win": 10_000, "max_steps": steps}
-    worker = EpisodeWorker(RolloutSpec("FakePong-v0", hidden, 0.99, env_kwargs=game))
+    spec = RolloutSpec("FakePong-v0", hidden, 0.99, entropy_bonus=entropy_bonus, env_kwargs=game)
+    worker = EpisodeWorker(spec)
     worker.open()
     weights = policy.Weights32.from_params(policy.init_params(hidden, 0), hidden)
     grad = np.ones(policy.param_count(hidden), dtype=np.float32)
@@ -210,16 +231,18 @@ def _episode_memory(steps: int, hidden: int) -> tuple[float, float]:
     return before, peak
 
 
-def episode_memory(steps: int, hidden: int = 200, repeats: int = 3) -> dict[str, float] | None:
+def episode_memory(
+    steps: int, hidden: int = 200, repeats: int = 3, entropy_bonus: float = 0.0
+) -> dict[str, float] | None:
     """RSS (MB) of a fresh worker-like process before one episode of exactly `steps` steps,
     and its peak during it (the median of `repeats` processes: the allocator adds ~0.2 MB of
-    noise); None where /proc cannot tell."""
+    noise); None where /proc cannot tell. `entropy_bonus` > 0 adds its sum to the workspace."""
     ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeats):
         with ctx.Pool(1) as pool:
             try:
-                runs.append(pool.apply(_episode_memory, (steps, hidden)))
+                runs.append(pool.apply(_episode_memory, (steps, hidden, entropy_bonus)))
             except (OSError, RuntimeError):
                 return None
     before, peak = sorted(runs, key=lambda run: run[1])[len(runs) // 2]
@@ -230,19 +253,17 @@ def run_bench(
     workers: int,
     seconds: float,
     env_id: str = "ALE/Pong-v5",
-    batch_size: int = 10,
-    policy_lag: int = 0,
-    model: Path | None = None,
-    inputs: str | None = None,
+    setup: TrainingSetup = TrainingSetup(),
 ) -> dict[str, Any]:
     """Every measurement of `pong-mp bench`, as one dict."""
     raw_before = raw_rate(env_id, workers, seconds)
-    training = training_rate(env_id, workers, seconds, batch_size, policy_lag, model, inputs)
+    training = training_rate(env_id, workers, seconds, setup)
     raw_after = raw_rate(env_id, workers, seconds)
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
     reference = dense_reference_rate(env_id, seconds)
-    short, long = episode_memory(1_000), episode_memory(10_000)
+    short = episode_memory(1_000, entropy_bonus=setup.entropy_bonus)
+    long = episode_memory(10_000, entropy_bonus=setup.entropy_bonus)
     return {
         "env": env_id,
         "workers": workers,
@@ -256,10 +277,8 @@ def run_bench(
         "train_ratio": training["steps_per_sec"] / raw,
         "train_updates": training["updates"],
         "workers_busy": training["workers_busy"],
-        "batch_size": batch_size,
-        "policy_lag": policy_lag,
+        **setup.describe(),
         "inputs": training["inputs"],
-        "model": None if model is None else str(model),
         "coordinator_share": training["coordinator_share"],
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
         "episode_memory_mb_1k_steps": short,
@@ -283,7 +302,7 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r['train_steps_per_sec']:,.0f} steps/s"
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
         f"{r.get('batch_size', 10)} episodes, policy lag {r.get('policy_lag', 0)}, "
-        f"inputs {r.get('inputs', 'diff')}, "
+        f"inputs {r.get('inputs', 'diff')}, entropy bonus {r.get('entropy_bonus', 0):g}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
         f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
@@ -439,26 +458,20 @@ def run_scaling(
     max_workers: int,
     seconds: float,
     env_id: str = "ALE/Pong-v5",
-    batch_size: int = 10,
-    policy_lag: int = 0,
-    model: Path | None = None,
-    inputs: str | None = None,
+    setup: TrainingSetup = TrainingSetup(),
 ) -> list[dict[str, Any]]:
     """Training against the raw emulator with the same number of processes, for 1 to
     `max_workers` workers: one row per count (raw measured before and after training)."""
     rows = []
     for workers in range(1, max_workers + 1):
         before = raw_rate(env_id, workers, seconds)
-        training = training_rate(
-            env_id, workers, seconds, batch_size, policy_lag, model, inputs
-        )
+        training = training_rate(env_id, workers, seconds, setup)
         after = raw_rate(env_id, workers, seconds)
         raw = (before + after) / 2
         rows.append(
             {
                 "workers": workers,
-                "batch_size": batch_size,
-                "policy_lag": policy_lag,
+                **setup.describe(),
                 "inputs": training["inputs"],
                 "raw_steps_per_sec": raw,
                 "train_steps_per_sec": training["steps_per_sec"],
