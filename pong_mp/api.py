@@ -40,7 +40,9 @@ def train(
     Options are the fields of `TrainConfig`, which are `pong-mp train`'s long options with
     underscores (`batch_size`, `lr_half_life`, ...; `pong_mp.config.TrainConfig` lists them);
     `env_arg` is a dict of env arguments and `preset` a preset's name. On resume, only the
-    options given here change the stored run (and only those that may change). A progress
+    options given here change the stored run (and only those that may change); with
+    `fork_from="runs/a"`, a new run starts from that run's checkpoint, with its algorithm
+    options except those given here. A progress
     bar (tqdm.auto: a widget in Jupyter) shows unless `progress=False`.
 
     Ctrl-C (KeyboardInterrupt in a notebook) saves the checkpoint and raises
@@ -61,7 +63,8 @@ def train(
     if env_arg is not None:
         given["env_kwargs"] = dict(env_arg)
     explicit = set(given)
-    if not resume:  # a new run: every option not given takes its default
+    if not resume and given.get("fork_from") is None:
+        # A new run: every option not given takes its default (a fork's come from its run).
         defaults = dataclasses.asdict(TrainConfig())
         del defaults["run_dir"]
         given = {**defaults, **given}

@@ -175,21 +175,24 @@ def train_command(
       pong-mp train --resume                       # continue the run in runs/pong
       pong-mp train --target-reward 18 --run-dir runs/solve      # until solved
       pong-mp train --preset karpathy --run-dir runs/karpathy    # pg-pong exactly
+      pong-mp train --fork-from runs/pong --lr 5e-4 --run-dir runs/lower-lr   # a branch
       pong-mp train --env FakePong-v0 --batches 50 --run-dir runs/fake   # seconds
     """
     options["env_kwargs"] = _parse_env_args(env_args)
-    # Only options the user typed count on --resume; the rest come from the stored run.
+    # Only options the user typed count on --resume (the rest come from the stored run) and
+    # for a fork (the rest: the algorithm of the run it starts from, or the defaults).
     given = {
         name: value
         for name, value in options.items()
         if name == "env_kwargs"
         or ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
     }
-    if resume and not env_args:
+    typed_only = resume or options["fork_from"] is not None
+    if typed_only and not env_args:
         del given["env_kwargs"]
     run_dir = Path(options["run_dir"])
     try:
-        given = apply_preset(preset, given if resume else options, explicit=set(given))
+        given = apply_preset(preset, given if typed_only else options, explicit=set(given))
         with open_run(run_dir, resume, given) as (config, state):
             reporter = make_reporter(quiet, state.batch, config.batches)
             try:

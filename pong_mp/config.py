@@ -124,6 +124,13 @@ class TrainConfig:
         metavar="R",
     )
     tensorboard: bool = option(True, "Write TensorBoard event files into the run directory.")
+    fork_from: str | None = option(
+        None,
+        "Start this new run from the last checkpoint of the run in RUN: its weights, optimizer "
+        "state, counters and metrics so far, and its algorithm options except those given "
+        "here (e.g. --lr). The run in RUN is only read.",
+        metavar="RUN",
+    )
 
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
@@ -135,6 +142,10 @@ class TrainConfig:
                 raise ConfigError(f"{_flag(name)} must be a finite number")
         checks = [
             (self.run_dir.strip() != "", "--run-dir must name a directory"),
+            (
+                self.fork_from is None or self.fork_from.strip() != "",
+                "--fork-from must name a run directory",
+            ),
             (self.workers >= 1, "--workers must be >= 1"),
             (
                 self.backend != "local" or self.workers <= max_local_workers(),
@@ -275,8 +286,13 @@ ALGORITHM_FIELDS = (
     "entropy_bonus",
     "inputs",
     "policy_lag",
+    "fork_from",
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
+
+FORK_KEEPS = ("env", "hidden", "inputs", "optimizer", "policy_lag")
+"""Options a fork keeps from the run it starts from: that run's checkpoint (weights, optimizer
+state, weights in flight) fits only these."""
 
 
 PRESETS: dict[str, dict[str, Any]] = {

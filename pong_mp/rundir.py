@@ -26,7 +26,14 @@ import numpy as np
 from pong_mp import checkpoint, policy
 from pong_mp.backends.base import refuse_in_a_starting_worker
 from pong_mp.checkpoint import CheckpointError, TrainState
-from pong_mp.config import ConfigError, TrainConfig, merge_for_resume, read_config
+from pong_mp.config import (
+    ALGORITHM_FIELDS,
+    FORK_KEEPS,
+    ConfigError,
+    TrainConfig,
+    merge_for_resume,
+    read_config,
+)
 from pong_mp.envs import UnknownEnvError, check_env
 from pong_mp.files import FileError, file_error, file_io, write_text_atomic
 
@@ -339,11 +346,7 @@ def prepare_run(
         _validate(config, build_env)
         if ckpt_path.exists():
             state, ckpt_config = checkpoint.load(ckpt_path)
-            _check_belongs(ckpt_path, ckpt_config, stored)
-            if (state.momentum is not None) != (config.optimizer == "adam"):
-                raise CheckpointError(
-                    f"{ckpt_path}: its optimizer state does not fit --optimizer {config.optimizer}"
-                )
+            _check_belongs(ckpt_path, ckpt_config, stored, state)
         else:
             state = initial_state(config)  # stopped before its first checkpoint
         read_metrics(run_dir / METRICS_FILE)  # a damaged file is refused before anything runs
@@ -354,6 +357,8 @@ def prepare_run(
                 f"{run_dir} already holds a run ({', '.join(existing)}): pass --resume to "
                 "continue it, or choose another --run-dir"
             )
+        if given.get("fork_from") is not None:
+            return _prepare_fork(Path(given["fork_from"]), given, build_env)
         try:
             config = TrainConfig(**given)
         except TypeError as exc:
@@ -361,6 +366,50 @@ def prepare_run(
         _validate(config, build_env)
         state = initial_state(config)
     return config, state
+
+
+def _prepare_fork(
+    source: Path, given: dict[str, Any], build_env: bool
+) -> tuple[TrainConfig, TrainState]:
+    # A new run from the checkpoint of the run in `source`: its algorithm options unless
+    # `given` (the options the user set) changes them; the rest as for any new run.
+    config_path, ckpt_path = source / CONFIG_FILE, source / CHECKPOINT_FILE
+    if not source.is_dir():
+        raise RunDirError(f"--fork-from {source}: no such run directory")
+    missing = [path.name for path in (config_path, ckpt_path) if not path.is_file()]
+    if missing:
+        raise RunDirError(f"--fork-from {source}: nothing to fork from (no {missing[0]})")
+    stored = read_config(config_path)
+    for name in FORK_KEEPS:
+        if name in given and given[name] != getattr(stored, name):
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(
+                f"a fork keeps the {flag} of the run it starts from, {getattr(stored, name)!r} "
+                f"(its checkpoint fits only that), not {given[name]!r}: omit {flag}"
+            )
+    inherited = {
+        name: getattr(stored, name) for name in ALGORITHM_FIELDS if name != "fork_from"
+    }
+    try:
+        config = TrainConfig(**{**inherited, **given})
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from None
+    _validate(config, build_env)
+    state, ckpt_config = checkpoint.load(ckpt_path)
+    _check_belongs(ckpt_path, ckpt_config, stored, state)
+    read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
+    return config, state
+
+
+def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
+    """Start a fork's metrics.jsonl with the records of the run it starts from, up to
+    `last_batch` (its checkpoint's), so that the fork's curve starts where the run did."""
+    assert config.fork_from is not None, "not a fork"
+    records = read_metrics(Path(config.fork_from) / METRICS_FILE)
+    kept = [record for record in records if record["batch"] <= last_batch]
+    write_text_atomic(
+        Path(config.run_dir) / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in kept)
+    )
 
 
 def initial_state(config: TrainConfig) -> TrainState:
@@ -373,13 +422,19 @@ def initial_state(config: TrainConfig) -> TrainState:
     )
 
 
-def _check_belongs(path: Path, ckpt_config: dict[str, Any], stored: TrainConfig) -> None:
+def _check_belongs(
+    path: Path, ckpt_config: dict[str, Any], stored: TrainConfig, state: TrainState
+) -> None:
     for name in ("env", "hidden", "seed", "batch_size"):
         if ckpt_config.get(name) != getattr(stored, name):
             raise CheckpointError(
                 f"{path}: belongs to another run ({name} {ckpt_config.get(name)!r}, "
                 f"{CONFIG_FILE} says {getattr(stored, name)!r})"
             )
+    if (state.momentum is not None) != (stored.optimizer == "adam"):
+        raise CheckpointError(
+            f"{path}: its optimizer state does not fit --optimizer {stored.optimizer}"
+        )
 
 
 def _validate(config: TrainConfig, build_env: bool) -> None:

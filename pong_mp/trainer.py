@@ -44,6 +44,7 @@ from pong_mp.rundir import (
     CHECKPOINT_FILE,
     METRICS_FILE,
     MetricsLog,
+    copy_fork_metrics,
     keep_metrics_until,
     open_run,
     write_config,
@@ -185,6 +186,8 @@ def run(
             # Metrics lines newer than the checkpoint (and a line cut off by a crash)
             # describe updates that are played again; keeping them would record them twice.
             write_config(run_dir, config)
+            if config.fork_from is not None and not resumed:
+                copy_fork_metrics(config, state.batch)
             keep_metrics_until(run_dir / METRICS_FILE, state.batch)
             metrics = MetricsLog(run_dir / METRICS_FILE)
             if config.tensorboard:
@@ -363,7 +366,12 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
         if config.ray_address is None and os.environ.get("RAY_ADDRESS"):
             joins = f"--ray-address {os.environ['RAY_ADDRESS']}"
             where += f" (RAY_ADDRESS is not read: {joins} joins that cluster)"
-    start = f"resuming at update {state.batch}" if resume else "new run"
+    if resume:
+        start = f"resuming at update {state.batch}"
+    elif config.fork_from is not None:
+        start = f"new run forked from {config.fork_from} at update {state.batch}"
+    else:
+        start = "new run"
     idle = ""
     playable = config.batch_size * (config.policy_lag + 1)
     if config.backend != "serial" and config.workers > playable:

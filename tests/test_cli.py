@@ -251,3 +251,20 @@ def test_a_checkpoint_from_another_run_is_refused(tmp_path: Path, clean_system) 
     done = pong_mp("train", "--resume", "--batches", "5", "--run-dir", str(tmp_path / "B"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "checkpoint.npz: belongs to another run (seed 1, config.json says 2)" in done.stderr
+
+
+def test_a_fork_changes_only_the_options_typed(tmp_path: Path, clean_system) -> None:
+    source = tmp_path / "A"
+    assert pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(source)).returncode == 0
+    fork = tmp_path / "B"
+    args = ["--fork-from", str(source), "--run-dir", str(fork)]
+    done = pong_mp("train", *args, "--lr", "0.002", "--batches", "4", "--workers", "1")
+    assert done.returncode == 0, done.stderr
+    config = json.loads((fork / "config.json").read_text())
+    assert (config["seed"], config["env_kwargs"], config["lr"]) == (1, {"points_to_win": 3}, 0.002)
+    assert [json.loads(x)["batch"] for x in (fork / "metrics.jsonl").read_text().splitlines()] == [
+        1, 2, 3, 4
+    ]
+    done = pong_mp("train", *args[:2], "--run-dir", str(tmp_path / "C"), "--hidden", "8")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "a fork keeps the --hidden" in done.stderr and not (tmp_path / "C").exists()

@@ -408,3 +408,72 @@ def test_a_config_from_before_inputs_resumes_with_frame_differences(tmp_path: Pa
     stored = json.loads(_config(tmp_path, inputs="diff+paddle").to_json())
     del stored["inputs"]
     assert TrainConfig.from_dict(stored).inputs == "diff"
+
+
+def test_a_fork_continues_its_run_bit_for_bit_and_only_reads_it(
+    tmp_path: Path, serial_weights: bytes, clean_system
+) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=2, backend="serial"), log=_quiet)
+    before = {p.name: p.read_bytes() for p in source.iterdir()}
+    fork = tmp_path / "fork"
+    lines: list[str] = []
+    train(_config(fork, fork_from=str(source), workers=3), log=lines.append)
+    assert lines[0].endswith(f"new run forked from {source} at update 2 in {fork}")
+    assert _weights(fork) == serial_weights  # what the run itself would have become
+    assert {p.name: p.read_bytes() for p in source.iterdir()} == before
+    records = [json.loads(r) for r in (fork / "metrics.jsonl").read_text().splitlines()]
+    assert records[:2] == [json.loads(r) for r in before["metrics.jsonl"].splitlines()]
+    assert [r["batch"] for r in records] == [1, 2, 3]
+    assert json.loads((fork / "config.json").read_text())["fork_from"] == str(source)
+    other = tmp_path / "lr"
+    train(_config(other, fork_from=str(source), backend="serial", lr=0.01), log=_quiet)
+    assert _weights(other) != serial_weights
+
+
+def test_a_fork_takes_its_runs_algorithm_unless_told_otherwise(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=2, backend="serial", lr=0.002, seed=7), log=_quiet)
+    config, state = prepare_run(tmp_path / "fork", False, {"fork_from": str(source), "lr": 5e-4})
+    algorithm = (config.env_kwargs, config.seed, config.hidden, config.batch_size, config.lr)
+    assert algorithm == ({"points_to_win": 2}, 7, 16, 3, 5e-4)
+    # When to stop and how to run are the fork's own, as for any new run.
+    assert (config.batches, config.checkpoint_every, config.backend) == (None, 10, "local")
+    assert (state.batch, state.episodes) == (2, 6)
+    assert not (tmp_path / "fork").exists()
+
+
+def test_a_fork_is_refused_where_its_checkpoint_does_not_fit(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=1, backend="serial"), log=_quiet)
+    fork = {"fork_from": str(source)}
+    refusals = [
+        ({**fork, "hidden": 32}, ConfigError, "keeps the --hidden of the run it starts from, 16"),
+        ({**fork, "optimizer": "adam"}, ConfigError, "keeps the --optimizer"),
+        ({**fork, "policy_lag": 1}, ConfigError, "keeps the --policy-lag"),
+        ({"fork_from": str(tmp_path / "none")}, RunDirError, "no such run directory"),
+        ({"fork_from": str(tmp_path)}, RunDirError, r"nothing to fork from \(no config.json\)"),
+    ]
+    for given, error, match in refusals:
+        with pytest.raises(error, match=match):
+            prepare_run(tmp_path / "fork", False, given)
+    with pytest.raises(RunDirError, match="already holds a run"):
+        prepare_run(source, False, fork)
+    (source / "checkpoint.npz").unlink()
+    with pytest.raises(RunDirError, match=r"no checkpoint.npz"):
+        prepare_run(tmp_path / "fork", False, fork)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["source"]
+
+
+def test_a_fork_resumes_and_keeps_where_it_came_from(
+    tmp_path: Path, serial_weights: bytes, clean_system
+) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=1, backend="serial"), log=_quiet)
+    fork = tmp_path / "fork"
+    train(_config(fork, fork_from=str(source), batches=2, backend="serial"), log=_quiet)
+    with pytest.raises(ConfigError, match="trained with --fork-from"):
+        prepare_run(fork, True, {"fork_from": str(tmp_path / "other")})
+    # The same command again with --resume continues the fork.
+    train(_config(fork, fork_from=str(source), backend="serial"), resume=True, log=_quiet)
+    assert _weights(fork) == serial_weights
