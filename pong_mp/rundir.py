@@ -347,6 +347,13 @@ def prepare_run(
         if ckpt_path.exists():
             state, ckpt_config = checkpoint.load(ckpt_path)
             _check_belongs(ckpt_path, ckpt_config, stored, state)
+        elif stored.fork_from is not None:
+            # A fork writes its first checkpoint as it starts: a new run's weights are not
+            # where it stopped.
+            raise RunDirError(
+                f"{run_dir}: a fork that stopped before its first checkpoint was written; "
+                "remove the directory and fork again"
+            )
         else:
             state = initial_state(config)  # stopped before its first checkpoint
         read_metrics(run_dir / METRICS_FILE)  # a damaged file is refused before anything runs

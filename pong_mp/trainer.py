@@ -187,7 +187,11 @@ def run(
             # describe updates that are played again; keeping them would record them twice.
             write_config(run_dir, config)
             if config.fork_from is not None and not resumed:
+                # From here on the fork needs nothing of the run it came from: a fork
+                # killed before its first update resumes from this checkpoint.
                 copy_fork_metrics(config, state.batch)
+                _save(run_dir, state, config)
+                saved_batch = state.batch
             keep_metrics_until(run_dir / METRICS_FILE, state.batch)
             metrics = MetricsLog(run_dir / METRICS_FILE)
             if config.tensorboard:

@@ -477,3 +477,21 @@ def test_a_fork_resumes_and_keeps_where_it_came_from(
     # The same command again with --resume continues the fork.
     train(_config(fork, fork_from=str(source), backend="serial"), resume=True, log=_quiet)
     assert _weights(fork) == serial_weights
+    (fork / "checkpoint.npz").unlink()
+    with pytest.raises(RunDirError, match="a fork that stopped before its first checkpoint"):
+        prepare_run(fork, True, {})
+
+
+def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=2, backend="serial"), log=_quiet)
+    fork = tmp_path / "fork"
+    seen: list[int] = []
+
+    def log(line: str) -> None:
+        if line.startswith("batch"):  # update 3 is done; the next checkpoint is at 100
+            seen.append(checkpoint.load(fork / "checkpoint.npz")[0].batch)
+
+    config = _config(fork, fork_from=str(source), backend="serial", checkpoint_every=100)
+    train(config, log=log)
+    assert seen == [2]
