@@ -382,7 +382,8 @@ def _prepare_fork(
     # `given` (the options the user set) changes them; the rest as for any new run.
     config_path, ckpt_path = source / CONFIG_FILE, source / CHECKPOINT_FILE
     if not source.is_dir():
-        raise RunDirError(f"--fork-from {source}: no such run directory")
+        what = "a file, not a run directory" if source.exists() else "no such run directory"
+        raise RunDirError(f"--fork-from {source}: {what}")
     missing = [path.name for path in (config_path, ckpt_path) if not path.is_file()]
     if missing:
         raise RunDirError(f"--fork-from {source}: nothing to fork from (no {missing[0]})")
