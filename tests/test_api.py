@@ -34,6 +34,16 @@ def test_train_returns_the_state_and_resumes(tmp_path: Path, clean_system) -> No
     assert whole.params.tobytes() == state.params.tobytes()
 
 
+def test_a_fork_keeps_its_runs_algorithm_but_for_the_options_given(tmp_path: Path) -> None:
+    pong_mp.train(tmp_path / "A", batches=1, seed=3, backend="serial", progress=False, **SMALL)
+    state = pong_mp.train(
+        tmp_path / "B", fork_from=str(tmp_path / "A"), lr=0.002, batches=2, backend="serial",
+        progress=False,
+    )
+    config = json.loads((tmp_path / "B" / "config.json").read_text())
+    assert (config["seed"], config["hidden"], config["lr"], state.batch) == (3, 8, 0.002, 2)
+
+
 def test_train_takes_presets_and_refuses_unknown_options(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown options: batch, env_kwargs"):
         pong_mp.train(tmp_path / "R", batch=3, env_kwargs={})
