@@ -90,6 +90,14 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
         views = [policy.split(flat, hidden) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
+    if policy.value_head(state.params, hidden) is not None:  # --baseline value
+        named_heads = {"value": state.params, "rmsprop_value": state.cache}
+        if state.momentum is not None:
+            named_heads["adam_m_value"] = state.momentum
+        for name, flat in named_heads.items():
+            arrays[name] = policy.value_head(flat, hidden)
+        if state.lagged:
+            arrays["lag_value"] = np.stack([policy.value_head(f, hidden) for f in state.lagged])
     _write_npz_atomic(Path(path), arrays)
 
 
@@ -191,8 +199,19 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
     _check_config(config, hidden)
     lagged = _lagged(data, config, w1.shape)
+    heads = _value_heads(data, config, hidden, "adam_m_W1" in data)
     params = policy.join(w1, w2)
     cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
+    momentum = policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
+    if heads:
+        params = np.concatenate([params, heads["value"]])
+        cache = np.concatenate([cache, heads["rmsprop_value"]])
+        if momentum is not None:
+            momentum = np.concatenate([momentum, heads["adam_m_value"]])
+        lagged = tuple(
+            np.concatenate([flat, head])
+            for flat, head in zip(lagged, heads["lag_value"], strict=True)
+        )
     state = TrainState(
         params=params,
         cache=cache,
@@ -201,12 +220,42 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         steps=int(scalars["steps"]),
         elapsed=float(scalars["elapsed"]),
         running_reward=None if np.isnan(running) else running,
-        momentum=(
-            policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
-        ),
+        momentum=momentum,
         lagged=lagged,
     )
     return state, config
+
+
+def _value_heads(
+    data: dict[str, np.ndarray], config: dict, hidden: int, adam: bool
+) -> dict[str, np.ndarray]:
+    # A run with --baseline value: its value head, the optimizer's state for it and the
+    # heads of the weights in flight; {} for a run without one.
+    if config.get("baseline", LEGACY_DEFAULTS["baseline"]) != "value":
+        return {}
+    lag = config.get("policy_lag", LEGACY_DEFAULTS["policy_lag"])
+    expected = {"value": (hidden + 1,), "rmsprop_value": (hidden + 1,)}
+    if adam:
+        expected["adam_m_value"] = (hidden + 1,)
+    for key, want in expected.items():
+        if key not in data:
+            raise CheckpointError(f"missing {key}, which a run with --baseline value needs")
+        if data[key].shape != want or data[key].dtype != np.float64:
+            found = f"{data[key].dtype} {data[key].shape}"
+            raise CheckpointError(f"{key} is {found}, not float64 {want}")
+        _check_finite(data, (key,))
+    heads = {key: data[key] for key in expected}
+    if lag:
+        want = (lag, hidden + 1)
+        if "lag_value" not in data:
+            raise CheckpointError("missing lag_value, which --baseline value with a lag needs")
+        if data["lag_value"].shape != want or data["lag_value"].dtype != np.float32:
+            raise CheckpointError(f"lag_value is not float32 {want}")
+        _check_finite(data, ("lag_value",))
+        heads["lag_value"] = data["lag_value"]
+    else:
+        heads["lag_value"] = np.zeros((0, hidden + 1), np.float32)
+    return heads
 
 
 def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:

@@ -27,6 +27,10 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+BASELINES = ("none", "value")
+"""What the returns are compared with: their per-episode mean (Karpathy's), or a learned
+value head's estimate."""
+
 ADVANTAGES = ("episode", "batch")
 """How returns are standardised into advantages: per episode (Karpathy's) or per batch."""
 
@@ -101,6 +105,12 @@ class TrainConfig:
         "objective, which keeps the policy from settling early (0: none, Karpathy's).",
         metavar="BETA",
     )
+    baseline: str = option(
+        "none",
+        "none: advantages are the returns standardised per episode (Karpathy's); value: "
+        "returns minus a value head's estimate, learned on the hidden layer.",
+        choices=BASELINES,
+    )
     hidden: int = option(200, "Hidden units.")
     inputs: str = option(
         "diff",
@@ -163,6 +173,11 @@ class TrainConfig:
                 self.entropy_bonus == 0 or self.advantage == "episode",
                 "--entropy-bonus works with --advantage episode only",
             ),
+            (
+                self.baseline == "none" or self.advantage == "episode",
+                "--baseline value works with --advantage episode only",
+            ),
+            (self.baseline in BASELINES, f"--baseline must be one of {', '.join(BASELINES)}"),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
             (
                 0 <= self.policy_lag <= MAX_POLICY_LAG,
@@ -225,6 +240,7 @@ LEGACY_DEFAULTS: dict[str, Any] = {
     "inputs": "diff",
     "lr_half_life": 0.0,
     "entropy_bonus": 0.0,
+    "baseline": "none",
 }
 """Fields added after runs were first stored, with the value that a config.json without them
 was trained with (whatever the default is now): a resumed run keeps its algorithm."""
@@ -284,6 +300,7 @@ ALGORITHM_FIELDS = (
     "hidden",
     "advantage",
     "entropy_bonus",
+    "baseline",
     "inputs",
     "policy_lag",
     "fork_from",
@@ -292,7 +309,7 @@ ALGORITHM_FIELDS = (
 
 FORK_KEEPS = ("env", "hidden", "inputs", "optimizer", "policy_lag")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights, optimizer
-state, weights in flight) fits only these."""
+state, weights in flight) fits only these. (A fork may add a value head, or drop one.)"""
 
 
 PRESETS: dict[str, dict[str, Any]] = {
@@ -306,6 +323,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gamma": 0.99,
         "advantage": "episode",
         "entropy_bonus": 0.0,
+        "baseline": "none",
         "inputs": "diff",
         "policy_lag": 0,
     },

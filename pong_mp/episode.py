@@ -171,7 +171,7 @@ def play_episode(
     start = time.perf_counter()
     hidden = weights.w2.shape[0]
     if work is None:
-        work = EpisodeGradient(hidden)
+        work = EpisodeGradient(hidden, baseline=weights.value is not None)
     work.start(weights, gamma)
     record = work.add
 

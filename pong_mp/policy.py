@@ -27,17 +27,27 @@ DOWN = 3
 
 
 
-def param_count(hidden: int) -> int:
-    """Number of scalars in a policy with `hidden` hidden units."""
-    return hidden * INPUT_SIZE + hidden
+def param_count(hidden: int, value: bool = False) -> int:
+    """Number of scalars in a policy with `hidden` hidden units; with `value`, its value
+    head too (hidden weights and a bias, after W2)."""
+    return hidden * INPUT_SIZE + hidden + (hidden + 1 if value else 0)
 
 
 def split(params: np.ndarray, hidden: int) -> tuple[np.ndarray, np.ndarray]:
-    """Views (W1 transposed, shape (6400, hidden); W2, shape (hidden,)) into flat parameters."""
-    if params.shape != (param_count(hidden),):
-        raise ValueError(f"expected {param_count(hidden)} parameters, got shape {params.shape}")
-    n1 = hidden * INPUT_SIZE
-    return params[:n1].reshape(INPUT_SIZE, hidden), params[n1:]
+    """Views (W1 transposed, shape (6400, hidden); W2, shape (hidden,)) into flat parameters,
+    with or without a value head after them (see `value_head`)."""
+    n1, n2 = hidden * INPUT_SIZE, param_count(hidden)
+    if params.shape not in ((n2,), (param_count(hidden, value=True),)):
+        raise ValueError(f"expected {n2} parameters, got shape {params.shape}")
+    return params[:n1].reshape(INPUT_SIZE, hidden), params[n1:n2]
+
+
+def value_head(params: np.ndarray, hidden: int) -> np.ndarray | None:
+    """A view of the value head (hidden weights, then the bias) of flat parameters, or None
+    if they have none."""
+    split(params, hidden)  # checks the size
+    n = param_count(hidden)
+    return params[n:] if len(params) > n else None
 
 
 def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
@@ -47,12 +57,14 @@ def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
     )
 
 
-def init_params(hidden: int, seed: int) -> np.ndarray:
-    """Xavier-initialised flat parameters, a pure function of (hidden, seed)."""
+def init_params(hidden: int, seed: int, value: bool = False) -> np.ndarray:
+    """Xavier-initialised flat parameters, a pure function of (hidden, seed); a value head
+    starts at zero (so the policy's weights are those of the same seed without one)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     w1 = rng.standard_normal((hidden, INPUT_SIZE)) / np.sqrt(INPUT_SIZE)
     w2 = rng.standard_normal(hidden) / np.sqrt(hidden)
-    return join(w1, w2)
+    params = join(w1, w2)
+    return np.concatenate([params, np.zeros(hidden + 1)]) if value else params
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
@@ -144,16 +156,18 @@ class Weights32:
     """W1 transposed, (6400, hidden) float32."""
     w2: np.ndarray
     """W2, (hidden,) float32."""
+    value: np.ndarray | None = None
+    """The value head, (hidden + 1,) float32 (weights, then the bias), or None."""
 
     @classmethod
     def from_params(cls, params: np.ndarray, hidden: int) -> Weights32:
         """The float32 weights of flat float64 parameters (a copy)."""
-        w1t, w2 = split(params, hidden)
-        return cls(w1t.astype(np.float32), w2.astype(np.float32))
+        return cls.from_flat32(params.astype(np.float32), hidden)
 
     @classmethod
     def from_flat32(cls, flat: np.ndarray, hidden: int) -> Weights32:
-        """Views of flat float32 weights (W1 transposed, then W2), as backends receive them."""
+        """Views of flat float32 weights (W1 transposed, W2, and a value head if there is
+        one), as backends receive them."""
         if flat.dtype != np.float32:
             raise ValueError(f"expected float32 weights, got {flat.dtype}")
-        return cls(*split(flat, hidden))
+        return cls(*split(flat, hidden), value_head(flat, hidden))

@@ -12,6 +12,7 @@ one `FileError` that names the file and the cause.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import json
@@ -406,7 +407,26 @@ def _prepare_fork(
     state, ckpt_config = checkpoint.load(ckpt_path)
     _check_belongs(ckpt_path, ckpt_config, stored, state)
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
+    if config.baseline != stored.baseline:
+        state = with_value_head(state, config.hidden, config.baseline == "value")
     return config, state
+
+
+def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
+    """`state` with a new value head (zeros, and zero optimizer state) added to every
+    parameter-sized vector, or with its value head dropped."""
+
+    def reshaped(flat: np.ndarray) -> np.ndarray:
+        n = policy.param_count(hidden)
+        return np.concatenate([flat[:n], np.zeros(hidden + 1, flat.dtype)]) if value else flat[:n]
+
+    return dataclasses.replace(
+        state,
+        params=reshaped(state.params),
+        cache=reshaped(state.cache),
+        momentum=None if state.momentum is None else reshaped(state.momentum),
+        lagged=tuple(reshaped(flat) for flat in state.lagged),
+    )
 
 
 def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
@@ -422,7 +442,7 @@ def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
 
 def initial_state(config: TrainConfig) -> TrainState:
     """The state of a new run: weights from its seed, the optimizer's state at zero."""
-    params = policy.init_params(config.hidden, config.seed)
+    params = policy.init_params(config.hidden, config.seed, value=config.baseline == "value")
     return TrainState(
         params=params,
         cache=np.zeros_like(params),

@@ -294,3 +294,36 @@ def finish(
         else:
             for k in range(row, row + hidden):
                 out[k] = 0.0
+
+
+def value(const float[::1] h, const float[::1] head) -> float:
+    """The value head's estimate for hidden units `h`: head[hidden] (the bias) plus
+    sum_k head[k] * h[k], added in k order in float64."""
+    cdef Py_ssize_t hidden = h.shape[0], k
+    cdef double total = 0.0
+    if head.shape[0] != hidden + 1:
+        raise ValueError("value: arrays of mismatched sizes")
+    for k in range(hidden):
+        total += <double>head[k] * h[k]
+    return total + head[hidden]
+
+
+def weighted_rows(
+    const float[:, ::1] hs,
+    Py_ssize_t count,
+    const double[::1] coef,
+    double[::1] out,
+) -> None:
+    """Add sum_t coef[t] * [hs[t], 1] over steps t < `count` to `out` (hidden + 1 float64:
+    the gradient of sum_t coef[t] * V_t for the value head's weights and bias), in step
+    order."""
+    cdef Py_ssize_t hidden = hs.shape[1], t, k
+    cdef double c
+    if not (0 <= count <= hs.shape[0] and coef.shape[0] >= count
+            and out.shape[0] == hidden + 1):
+        raise ValueError("weighted_rows: arrays of mismatched sizes")
+    for t in range(count):
+        c = coef[t]
+        for k in range(hidden):
+            out[k] += c * hs[t, k]
+        out[hidden] += c

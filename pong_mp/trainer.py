@@ -72,6 +72,7 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         advantage=config.advantage,
         inputs=config.inputs,
         entropy_bonus=config.entropy_bonus,
+        baseline=config.baseline,
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,

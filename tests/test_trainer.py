@@ -37,7 +37,8 @@ def _config(run_dir: Path, **overrides) -> TrainConfig:
 
 def _weights(run_dir: Path) -> bytes:
     with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
-        return npz["W1"].tobytes() + npz["W2"].tobytes()
+        head = npz["value"].tobytes() if "value" in npz.files else b""  # --baseline value
+        return npz["W1"].tobytes() + npz["W2"].tobytes() + head
 
 
 def _quiet(_: str) -> None:
@@ -272,6 +273,7 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
         ("inputs", "diff+paddle"),
         ("lr_half_life", 1000.0),
         ("entropy_bonus", 0.5),
+        ("baseline", "value"),
     ],
 )
 def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
@@ -450,6 +452,7 @@ def test_a_fork_is_refused_where_its_checkpoint_does_not_fit(tmp_path: Path) -> 
     refusals = [
         ({**fork, "hidden": 32}, ConfigError, "keeps the --hidden of the run it starts from, 16"),
         ({**fork, "optimizer": "adam"}, ConfigError, "keeps the --optimizer"),
+        ({**fork, "inputs": "diff+paddle"}, ConfigError, "keeps the --inputs"),
         ({**fork, "policy_lag": 1}, ConfigError, "keeps the --policy-lag"),
         ({"fork_from": str(tmp_path / "none")}, RunDirError, "no such run directory"),
         ({"fork_from": str(tmp_path)}, RunDirError, r"nothing to fork from \(no config.json\)"),
@@ -495,3 +498,44 @@ def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path:
     config = _config(fork, fork_from=str(source), backend="serial", checkpoint_every=100)
     train(config, log=log)
     assert seen == [2]
+
+
+def test_a_value_baseline_learns_its_head_and_resumes_with_a_policy_lag(
+    tmp_path: Path, clean_system
+) -> None:
+    reference = tmp_path / "reference"
+    train(_config(reference, backend="serial", baseline="value", policy_lag=1), log=_quiet)
+    state, _ = checkpoint.load(reference / "checkpoint.npz")
+    n = len(state.params) - 17  # hidden 16: 16 weights and a bias
+    assert np.any(state.params[n:] != 0) and np.any(state.cache[n:] != 0)
+    assert [len(w) for w in state.lagged] == [len(state.params)]
+    run_dir = tmp_path / "local"
+    for batches, resume in ((1, False), (3, True)):
+        config = _config(run_dir, baseline="value", policy_lag=1, batches=batches, workers=3)
+        train(config, resume=resume, log=_quiet)
+    assert _weights(run_dir) == _weights(reference)
+    with np.load(reference / "checkpoint.npz") as npz:
+        arrays = dict(npz)
+    del arrays["lag_value"]
+    np.savez(reference / "checkpoint.npz", **arrays)
+    with pytest.raises(checkpoint.CheckpointError, match="missing lag_value"):
+        checkpoint.load(reference / "checkpoint.npz")
+
+
+def test_a_fork_may_add_a_value_head_or_drop_it(tmp_path: Path, clean_system) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=1, backend="serial", policy_lag=1), log=_quiet)
+    before, _ = checkpoint.load(source / "checkpoint.npz")
+    with_head = tmp_path / "value"
+    _, state = prepare_run(with_head, False, {"fork_from": str(source), "baseline": "value"})
+    n = len(before.params)
+    for old, new in ((before.params, state.params), (before.cache, state.cache),
+                     (before.lagged[0], state.lagged[0])):
+        assert new[:n].tobytes() == old.tobytes() and len(new) == n + 17 and not new[n:].any()
+    train(_config(with_head, fork_from=str(source), baseline="value", policy_lag=1), log=_quiet)
+    learned, _ = checkpoint.load(with_head / "checkpoint.npz")
+    assert learned.params[n:].any()
+    _, state = prepare_run(tmp_path / "none", False, {"fork_from": str(with_head),
+                                                          "baseline": "none"})
+    assert state.params.tobytes() == learned.params[:n].tobytes()
+    assert [len(flat) for flat in state.lagged] == [n]

@@ -85,6 +85,8 @@ class RolloutSpec:
     """What the policy sees (frames.INPUTS): frame differences, or with the paddle shown."""
     entropy_bonus: float = 0.0
     """Weight of the policy's entropy in each episode's objective (0: none)."""
+    baseline: str = "none"
+    """"value": the weights carry a value head, and gradients a value head's part."""
     workers: int = 1
     """Worker processes or actors (ignored by the serial backend)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)

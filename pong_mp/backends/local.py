@@ -136,8 +136,10 @@ def worker_main(
     try:
         prepare_worker_process()
         try:
-            weights = SharedWeights.attach(weights_name, spec.hidden, spec.lag + 1)
-            grad = SharedGradient.attach(grad_name, spec.hidden, gradient_width(spec.advantage))
+            value = spec.baseline == "value"
+            weights = SharedWeights.attach(weights_name, spec.hidden, spec.lag + 1, value)
+            width = gradient_width(spec.advantage)
+            grad = SharedGradient.attach(grad_name, spec.hidden, width, value)
             worker.open()
         except Exception:
             conn.send(Failed(None, traceback.format_exc()))
@@ -208,11 +210,14 @@ class LocalBackend(BackendBase):
 
         Raises WorkerError, with the worker's traceback, if one cannot start.
         """
-        self._weights = SharedWeights.create(self.spec.hidden, self.spec.lag + 1)
+        value = self.spec.baseline == "value"
+        self._weights = SharedWeights.create(self.spec.hidden, self.spec.lag + 1, value)
         try:
             slots = range(self.spec.workers)
             width = gradient_width(self.spec.advantage)
-            self._grads = [SharedGradient.create(self.spec.hidden, width) for _ in slots]
+            self._grads = [
+                SharedGradient.create(self.spec.hidden, width, value) for _ in slots
+            ]
             self._workers = [self._spawn(slot) for slot in slots]
             self._await_ready()
         except BaseException:

@@ -83,8 +83,7 @@ class EpisodeActor:
         Returns the result without its gradient, and the gradient: two objects, so that the
         driver fetches only the small one and the gradient stays on this node for its
         group's sum."""
-        w1t, w2 = policy.split(flat32, self.spec.hidden)
-        result = self.worker.play(policy.Weights32(w1t, w2), task)
+        result = self.worker.play(policy.Weights32.from_flat32(flat32, self.spec.hidden), task)
         return result.stats, result.grad
 
 

@@ -33,17 +33,24 @@ class _Block:
     size and map their arrays on it; only the creator unlinks."""
 
     def __init__(
-        self, shm: shared_memory.SharedMemory, hidden: int, owner: bool, width: int = 1
+        self,
+        shm: shared_memory.SharedMemory,
+        hidden: int,
+        owner: bool,
+        width: int = 1,
+        value: bool = False,
     ) -> None:
         """Wrap an open block; use `create` or `attach` instead of calling this. `width`:
-        parameter-sized vectors per gradient (see gradient.gradient_width)."""
+        parameter-sized vectors per gradient (see gradient.gradient_width); `value`: the
+        policy has a value head (--baseline value)."""
         self._shm = shm
         self._owner = owner
         self.hidden = hidden
         self.width = width
+        self.value = value
 
     @staticmethod
-    def size(hidden: int, width: int = 1) -> int:
+    def size(hidden: int, width: int = 1, value: bool = False) -> int:
         """Bytes the block needs."""
         raise NotImplementedError
 
@@ -53,16 +60,18 @@ class _Block:
         return self._shm.name
 
     @classmethod
-    def create(cls, hidden: int, width: int = 1) -> Self:
+    def create(cls, hidden: int, width: int = 1, value: bool = False) -> Self:
         """A new block, owned (and later unlinked) by the caller."""
         name = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-        shm = shared_memory.SharedMemory(name=name, create=True, size=cls.size(hidden, width))
-        return cls(shm, hidden, owner=True, width=width)
+        size = cls.size(hidden, width, value)
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+        return cls(shm, hidden, owner=True, width=width, value=value)
 
     @classmethod
-    def attach(cls, name: str, hidden: int, width: int = 1) -> Self:
+    def attach(cls, name: str, hidden: int, width: int = 1, value: bool = False) -> Self:
         """Open an existing block (spawned children share the creator's resource tracker)."""
-        return cls(shared_memory.SharedMemory(name=name), hidden, owner=False, width=width)
+        shm = shared_memory.SharedMemory(name=name)
+        return cls(shm, hidden, owner=False, width=width, value=value)
 
     def close(self) -> None:
         """Drop this process's mapping: the arrays mapped on it go first."""
@@ -80,16 +89,21 @@ class SharedWeights(_Block):
     holding the last `width` versions written."""
 
     def __init__(
-        self, shm: shared_memory.SharedMemory, hidden: int, owner: bool, width: int = 1
+        self,
+        shm: shared_memory.SharedMemory,
+        hidden: int,
+        owner: bool,
+        width: int = 1,
+        value: bool = False,
     ) -> None:
         """Map each slot's version and weights (read-only unless this process owns them)."""
-        super().__init__(shm, hidden, owner, width)
+        super().__init__(shm, hidden, owner, width, value)
         slots = []
         for slot in range(width):
-            offset = slot * self.slot_size(hidden)
+            offset = slot * self.slot_size(hidden, value)
             version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=offset)
             flat = np.ndarray(
-                (policy.param_count(hidden),),
+                (policy.param_count(hidden, value),),
                 dtype=np.float32,
                 buffer=shm.buf,
                 offset=offset + HEADER_BYTES,
@@ -98,34 +112,32 @@ class SharedWeights(_Block):
                 version[0] = _NO_VERSION
             else:
                 flat.flags.writeable = False
-            slots.append((version, policy.Weights32(*policy.split(flat, hidden))))
+            slots.append((version, flat, policy.Weights32.from_flat32(flat, hidden)))
         self._views = slots
         self._written = 0  # versions written so far: the next goes in slot _written % width
 
     @staticmethod
-    def slot_size(hidden: int) -> int:
+    def slot_size(hidden: int, value: bool = False) -> int:
         """Bytes of one slot: the header, then the float32 weights, rounded up to 64."""
-        return -(-(HEADER_BYTES + 4 * policy.param_count(hidden)) // 64) * 64
+        return -(-(HEADER_BYTES + 4 * policy.param_count(hidden, value)) // 64) * 64
 
     @staticmethod
-    def size(hidden: int, width: int = 1) -> int:
+    def size(hidden: int, width: int = 1, value: bool = False) -> int:
         """`width` slots."""
-        return width * SharedWeights.slot_size(hidden)
+        return width * SharedWeights.slot_size(hidden, value)
 
     def write(self, params: np.ndarray, version: int) -> None:
         """Publish flat `params` (float64 or float32) as `version`, over the oldest version
         kept (coordinator only; no episode may still be playing that one)."""
-        stamp, weights = self._views[self._written % self.width]
+        stamp, flat, _ = self._views[self._written % self.width]
         stamp[0] = _NO_VERSION
-        w1t, w2 = policy.split(params, self.hidden)
-        np.copyto(weights.w1t, w1t, casting="same_kind")
-        np.copyto(weights.w2, w2, casting="same_kind")
+        np.copyto(flat, params, casting="same_kind")
         stamp[0] = version
         self._written += 1
 
     def read(self, version: int) -> policy.Weights32:
         """Read-only views of the weights of `version`; raises if no slot holds it."""
-        for stamp, weights in self._views:
+        for stamp, _, weights in self._views:
             if int(stamp[0]) == version:
                 return weights
         raise StaleWeightsError(f"shared weights hold versions {self.versions}, not {version}")
@@ -133,7 +145,7 @@ class SharedWeights(_Block):
     @property
     def versions(self) -> list[int]:
         """The versions the slots hold now, in increasing order."""
-        return sorted(int(stamp[0]) for stamp, _ in self._views if stamp[0] != _NO_VERSION)
+        return sorted(int(stamp[0]) for stamp, _, _ in self._views if stamp[0] != _NO_VERSION)
 
 
 _NO_VERSION = np.iinfo(np.int64).min  # a slot not written yet (versions may be negative)
@@ -144,17 +156,22 @@ class SharedGradient(_Block):
     coordinator reads it in place, so 5 MB never go through a pipe."""
 
     def __init__(
-        self, shm: shared_memory.SharedMemory, hidden: int, owner: bool, width: int = 1
+        self,
+        shm: shared_memory.SharedMemory,
+        hidden: int,
+        owner: bool,
+        width: int = 1,
+        value: bool = False,
     ) -> None:
         """Map the flat float32 gradient."""
-        super().__init__(shm, hidden, owner, width)
-        length = width * policy.param_count(hidden)
+        super().__init__(shm, hidden, owner, width, value)
+        length = self.size(hidden, width, value) // 4
         self._views = np.ndarray((length,), dtype=np.float32, buffer=shm.buf)
 
     @staticmethod
-    def size(hidden: int, width: int = 1) -> int:
-        """A flat float32 gradient."""
-        return 4 * width * policy.param_count(hidden)
+    def size(hidden: int, width: int = 1, value: bool = False) -> int:
+        """A flat float32 gradient (with the value head's part last)."""
+        return 4 * (width * policy.param_count(hidden) + (hidden + 1 if value else 0))
 
     @property
     def array(self) -> np.ndarray:

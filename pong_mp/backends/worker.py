@@ -46,6 +46,7 @@ class EpisodeWorker:
             self.spec.hidden,
             advantage=self.spec.advantage,
             entropy_bonus=self.spec.entropy_bonus,
+            baseline=self.spec.baseline == "value",
         )
 
     def play(
