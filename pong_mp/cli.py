@@ -20,6 +20,7 @@ import click
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import (
+    BASELINES,
     LEGACY_DEFAULTS,
     MAX_POLICY_LAG,
     PRESETS,
@@ -535,6 +536,13 @@ def plot_command(
     metavar="BETA",
     help="The training runs' --entropy-bonus (its extra sum per worker costs time and memory).",
 )
+@click.option(
+    "--baseline",
+    type=click.Choice(BASELINES),
+    default=TrainConfig.baseline,
+    show_default=True,
+    help="The training runs' --baseline (value: a value head, new, on the model's weights).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 def bench_command(
     workers: int,
@@ -547,6 +555,7 @@ def bench_command(
     model: Path | None,
     inputs: str | None,
     entropy_bonus: float,
+    baseline: str,
     as_json: bool,
 ) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
@@ -570,7 +579,10 @@ def bench_command(
             else format_projection(costs, rows)
         )
         return
-    setup = TrainingSetup(batch_size, policy_lag, inputs, entropy_bonus, model)
+    setup = TrainingSetup(
+        batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
+        entropy_bonus=entropy_bonus, baseline=baseline, model=model,
+    )
     if scaling:
         rows = run_scaling(workers, seconds, env, setup)
         click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))

@@ -132,6 +132,7 @@ class TrainingSetup:
     inputs: str | None = None
     """What the policy sees (frames.INPUTS); None: the model's, or else train's default."""
     entropy_bonus: float = TrainConfig.entropy_bonus
+    baseline: str = TrainConfig.baseline
     model: Path | None = None
     """A model or checkpoint whose weights the runs start from (a trained agent's long
     episodes); None: new weights."""
@@ -142,6 +143,7 @@ class TrainingSetup:
             "batch_size": self.batch_size,
             "policy_lag": self.policy_lag,
             "entropy_bonus": self.entropy_bonus,
+            "baseline": self.baseline,
             "model": None if self.model is None else str(self.model),
         }
 
@@ -164,6 +166,8 @@ def training_rate(
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
         inputs = setup.inputs or stored.get("inputs", LEGACY_DEFAULTS["inputs"])
+    if setup.baseline == "value" and policy.value_head(params, hidden) is None:
+        params = np.concatenate([params, np.zeros(hidden + 1)])  # a new head, as a fork adds
     config = TrainConfig(
         env=env_id,
         workers=workers,
@@ -172,6 +176,7 @@ def training_rate(
         policy_lag=setup.policy_lag,
         inputs=inputs,
         entropy_bonus=setup.entropy_bonus,
+        baseline=setup.baseline,
     )
     backend = LocalBackend(rollout_spec(config))
     backend.start()
@@ -205,7 +210,9 @@ def training_rate(
     }
 
 
-def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[float, float]:
+def _episode_memory(
+    steps: int, hidden: int, entropy_bonus: float, baseline: str
+) -> tuple[float, float]:
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
     from pong_mp.backends.worker import EpisodeWorker
     from pong_mp.episode import EpisodeTask
@@ -213,11 +220,15 @@ def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[floa
     prepare_worker_process()
     # What a worker holds for all its episodes: its env and workspace, and its gradient slot.
     game = {"points_to_win": 10_000, "max_steps": steps}
-    spec = RolloutSpec("FakePong-v0", hidden, 0.99, entropy_bonus=entropy_bonus, env_kwargs=game)
+    spec = RolloutSpec(
+        "FakePong-v0", hidden, 0.99, entropy_bonus=entropy_bonus, baseline=baseline,
+        env_kwargs=game,
+    )
     worker = EpisodeWorker(spec)
     worker.open()
-    weights = policy.Weights32.from_params(policy.init_params(hidden, 0), hidden)
-    grad = np.ones(policy.param_count(hidden), dtype=np.float32)
+    value = baseline == "value"
+    weights = policy.Weights32.from_params(policy.init_params(hidden, 0, value), hidden)
+    grad = np.ones(policy.param_count(hidden, value), dtype=np.float32)
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.
     Path("/proc/self/clear_refs").write_text("5")
@@ -232,17 +243,23 @@ def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[floa
 
 
 def episode_memory(
-    steps: int, hidden: int = 200, repeats: int = 3, entropy_bonus: float = 0.0
+    steps: int,
+    hidden: int = 200,
+    repeats: int = 3,
+    entropy_bonus: float = 0.0,
+    baseline: str = TrainConfig.baseline,
 ) -> dict[str, float] | None:
     """RSS (MB) of a fresh worker-like process before one episode of exactly `steps` steps,
     and its peak during it (the median of `repeats` processes: the allocator adds ~0.2 MB of
-    noise); None where /proc cannot tell. `entropy_bonus` > 0 adds its sum to the workspace."""
+    noise); None where /proc cannot tell. `entropy_bonus` > 0 adds its sum to the workspace,
+    and `baseline` "value" a value head."""
     ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeats):
         with ctx.Pool(1) as pool:
             try:
-                runs.append(pool.apply(_episode_memory, (steps, hidden, entropy_bonus)))
+                args = (steps, hidden, entropy_bonus, baseline)
+                runs.append(pool.apply(_episode_memory, args))
             except (OSError, RuntimeError):
                 return None
     before, peak = sorted(runs, key=lambda run: run[1])[len(runs) // 2]
@@ -262,8 +279,8 @@ def run_bench(
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
     reference = dense_reference_rate(env_id, seconds)
-    short = episode_memory(1_000, entropy_bonus=setup.entropy_bonus)
-    long = episode_memory(10_000, entropy_bonus=setup.entropy_bonus)
+    short = episode_memory(1_000, entropy_bonus=setup.entropy_bonus, baseline=setup.baseline)
+    long = episode_memory(10_000, entropy_bonus=setup.entropy_bonus, baseline=setup.baseline)
     return {
         "env": env_id,
         "workers": workers,
@@ -303,6 +320,7 @@ def format_bench(r: dict[str, Any]) -> str:
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
         f"{r.get('batch_size', 10)} episodes, policy lag {r.get('policy_lag', 0)}, "
         f"inputs {r.get('inputs', 'diff')}, entropy bonus {r.get('entropy_bonus', 0):g}, "
+        f"baseline {r.get('baseline', 'none')}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
         f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
