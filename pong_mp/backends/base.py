@@ -121,7 +121,9 @@ class Backend(Protocol):
         """Create the envs and workers."""
 
     def publish(self, version: int, weights: np.ndarray) -> None:
-        """Make flat float32 `weights` (W1 transposed, then W2) playable as `version`.
+        """Make flat float32 `weights` (W1 transposed, W2, a value head if any) playable as
+        `version`.
+
         The backend keeps the last `spec.lag + 1` versions published and drops older ones:
         batches submitted or in flight use only those. The caller does not change
         `weights` afterwards."""
