@@ -3,8 +3,8 @@
 Layout: one slot per weights version kept (--policy-lag + 1), each a 64-byte header whose
 first 8 bytes hold the version (int64), then the float32 weights that episodes compute with
 (`policy.Weights32`: W1 transposed, W2, and a value head with --baseline value), 64-byte
-aligned. The coordinator keeps the
-float64 master copy and writes one slot per update, the oldest, in turn.
+aligned. The coordinator keeps the float64 master copy and writes one slot per update, the
+oldest, in turn.
 Blocks are named `pong-mp-<pid>-<random>` so that a leak is easy to spot in /dev/shm. Only
 the creator unlinks.
 """
