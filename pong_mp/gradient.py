@@ -17,6 +17,12 @@ def gradient_width(advantage: str) -> int:
     return 2 if advantage == "batch" else 1
 
 
+def gradient_length(hidden: int, width: int, value: bool) -> int:
+    """Floats in an episode's flat gradient: `width` policy-sized vectors, then the value
+    head's part (hidden + 1) with a value baseline."""
+    return width * policy.param_count(hidden) + (hidden + 1 if value else 0)
+
+
 @dataclass
 class Moments:
     """Count, mean and sum of squared deviations of a stream of values, merged chunk by chunk
@@ -168,8 +174,7 @@ class EpisodeGradient:
     @property
     def size(self) -> int:
         """Length of the flat float32 gradient `finish` writes."""
-        head = self._hidden + 1 if self._baseline else 0
-        return self._width * policy.param_count(self._hidden) + head
+        return gradient_length(self._hidden, self._width, self._baseline)
 
     @property
     def moments(self) -> Moments:

@@ -63,8 +63,17 @@ def init_params(hidden: int, seed: int, value: bool = False) -> np.ndarray:
     rng = np.random.default_rng(np.random.SeedSequence(seed))
     w1 = rng.standard_normal((hidden, INPUT_SIZE)) / np.sqrt(INPUT_SIZE)
     w2 = rng.standard_normal(hidden) / np.sqrt(hidden)
-    params = join(w1, w2)
-    return np.concatenate([params, np.zeros(hidden + 1)]) if value else params
+    return with_value_head(join(w1, w2), hidden, value)
+
+
+def with_value_head(flat: np.ndarray, hidden: int, value: bool) -> np.ndarray:
+    """Flat parameters (or a vector shaped like them) with a value head, a new one of zeros
+    if they have none; or, if not `value`, without one."""
+    policy_part = flat[: param_count(hidden)]
+    if not value:
+        return policy_part
+    head = value_head(flat, hidden)
+    return flat if head is not None else np.concatenate([flat, np.zeros(hidden + 1, flat.dtype)])
 
 
 def sigmoid(x: np.ndarray | float) -> np.ndarray | float:

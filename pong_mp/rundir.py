@@ -417,8 +417,7 @@ def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
     parameter-sized vector, or with its value head dropped."""
 
     def reshaped(flat: np.ndarray) -> np.ndarray:
-        n = policy.param_count(hidden)
-        return np.concatenate([flat[:n], np.zeros(hidden + 1, flat.dtype)]) if value else flat[:n]
+        return policy.with_value_head(flat, hidden, value)
 
     return dataclasses.replace(
         state,

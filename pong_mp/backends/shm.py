@@ -20,6 +20,7 @@ from typing import Self
 import numpy as np
 
 from pong_mp import policy
+from pong_mp.gradient import gradient_length
 
 HEADER_BYTES = 64
 NAME_PREFIX = "pong-mp-"
@@ -48,7 +49,6 @@ class _Block:
         self._owner = owner
         self.hidden = hidden
         self.width = width
-        self.value = value
 
     @staticmethod
     def size(hidden: int, width: int = 1, value: bool = False) -> int:
@@ -172,7 +172,7 @@ class SharedGradient(_Block):
     @staticmethod
     def size(hidden: int, width: int = 1, value: bool = False) -> int:
         """A flat float32 gradient (with the value head's part last)."""
-        return 4 * (width * policy.param_count(hidden) + (hidden + 1 if value else 0))
+        return 4 * gradient_length(hidden, width, value)
 
     @property
     def array(self) -> np.ndarray:

@@ -166,8 +166,8 @@ def training_rate(
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
         inputs = setup.inputs or stored.get("inputs", LEGACY_DEFAULTS["inputs"])
-    if setup.baseline == "value" and policy.value_head(params, hidden) is None:
-        params = np.concatenate([params, np.zeros(hidden + 1)])  # a new head, as a fork adds
+    # A model has no value head: the runs add a new one, as a fork does.
+    params = policy.with_value_head(params, hidden, setup.baseline == "value")
     config = TrainConfig(
         env=env_id,
         workers=workers,
