@@ -47,7 +47,6 @@ class _Block:
         policy has a value head (--baseline value)."""
         self._shm = shm
         self._owner = owner
-        self.hidden = hidden
         self.width = width
 
     @staticmethod
