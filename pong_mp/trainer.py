@@ -356,7 +356,6 @@ def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
     checkpoint.save(run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json())
 
 
-
 def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
     where = (
         "this process"
@@ -364,7 +363,10 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
         else (f"{config.workers} {config.backend} worker{'s' * (config.workers != 1)}")
     )
     until = f"until update {config.batches}" if config.batches is not None else "until Ctrl-C"
-    if config.target_reward is not None:
+    if config.batches is not None and state.batch >= config.batches:
+        # A resume or fork given fewer --batches than the run has done trains nothing.
+        until = f"nothing to train (at update {state.batch}, past --batches {config.batches})"
+    elif config.target_reward is not None:
         until += f" or a running reward of {config.target_reward:g}"
     if config.backend == "ray":
         where += f" on {config.ray_address or 'a private Ray instance'}"

@@ -105,6 +105,17 @@ def test_resume_continues_bit_for_bit(tmp_path: Path, serial_weights: bytes, cle
     assert [json.loads(r)["batch"] for r in records] == [1, 2, 3]
 
 
+def test_a_resume_past_its_batches_says_it_has_nothing_to_train(
+    tmp_path: Path, serial_weights: bytes, clean_system
+) -> None:
+    train(_config(tmp_path, backend="serial"), log=_quiet)
+    lines: list[str] = []
+    train(_config(tmp_path, batches=2, backend="serial"), resume=True, log=lines.append)
+    assert "nothing to train (at update 3, past --batches 2); resuming at update 3" in lines[0]
+    assert _weights(tmp_path) == serial_weights
+    assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
+
+
 def test_the_policy_entropy_is_logged_with_the_same_bits_on_every_backend(
     tmp_path: Path, clean_system
 ) -> None:
