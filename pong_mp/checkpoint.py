@@ -50,8 +50,9 @@ class TrainState:
     momentum: np.ndarray | None = None
     """Adam's mean of gradients (m), same shape as params; None for RMSProp."""
     lagged: tuple[np.ndarray, ...] = ()
-    """With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (update 0's
-    where there was none yet), which the next L batches are played with; () without lag."""
+    """With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (the oldest
+    known where there was none: a new run's initial weights, or those a fork that lengthened
+    the lag started from), which the next L batches are played with; () without lag."""
 
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")

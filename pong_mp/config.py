@@ -307,9 +307,10 @@ ALGORITHM_FIELDS = (
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
-FORK_KEEPS = ("env", "hidden", "inputs", "optimizer", "policy_lag")
-"""Options a fork keeps from the run it starts from: that run's checkpoint (weights, optimizer
-state, weights in flight) fits only these. (A fork may add a value head, or drop one.)"""
+FORK_KEEPS = ("env", "hidden", "inputs", "optimizer")
+"""Options a fork keeps from the run it starts from: that run's checkpoint (weights and
+optimizer state) fits only these. (A fork may add a value head or drop one, and change the
+policy lag: see rundir.with_value_head and rundir.with_policy_lag.)"""
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -409,6 +409,8 @@ def _prepare_fork(
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
     if config.baseline != stored.baseline:
         state = with_value_head(state, config.hidden, config.baseline == "value")
+    if config.policy_lag != stored.policy_lag:
+        state = with_policy_lag(state, config.policy_lag)
     return config, state
 
 
@@ -426,6 +428,17 @@ def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
         momentum=None if state.momentum is None else reshaped(state.momentum),
         lagged=tuple(reshaped(flat) for flat in state.lagged),
     )
+
+
+def with_policy_lag(state: TrainState, lag: int) -> TrainState:
+    """`state` with the weights of its next `lag` batches in flight: a longer lag repeats the
+    oldest weights it has (a new run's initial weights, where it has none), as a new run
+    does; a shorter one drops the oldest."""
+    lagged = state.lagged[max(0, len(state.lagged) - lag) :] if lag else ()
+    if lag > len(lagged):
+        oldest = lagged[0] if lagged else state.params.astype(np.float32)
+        lagged = (oldest,) * (lag - len(lagged)) + lagged
+    return dataclasses.replace(state, lagged=lagged)
 
 
 def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:

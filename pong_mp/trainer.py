@@ -47,6 +47,7 @@ from pong_mp.rundir import (
     copy_fork_metrics,
     keep_metrics_until,
     open_run,
+    with_policy_lag,
     write_config,
 )
 from pong_mp.signals import Interrupted, stop_signals_deferred, stop_signals_raise
@@ -252,7 +253,7 @@ def with_lagged(state: TrainState, lag: int) -> TrainState:
         return state
     if state.batch != 0:
         raise ValueError(f"update {state.batch} has no weights for a policy lag of {lag}")
-    return dataclasses.replace(state, lagged=(state.params.astype(np.float32),) * lag)
+    return with_policy_lag(state, lag)
 
 
 def updates(

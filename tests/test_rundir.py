@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint, files
+from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
 from pong_mp.files import FileError
 from pong_mp.rundir import (
@@ -28,6 +29,7 @@ from pong_mp.rundir import (
     RunLock,
     read_metrics,
     remove_stale_temps,
+    with_policy_lag,
 )
 from pong_mp.trainer import train
 from tests.test_cli import pong_mp
@@ -386,3 +388,19 @@ def test_a_checkpoint_with_the_wrong_optimizer_state_is_named(
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
     _one_line_error(done, 2, "its optimizer state does not fit --optimizer adam")
     assert np.load(run_dir / "checkpoint.npz")["batch"] == 1
+
+
+def test_a_policy_lag_change_keeps_the_newest_weights_in_flight() -> None:
+    params = np.arange(4.0)
+    older, newer = np.full(4, 1.0, np.float32), np.full(4, 2.0, np.float32)
+    state = TrainState(params=params, cache=np.zeros(4), batch=9, lagged=(older, newer))
+
+    def lagged(lag: int) -> list[list[float]]:
+        return [w.tolist() for w in with_policy_lag(state, lag).lagged]
+
+    assert lagged(2) == [older.tolist(), newer.tolist()]
+    assert lagged(1) == [newer.tolist()] and lagged(0) == []
+    assert lagged(4) == [older.tolist()] * 3 + [newer.tolist()]  # the oldest known, repeated
+    grown = with_policy_lag(TrainState(params=params, cache=np.zeros(4), batch=9), 2).lagged
+    assert [w.dtype for w in grown] == [np.float32] * 2
+    assert [w.tolist() for w in grown] == [params.tolist()] * 2

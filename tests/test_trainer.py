@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -464,7 +465,6 @@ def test_a_fork_is_refused_where_its_checkpoint_does_not_fit(tmp_path: Path) -> 
         ({**fork, "hidden": 32}, ConfigError, "keeps the --hidden of the run it starts from, 16"),
         ({**fork, "optimizer": "adam"}, ConfigError, "keeps the --optimizer"),
         ({**fork, "inputs": "diff+paddle"}, ConfigError, "keeps the --inputs"),
-        ({**fork, "policy_lag": 1}, ConfigError, "keeps the --policy-lag"),
         ({"fork_from": str(tmp_path / "none")}, RunDirError, "no such run directory"),
         ({"fork_from": str(tmp_path)}, RunDirError, r"nothing to fork from \(no config.json\)"),
     ]
@@ -494,6 +494,29 @@ def test_a_fork_resumes_and_keeps_where_it_came_from(
     (fork / "checkpoint.npz").unlink()
     with pytest.raises(RunDirError, match="a fork that stopped before its first checkpoint"):
         prepare_run(fork, True, {})
+
+
+def test_a_fork_may_change_its_policy_lag(
+    tmp_path: Path, serial_weights: bytes, clean_system
+) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=2, backend="serial"), log=_quiet)
+    lagged = {}
+    for name, overrides in (("serial", {"backend": "serial"}), ("local", {"workers": 3})):
+        fork = _config(tmp_path / name, fork_from=str(source), policy_lag=1, **overrides)
+        train(fork, log=_quiet)
+        # Batch 3 is played with update 2's weights with either lag: update 3 is the run's own.
+        assert _weights(tmp_path / name) == serial_weights
+        train(dataclasses.replace(fork, batches=5), resume=True, log=_quiet)
+        lagged[name] = _weights(tmp_path / name)
+    assert lagged["serial"] == lagged["local"]
+    plain = _config(tmp_path / "plain", fork_from=str(source), batches=5, backend="serial")
+    train(plain, log=_quiet)
+    assert _weights(tmp_path / "plain") != lagged["serial"]  # batch 4 played with update 3's
+    back = tmp_path / "back"
+    train(_config(back, fork_from=str(tmp_path / "serial"), policy_lag=0, batches=6), log=_quiet)
+    state, _ = checkpoint.load(back / "checkpoint.npz")
+    assert (state.batch, state.lagged) == (6, ())
 
 
 def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path: Path) -> None:
