@@ -25,6 +25,18 @@ def file_error(path: Path, action: str, exc: OSError) -> FileError:
     return FileError(f"cannot {action} {path}: {cause}")
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists in this pid namespace (a writer of a temp
+    file or the creator of a shared-memory block, named after its pid)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, owned by someone else
+    return True
+
+
 @contextlib.contextmanager
 def file_io(path: Path, action: str) -> Iterator[None]:
     """Turn an OSError inside the block into a FileError naming `path`."""

@@ -36,7 +36,7 @@ from pong_mp.config import (
     read_config,
 )
 from pong_mp.envs import UnknownEnvError, check_env
-from pong_mp.files import FileError, file_error, file_io, write_text_atomic
+from pong_mp.files import FileError, file_error, file_io, pid_alive, write_text_atomic
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -55,16 +55,6 @@ class RunDirError(ValueError):
     another trainer, or a damaged run file."""
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # alive, owned by someone else
-    return True
-
-
 def remove_stale_temps(run_dir: Path) -> list[Path]:
     """Remove the temp files of writers that are gone (killed mid-write); the removed paths.
 
@@ -75,7 +65,7 @@ def remove_stale_temps(run_dir: Path) -> list[Path]:
     for tmp in Path(run_dir).glob(".*.tmp"):
         parts = tmp.name.rsplit(".", 2)
         pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-        if pid is not None and pid != os.getpid() and _pid_alive(pid):
+        if pid is not None and pid != os.getpid() and pid_alive(pid):
             continue
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -57,7 +57,7 @@ from pong_mp.backends.base import (
     prepare_worker_process,
     worker_error,
 )
-from pong_mp.backends.shm import SharedGradient, SharedWeights
+from pong_mp.backends.shm import SharedGradient, SharedWeights, remove_stale_blocks
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
 from pong_mp.gradient import gradient_width
 
@@ -207,10 +207,12 @@ class LocalBackend(BackendBase):
 
     def start(self) -> None:
         """Create the shared weights, spawn the workers and wait until each has its env.
+        Blocks left in /dev/shm by runs killed with their resource tracker go first.
 
         Raises WorkerError, with the worker's traceback, if one cannot start.
         """
         value = self.spec.baseline == "value"
+        remove_stale_blocks()
         self._weights = SharedWeights.create(self.spec.hidden, self.spec.lag + 1, value)
         try:
             slots = range(self.spec.workers)

@@ -5,8 +5,11 @@ first 8 bytes hold the version (int64), then the float32 weights that episodes c
 (`policy.Weights32`: W1 transposed, W2, and a value head with --baseline value), 64-byte
 aligned. The coordinator keeps the float64 master copy and writes one slot per update, the
 oldest, in turn.
-Blocks are named `pong-mp-<pid>-<random>` so that a leak is easy to spot in /dev/shm. Only
-the creator unlinks.
+Blocks are named `pong-mp-<pid>-<pidns>-<random>` so that a leak is easy to spot in /dev/shm.
+Only the creator unlinks. A creator killed together with its resource tracker (a whole process
+group or container killed at once) cannot, so the local backend's start removes the blocks of
+creators that are gone: `remove_stale_blocks`. The pid namespace in the name keeps it from
+taking a live run's block where containers share /dev/shm but not their pids.
 """
 
 from __future__ import annotations
@@ -15,15 +18,56 @@ import contextlib
 import os
 import secrets
 from multiprocessing import shared_memory
+from pathlib import Path
 from typing import Self
 
 import numpy as np
 
 from pong_mp import policy
+from pong_mp.files import pid_alive
 from pong_mp.gradient import gradient_length
 
 HEADER_BYTES = 64
 NAME_PREFIX = "pong-mp-"
+SHM_DIR = Path("/dev/shm")
+"""Where POSIX shared memory appears as files (Linux)."""
+
+
+def pid_namespace() -> str:
+    """This process's pid namespace as a hex inode number; "" where it cannot be read (not
+    Linux): pids are compared only within one namespace."""
+    try:
+        return format(os.stat("/proc/self/ns/pid").st_ino, "x")
+    except OSError:
+        return ""
+
+
+def block_name() -> str:
+    """A new block's name: the prefix, the creator's pid and pid namespace, and a random
+    part."""
+    namespace = pid_namespace() or "0"
+    return f"{NAME_PREFIX}{os.getpid()}-{namespace}-{secrets.token_hex(4)}"
+
+
+def remove_stale_blocks(directory: Path = SHM_DIR) -> list[str]:
+    """Unlink the blocks whose creator is gone, in this pid namespace and owned by this
+    user; the names removed. Blocks of live creators, of other namespaces, or with names
+    this version does not write are left alone."""
+    namespace = pid_namespace()
+    if not namespace or not directory.is_dir():
+        return []
+    removed = []
+    for path in directory.glob(f"{NAME_PREFIX}*"):
+        parts = path.name.removeprefix(NAME_PREFIX).split("-")
+        if len(parts) != 3 or not parts[0].isdigit() or parts[1] != namespace:
+            continue
+        pid = int(parts[0])
+        with contextlib.suppress(OSError):
+            if pid == os.getpid() or pid_alive(pid) or path.stat().st_uid != os.getuid():
+                continue
+            path.unlink()
+            removed.append(path.name)
+    return removed
 
 
 class StaleWeightsError(RuntimeError):
@@ -62,7 +106,7 @@ class _Block:
     @classmethod
     def create(cls, hidden: int, width: int = 1, value: bool = False) -> Self:
         """A new block, owned (and later unlinked) by the caller."""
-        name = f"{NAME_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
+        name = block_name()
         size = cls.size(hidden, width, value)
         shm = shared_memory.SharedMemory(name=name, create=True, size=size)
         return cls(shm, hidden, owner=True, width=width, value=value)
