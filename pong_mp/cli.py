@@ -51,6 +51,7 @@ from pong_mp.tools.plot import (
     plot_runs,
     read_metrics,
     settings_table,
+    within_steps,
 )
 from pong_mp.tools.projection import format_projection, measure_costs, run_projection
 from pong_mp.tools.recording import VideoRecorder
@@ -446,13 +447,36 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     "steps/s that `pong-mp bench` measures), for runs made with fewer processes or on a busy "
     "machine.",
 )
+@click.option(
+    "--min-steps",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="STEPS",
+    help="Draw only the updates from this many env steps on (e.g. 21e6: the part of a run "
+    "after a fork). Milestones still cover whole runs.",
+)
+@click.option(
+    "--max-steps",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="STEPS",
+    help="Draw only the updates up to this many env steps (to compare runs of different "
+    "lengths on one scale).",
+)
 def plot_command(
-    run_dirs: tuple[Path, ...], output: Path | None, milestones: bool, rate: float | None
+    run_dirs: tuple[Path, ...],
+    output: Path | None,
+    milestones: bool,
+    rate: float | None,
+    min_steps: float | None,
+    max_steps: float | None,
 ) -> None:
     """Plot a run's learning curve and speed, or compare several runs (seeds of one setting
     become a mean curve with its spread). Works while runs are still going."""
     if output is None:
         output = Path(run_dirs[0]) / "learning.png" if len(run_dirs) == 1 else Path("compare.png")
+    if min_steps is not None and max_steps is not None and min_steps >= max_steps:
+        _fail(f"--min-steps {min_steps:g} must be below --max-steps {max_steps:g}", EXIT_USAGE)
     try:
         # Read once: a live run's plot and table then show the same updates.
         runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
@@ -463,10 +487,14 @@ def plot_command(
         ]
         if len(runs) > 1:
             tables.append(settings_table(runs, rate=rate))
-        if len(runs) == 1:
-            plot_run(runs[0][0], output, runs[0][1])
+        drawn = [
+            (run_dir, within_steps(records, min_steps, max_steps, run_dir))
+            for run_dir, records in runs
+        ]
+        if len(drawn) == 1:
+            plot_run(drawn[0][0], output, drawn[0][1])
         else:
-            plot_runs(runs, output)
+            plot_runs(drawn, output)
     except PlotError as exc:
         _fail(str(exc), EXIT_USAGE)
     except OSError as exc:

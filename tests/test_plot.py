@@ -15,6 +15,7 @@ from pong_mp.tools.plot import (
     plot_run,
     read_metrics,
     settings_table,
+    within_steps,
 )
 from tests.test_cli import pong_mp
 
@@ -163,3 +164,50 @@ def test_rate_converts_env_steps_to_wall_time(tmp_path: Path) -> None:
     assert "| >= 0 | 0.07 (0.04-0.09), 2/2, 2.2 min | not reached (0/1) |" in done.stdout
     bad = pong_mp("plot", str(tmp_path / "a0"), "--rate", "0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_a_step_range_draws_only_its_updates(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")  # 3,000 steps an update
+    records = read_metrics(tmp_path / "R")
+    part = within_steps(records, 30_000, 45_000, tmp_path / "R")
+    assert [r["batch"] for r in part] == [10, 11, 12, 13, 14, 15]
+    assert [r["batch"] for r in within_steps(records, None, 6_000, tmp_path / "R")] == [1, 2]
+    for r in records:  # a file written before total_steps existed: counted from its start
+        del r["total_steps"]
+    assert [r["total_steps"] for r in within_steps(records, 87_000, None, tmp_path)] == [
+        87_000,
+        90_000,
+    ]
+    with pytest.raises(PlotError, match="no update recorded from 91,000 to the end"):
+        within_steps(records, 91_000, None, tmp_path)
+
+
+def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "A")
+    _fake_run(tmp_path / "B", updates=10, seed=8)
+    out = tmp_path / "late.png"
+    done = pong_mp(
+        "plot",
+        str(tmp_path / "A"),
+        str(tmp_path / "B"),
+        "--min-steps",
+        "15e3",
+        "--max-steps",
+        "60000",
+        "-o",
+        str(out),
+        "--milestones",
+    )
+    assert done.returncode == 0, done.stderr
+    assert imageio.imread(out).shape[2] in (3, 4)
+    # Milestones cover whole runs: before the range and after it.
+    assert "| >= -5 | 1 | 10 | 3,000 |" in done.stdout
+    assert "| >= 0 | 30 | 300 | 90,000 |" in done.stdout
+    for args, message in [
+        (("--min-steps", "5e4", "--max-steps", "5e4"), "must be below --max-steps"),
+        (("--min-steps", "4e4"), "B: no update recorded from 40,000 to the end env steps"),
+    ]:
+        out.unlink(missing_ok=True)
+        done = pong_mp("plot", str(tmp_path / "A"), str(tmp_path / "B"), *args, "-o", str(out))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert message in done.stderr and not out.exists()

@@ -99,6 +99,25 @@ def _steps(records: list[dict[str, Any]]) -> np.ndarray:
     return np.cumsum([r.get("steps", 0) for r in records], dtype=float)
 
 
+def within_steps(
+    records: list[dict[str, Any]], low: float | None, high: float | None, run_dir: Path
+) -> list[dict[str, Any]]:
+    """The records whose env steps so far lie in [low, high] (either end may be open), each
+    with its `total_steps` filled in; PlotError if none do. For drawing a part of a long
+    run, such as the updates after a fork."""
+    steps = _steps(records)
+    keep = np.ones(len(records), dtype=bool)
+    if low is not None:
+        keep &= steps >= low
+    if high is not None:
+        keep &= steps <= high
+    if not keep.any():
+        span = f"{low or 0:,.0f} to {'the end' if high is None else f'{high:,.0f}'}"
+        raise PlotError(f"{run_dir}: no update recorded from {span} env steps")
+    kept = zip(records, steps, keep, strict=True)
+    return [{**r, "total_steps": float(s)} for r, s, k in kept if k]
+
+
 def _minutes(records: list[dict[str, Any]]) -> np.ndarray:
     return np.array([r.get("elapsed", np.nan) for r in records], dtype=float) / 60
 
@@ -219,7 +238,9 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
     range they all cover, and each of them a thin line in full."""
     plt = _pyplot()
     groups = group_runs(runs)
-    fig, axes = plt.subplots(2, 1, figsize=(10, 8), constrained_layout=True)
+    # One legend for both panels, below them: a long one inside an axes covers the curves.
+    height = 8 + 0.22 * len(groups)
+    fig, axes = plt.subplots(2, 1, figsize=(10, height), layout="constrained")
     axis_of = (
         (axes[0], lambda recs: _steps(recs) / 1e6, "env steps (millions)"),
         (axes[1], _minutes, "wall time in updates (minutes)"),
@@ -227,10 +248,7 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
     for number, group in enumerate(groups):
         color = f"C{number % 10}"
         for ax, x_of, _ in axis_of:
-            curves = [
-                (x_of(recs), _running(recs))
-                for _, recs in group.runs
-            ]
+            curves = [(x_of(recs), _running(recs)) for _, recs in group.runs]
             curves = [
                 (x[ok], y[ok])
                 for x, y in curves
@@ -257,7 +275,14 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
         ax.set_xlabel(xlabel)
         ax.set_ylabel("running reward")
         ax.grid(alpha=0.3)
-        ax.legend(loc="upper left", fontsize="small")
+    entries = {}
+    for ax, _, _ in axis_of:
+        for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
+            entries.setdefault(label, handle)
+    if entries:
+        fig.legend(
+            list(entries.values()), list(entries), loc="outside lower center", fontsize="small"
+        )
     fig.suptitle(f"{len(runs)} runs in {len(groups)} setting{'s' * (len(groups) != 1)}")
     fig.savefig(out, dpi=100)
     plt.close(fig)
