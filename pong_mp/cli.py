@@ -7,8 +7,10 @@ not fit) is one line on stderr and a non-zero exit, never a traceback.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
+import math
 import signal
 import sys
 from collections.abc import Callable
@@ -34,7 +36,7 @@ from pong_mp.files import FileError
 from pong_mp.frames import INPUTS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, open_run
-from pong_mp.signals import STOP_SIGNALS, Interrupted
+from pong_mp.signals import STOP_SIGNALS, Interrupted, stop_signals_raise
 from pong_mp.tools.bench import (
     TrainingSetup,
     format_bench,
@@ -66,6 +68,34 @@ EXIT_USAGE = 2
 def _fail(message: str, code: int) -> None:
     click.echo(f"pong-mp: error: {message}", err=True)
     sys.exit(code)
+
+
+class _FiniteRange(click.FloatRange):
+    """click.FloatRange that also refuses nan and inf (which compare false with any bound)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """The float, or a usage error for a non-finite one."""
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return number
+
+
+def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
+    """Run a command with SIGINT and SIGTERM raised as Interrupted, so that its cleanup (a
+    recording's temp file, a bench's workers and shared memory) runs before it exits 130 or
+    143 with one line. Without it SIGTERM kills at once and leaves a half-written file."""
+
+    @functools.wraps(command)
+    def stoppable(*args: Any, **kwargs: Any) -> None:
+        try:
+            with stop_signals_raise():
+                command(*args, **kwargs)
+        except Interrupted as exc:
+            click.echo(f"pong-mp: stopped by {exc}", err=True)
+            sys.exit(exc.exit_code)
+
+    return stoppable
 
 
 class _OneLineErrors(click.Group):
@@ -281,6 +311,7 @@ def train_command(
     default=None,
     help="End the clip after this many recorded frames (the games are still played out).",
 )
+@_stoppable
 def play_command(
     checkpoint_path: Path,
     env: str | None,
@@ -410,6 +441,7 @@ class _RecordingProgress:
 @main.command("export")
 @click.argument("checkpoint_path", metavar="CHECKPOINT", type=click.Path(path_type=Path))
 @click.argument("out", metavar="MODEL.npz", type=click.Path(path_type=Path))
+@_stoppable
 def export_command(checkpoint_path: Path, out: Path) -> None:
     """Write a checkpoint's policy as a small float32 model file, for `pong-mp play`."""
     try:
@@ -440,7 +472,7 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 )
 @click.option(
     "--rate",
-    type=click.FloatRange(min=0, min_open=True),
+    type=_FiniteRange(min=0, min_open=True),
     default=None,
     metavar="STEPS_PER_SEC",
     help="With --milestones, also convert env steps to wall time at this training rate (the "
@@ -449,7 +481,7 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 )
 @click.option(
     "--min-steps",
-    type=click.FloatRange(min=0),
+    type=_FiniteRange(min=0),
     default=None,
     metavar="STEPS",
     help="Draw only the updates from this many env steps on (e.g. 21e6: the part of a run "
@@ -457,12 +489,13 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 )
 @click.option(
     "--max-steps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=_FiniteRange(min=0, min_open=True),
     default=None,
     metavar="STEPS",
     help="Draw only the updates up to this many env steps (to compare runs of different "
     "lengths on one scale).",
 )
+@_stoppable
 def plot_command(
     run_dirs: tuple[Path, ...],
     output: Path | None,
@@ -514,7 +547,7 @@ def plot_command(
 )
 @click.option(
     "--seconds",
-    type=click.FloatRange(min=1),
+    type=_FiniteRange(min=1),
     default=10.0,
     show_default=True,
     help="Length of each measurement (the whole bench takes about 6x this).",
@@ -558,7 +591,7 @@ def plot_command(
 )
 @click.option(
     "--entropy-bonus",
-    type=click.FloatRange(min=0),
+    type=_FiniteRange(min=0),
     default=TrainConfig.entropy_bonus,
     show_default=True,
     metavar="BETA",
@@ -572,6 +605,7 @@ def plot_command(
     help="The training runs' --baseline (value: a value head, new, on the model's weights).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
+@_stoppable
 def bench_command(
     workers: int,
     seconds: float,

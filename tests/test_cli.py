@@ -161,6 +161,24 @@ def test_export_and_bench_refuse_bad_targets_in_one_line(
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["bench", "--seconds", "nan"],
+        ["bench", "--entropy-bonus", "inf"],
+        ["plot", "RUN", "--rate", "nan"],
+        ["plot", "RUN", "--max-steps", "inf"],
+        ["plot", "RUN", "--min-steps", "nan"],
+    ],
+)
+def test_numbers_that_are_not_finite_are_one_line(args: list[str]) -> None:
+    # nan passes every range check (it compares false); it must not reach a measurement
+    # that never ends or a table of "nan min".
+    done = pong_mp(*args)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "is not a finite number" in done.stderr and done.stdout == ""
+
+
 def test_no_arguments_shows_the_help() -> None:
     done = pong_mp()
     assert done.returncode == 0 and done.stdout.startswith("Usage: pong-mp [OPTIONS] COMMAND")

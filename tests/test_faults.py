@@ -123,6 +123,35 @@ def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
         assert checkpoint.load(tmp_path / "checkpoint.npz")[0].batch == 0
 
 
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_signal_to_play_leaves_no_half_recording(
+    fake_checkpoint: Path, tmp_path: Path, signum: int
+) -> None:
+    target = tmp_path / "game.gif"
+    proc = start("play", str(fake_checkpoint), "--episodes", "100000", "--record", str(target))
+    deadline = time.monotonic() + 60
+    while not list(tmp_path.glob(".game.*")):  # the recording is being written
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signum
+    assert err == f"pong-mp: stopped by {signal.Signals(signum).name}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sigterm_to_bench_stops_its_workers_and_leaks_nothing(clean_system) -> None:
+    proc = start("bench", "--env", "FakePong-v0", "--workers", "2", "--seconds", "5")
+    deadline = time.monotonic() + 60
+    while len(workers_of(proc.pid)) < 2:  # the training measurement has started
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143
+    assert err == "pong-mp: stopped by SIGTERM\n"
+
+
 def test_ctrl_c_while_workers_start(tmp_path: Path, clean_system) -> None:
     proc = start("train", *FAKE, "--workers", "2", "--run-dir", str(tmp_path))
     # Once the run directory is made, the workers are being spawned and set up their envs.
