@@ -21,7 +21,8 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.checkpoint import TrainState, load_policy
-from pong_mp.config import TrainConfig, apply_preset
+from pong_mp.config import LEGACY_DEFAULTS, TrainConfig, apply_preset
+from pong_mp.frames import INPUT_SIZE, BinaryInputs
 from pong_mp.signals import Interrupted
 
 
@@ -86,23 +87,30 @@ class Agent:
     """A trained policy that plays gymnasium's ALE/Pong-v5 from its raw RGB frames.
 
     Call `reset()` when a game starts and `act(observation)` after every step; the policy
-    sees the difference between this frame and the last, as in training.
+    sees what it saw in training: the difference between this frame and the last, with the
+    paddle's column as it is for a policy trained with inputs "diff+paddle".
     """
 
-    def __init__(self, params: np.ndarray, hidden: int, seed: int | None = None) -> None:
-        """An agent with flat float64 `params` of a `hidden`-unit policy; `seed` seeds the
-        sampling of actions (None: fresh entropy)."""
+    def __init__(
+        self, params: np.ndarray, hidden: int, seed: int | None = None, inputs: str = "diff"
+    ) -> None:
+        """An agent with flat float64 `params` of a `hidden`-unit policy that sees `inputs`
+        (one of frames.INPUTS; a loaded agent takes its config's); `seed` seeds the sampling
+        of actions (None: fresh entropy)."""
         self._w1t, self._w2 = policy.split(np.asarray(params, dtype=np.float64), hidden)
         self.hidden = hidden
+        self.inputs = inputs
+        self._stream = BinaryInputs(inputs)  # the stream training uses on RGB frames
         self._rng = np.random.default_rng(seed)
-        self._previous: np.ndarray | None = None
+        self._started = False
 
     @classmethod
     def load(cls, path: str | Path, seed: int | None = None) -> Agent:
         """The agent of a checkpoint (`checkpoint.npz`) or model file (`pong-mp export`);
         CheckpointError if the file is missing, damaged or not pong-mp's."""
         params, config = load_policy(Path(path))
-        agent = cls(params, int(config["hidden"]), seed=seed)
+        inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
+        agent = cls(params, int(config["hidden"]), seed=seed, inputs=inputs)
         agent.config = config
         return agent
 
@@ -111,13 +119,17 @@ class Agent:
 
     def reset(self) -> None:
         """Start a new game: forget the previous frame."""
-        self._previous = None
+        self._started = False
 
     def probability_up(self, observation: np.ndarray) -> float:
         """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
-        frame = policy.preprocess(observation)
-        x = np.zeros_like(frame) if self._previous is None else frame - self._previous
-        self._previous = frame
+        x = np.zeros(INPUT_SIZE)
+        if self._started:
+            changed, values = self._stream.step(observation)
+            x[changed] = values
+        else:  # a game's first frame: no difference yet, the input is all zeros
+            self._stream.reset(observation)
+            self._started = True
         p_up, _ = policy.forward(self._w1t, self._w2, x)
         return p_up
 
