@@ -528,7 +528,7 @@ def plot_command(
             plot_run(drawn[0][0], output, drawn[0][1])
         else:
             plot_runs(drawn, output)
-    except PlotError as exc:
+    except (PlotError, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
     except OSError as exc:
         _fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_USAGE)

@@ -211,3 +211,26 @@ def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
         done = pong_mp("plot", str(tmp_path / "A"), str(tmp_path / "B"), *args, "-o", str(out))
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert message in done.stderr and not out.exists()
+
+
+def test_a_plot_that_fails_while_writing_leaves_the_old_file(tmp_path: Path, monkeypatch) -> None:
+    import errno
+
+    import matplotlib.figure
+
+    from pong_mp.files import FileError
+
+    def half_then_full(self, fh, **kwargs) -> None:
+        fh.write(b"\x89PNG half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    _fake_run(tmp_path / "R")
+    out = tmp_path / "R" / "learning.png"
+    out.write_bytes(b"the old plot")
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", half_then_full)
+    with pytest.raises(FileError, match="No space left on device"):
+        plot_run(tmp_path / "R", out)
+    assert out.read_bytes() == b"the old plot"
+    assert sorted(p.name for p in out.parent.iterdir()) == [
+        "config.json", "learning.png", "metrics.jsonl"
+    ]

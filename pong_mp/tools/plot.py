@@ -12,7 +12,7 @@ import numpy as np
 
 from pong_mp import rundir
 from pong_mp.config import TrainConfig
-from pong_mp.files import FileError, check_writable
+from pong_mp.files import FileError, check_writable, write_atomic
 from pong_mp.rundir import METRICS_FILE
 
 
@@ -92,6 +92,11 @@ def _pyplot() -> Any:
     return plt
 
 
+def _save(fig: Any, out: Path) -> None:
+    # Atomically: a full disk or Ctrl-C while drawing leaves the old file or none, never half.
+    write_atomic(out, lambda fh: fig.savefig(fh, dpi=100, format="png"))
+
+
 def _steps(records: list[dict[str, Any]]) -> np.ndarray:
     # total_steps is in every record written by pong-mp; older files had only per-update steps.
     if all("total_steps" in r for r in records):
@@ -157,8 +162,10 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     fig.suptitle(_title(Path(run_dir), records))
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        _save(fig, Path(out))
+    finally:
+        plt.close(fig)
     return Path(out)
 
 
@@ -284,8 +291,10 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
             list(entries.values()), list(entries), loc="outside lower center", fontsize="small"
         )
     fig.suptitle(f"{len(runs)} runs in {len(groups)} setting{'s' * (len(groups) != 1)}")
-    fig.savefig(out, dpi=100)
-    plt.close(fig)
+    try:
+        _save(fig, Path(out))
+    finally:
+        plt.close(fig)
     return Path(out)
 
 
