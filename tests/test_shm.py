@@ -1,4 +1,5 @@
-"""Shared-memory blocks: their names, and the blocks a killed run leaves behind."""
+"""Shared-memory blocks: the versions they keep, their names, and the blocks a killed run
+leaves behind."""
 
 from __future__ import annotations
 
@@ -8,16 +9,83 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from pong_mp import policy
 from pong_mp.backends import RolloutSpec, make_backend
-from pong_mp.backends.shm import NAME_PREFIX, SHM_DIR, pid_namespace, remove_stale_blocks
+from pong_mp.backends.shm import (
+    NAME_PREFIX,
+    SHM_DIR,
+    BlockShape,
+    SharedGradient,
+    SharedWeights,
+    StaleWeightsError,
+    pid_namespace,
+    remove_stale_blocks,
+)
+from pong_mp.gradient import gradient_length
 from tests.conftest import pong_shm_blocks
 
 needs_linux_shm = pytest.mark.skipif(
     not pid_namespace() or not SHM_DIR.is_dir(),
     reason="needs /proc/self/ns/pid and /dev/shm (Linux)",
 )
+
+
+@pytest.mark.parametrize("value", [False, True])
+def test_weights_keep_the_last_versions_written_and_workers_read_them_unchanged(
+    value: bool, clean_system
+) -> None:
+    hidden = 8
+    shape = BlockShape(hidden, width=2, value=value)
+    params = {v: policy.init_params(hidden, v, value) for v in (5, 6, 7)}
+    if value:
+        for version, flat in params.items():
+            flat[-(hidden + 1) :] = version  # a head that is not the initial zeros
+    owner = SharedWeights.create(shape)
+    try:
+        reader = SharedWeights.attach(owner.name, shape)
+        try:
+            assert reader.versions == []
+            for version, flat in params.items():
+                owner.write(flat, version)
+            assert reader.versions == [6, 7]  # 5 went first: its slot was the oldest
+            with pytest.raises(StaleWeightsError, match=r"hold versions \[6, 7\], not 5"):
+                reader.read(5)
+            for version in (6, 7):
+                got = reader.read(version)
+                want = policy.Weights32.from_params(params[version], hidden)
+                assert np.array_equal(got.w1t, want.w1t) and np.array_equal(got.w2, want.w2)
+                assert (got.value is None) == (not value)
+                if value:
+                    assert np.array_equal(got.value, want.value)
+            with pytest.raises(ValueError, match="read-only"):
+                reader.read(7).w2[0] = 1.0  # a worker cannot change what others read
+        finally:
+            reader.close()
+    finally:
+        owner.close()
+        owner.unlink()
+
+
+@pytest.mark.parametrize(("width", "value"), [(1, False), (2, False), (1, True)])
+def test_a_gradient_slot_holds_one_gradient_both_sides_see(
+    width: int, value: bool, clean_system
+) -> None:
+    shape = BlockShape(8, width, value)
+    owner = SharedGradient.create(shape)
+    try:
+        worker = SharedGradient.attach(owner.name, shape)
+        try:
+            assert len(owner.array) == len(worker.array) == gradient_length(8, width, value)
+            worker.array[:] = np.arange(len(worker.array), dtype=np.float32)
+            assert np.array_equal(owner.array, np.arange(len(owner.array), dtype=np.float32))
+        finally:
+            worker.close()
+    finally:
+        owner.close()
+        owner.unlink()
 
 
 def _gone_pid() -> int:
@@ -48,8 +116,8 @@ def test_only_the_blocks_of_gone_creators_are_removed(tmp_path: Path) -> None:
 
 _KILLED_RUN = """
 import os, signal, sys
-from pong_mp.backends.shm import SharedWeights
-block = SharedWeights.create(16, 2)
+from pong_mp.backends.shm import BlockShape, SharedWeights
+block = SharedWeights.create(BlockShape(16, 2))
 print(block.name, flush=True)
 os.killpg(0, signal.SIGKILL)  # the run and its resource tracker, at once
 """

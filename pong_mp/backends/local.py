@@ -57,7 +57,12 @@ from pong_mp.backends.base import (
     prepare_worker_process,
     worker_error,
 )
-from pong_mp.backends.shm import SharedGradient, SharedWeights, remove_stale_blocks
+from pong_mp.backends.shm import (
+    BlockShape,
+    SharedGradient,
+    SharedWeights,
+    remove_stale_blocks,
+)
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
 from pong_mp.gradient import gradient_width
 
@@ -116,6 +121,16 @@ class Play(NamedTuple):
     """The episode to play."""
 
 
+def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
+    """The shapes of the weights block and of each worker's gradient slot: one rule for the
+    coordinator that creates them and the workers that attach to them."""
+    value = spec.baseline == "value"
+    return (
+        BlockShape(spec.hidden, spec.lag + 1, value),
+        BlockShape(spec.hidden, gradient_width(spec.advantage), value),
+    )
+
+
 def worker_main(
     spec: RolloutSpec, weights_name: str, grad_name: str, conn: Connection, parent_pid: int
 ) -> None:
@@ -136,10 +151,9 @@ def worker_main(
     try:
         prepare_worker_process()
         try:
-            value = spec.baseline == "value"
-            weights = SharedWeights.attach(weights_name, spec.hidden, spec.lag + 1, value)
-            width = gradient_width(spec.advantage)
-            grad = SharedGradient.attach(grad_name, spec.hidden, width, value)
+            weights_shape, grad_shape = block_shapes(spec)
+            weights = SharedWeights.attach(weights_name, weights_shape)
+            grad = SharedGradient.attach(grad_name, grad_shape)
             worker.open()
         except Exception:
             conn.send(Failed(None, traceback.format_exc()))
@@ -211,15 +225,12 @@ class LocalBackend(BackendBase):
 
         Raises WorkerError, with the worker's traceback, if one cannot start.
         """
-        value = self.spec.baseline == "value"
         remove_stale_blocks()
-        self._weights = SharedWeights.create(self.spec.hidden, self.spec.lag + 1, value)
+        weights_shape, grad_shape = block_shapes(self.spec)
+        self._weights = SharedWeights.create(weights_shape)
         try:
             slots = range(self.spec.workers)
-            width = gradient_width(self.spec.advantage)
-            self._grads = [
-                SharedGradient.create(self.spec.hidden, width, value) for _ in slots
-            ]
+            self._grads = [SharedGradient.create(grad_shape) for _ in slots]
             self._workers = [self._spawn(slot) for slot in slots]
             self._await_ready()
         except BaseException:

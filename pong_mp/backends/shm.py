@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+from dataclasses import dataclass
 from multiprocessing import shared_memory
 from pathlib import Path
 from typing import Self
@@ -74,27 +75,30 @@ class StaleWeightsError(RuntimeError):
     """A worker was asked for a weights version that is not the one in shared memory."""
 
 
-class _Block:
-    """A named shared-memory block sized for a policy of `hidden` units. Subclasses say its
-    size and map their arrays on it; only the creator unlinks."""
+@dataclass(frozen=True)
+class BlockShape:
+    """What a block is sized for: a policy of `hidden` units, with a value head if `value`
+    (--baseline value), and `width`: the weights versions a SharedWeights block keeps
+    (--policy-lag + 1), or the parameter-sized vectors of a SharedGradient
+    (gradient.gradient_width)."""
 
-    def __init__(
-        self,
-        shm: shared_memory.SharedMemory,
-        hidden: int,
-        owner: bool,
-        width: int = 1,
-        value: bool = False,
-    ) -> None:
-        """Wrap an open block; use `create` or `attach` instead of calling this. `width`:
-        parameter-sized vectors per gradient (see gradient.gradient_width); `value`: the
-        policy has a value head (--baseline value)."""
+    hidden: int
+    width: int = 1
+    value: bool = False
+
+
+class _Block:
+    """A named shared-memory block of a given shape. Subclasses say its size and map their
+    arrays on it; only the creator unlinks."""
+
+    def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
+        """Wrap an open block; use `create` or `attach` instead of calling this."""
         self._shm = shm
         self._owner = owner
-        self.width = width
+        self.shape = shape
 
     @staticmethod
-    def size(hidden: int, width: int = 1, value: bool = False) -> int:
+    def size(shape: BlockShape) -> int:
         """Bytes the block needs."""
         raise NotImplementedError
 
@@ -104,18 +108,15 @@ class _Block:
         return self._shm.name
 
     @classmethod
-    def create(cls, hidden: int, width: int = 1, value: bool = False) -> Self:
+    def create(cls, shape: BlockShape) -> Self:
         """A new block, owned (and later unlinked) by the caller."""
-        name = block_name()
-        size = cls.size(hidden, width, value)
-        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
-        return cls(shm, hidden, owner=True, width=width, value=value)
+        shm = shared_memory.SharedMemory(name=block_name(), create=True, size=cls.size(shape))
+        return cls(shm, shape, owner=True)
 
     @classmethod
-    def attach(cls, name: str, hidden: int, width: int = 1, value: bool = False) -> Self:
+    def attach(cls, name: str, shape: BlockShape) -> Self:
         """Open an existing block (spawned children share the creator's resource tracker)."""
-        shm = shared_memory.SharedMemory(name=name)
-        return cls(shm, hidden, owner=False, width=width, value=value)
+        return cls(shared_memory.SharedMemory(name=name), shape, owner=False)
 
     def close(self) -> None:
         """Drop this process's mapping: the arrays mapped on it go first."""
@@ -132,18 +133,12 @@ class SharedWeights(_Block):
     """Float32 policy weights with their version numbers in shared memory: `width` slots,
     holding the last `width` versions written."""
 
-    def __init__(
-        self,
-        shm: shared_memory.SharedMemory,
-        hidden: int,
-        owner: bool,
-        width: int = 1,
-        value: bool = False,
-    ) -> None:
+    def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Map each slot's version and weights (read-only unless this process owns them)."""
-        super().__init__(shm, hidden, owner, width, value)
+        super().__init__(shm, shape, owner)
+        hidden, value = shape.hidden, shape.value
         slots = []
-        for slot in range(width):
+        for slot in range(shape.width):
             offset = slot * self.slot_size(hidden, value)
             version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=offset)
             flat = np.ndarray(
@@ -166,14 +161,14 @@ class SharedWeights(_Block):
         return -(-(HEADER_BYTES + 4 * policy.param_count(hidden, value)) // 64) * 64
 
     @staticmethod
-    def size(hidden: int, width: int = 1, value: bool = False) -> int:
-        """`width` slots."""
-        return width * SharedWeights.slot_size(hidden, value)
+    def size(shape: BlockShape) -> int:
+        """`shape.width` slots."""
+        return shape.width * SharedWeights.slot_size(shape.hidden, shape.value)
 
     def write(self, params: np.ndarray, version: int) -> None:
         """Publish flat `params` (float64 or float32) as `version`, over the oldest version
         kept (coordinator only; no episode may still be playing that one)."""
-        stamp, flat, _ = self._views[self._written % self.width]
+        stamp, flat, _ = self._views[self._written % self.shape.width]
         stamp[0] = _NO_VERSION
         np.copyto(flat, params, casting="same_kind")
         stamp[0] = version
@@ -199,23 +194,16 @@ class SharedGradient(_Block):
     """One worker's gradient slot: the worker's backward pass writes into it, the
     coordinator reads it in place, so 5 MB never go through a pipe."""
 
-    def __init__(
-        self,
-        shm: shared_memory.SharedMemory,
-        hidden: int,
-        owner: bool,
-        width: int = 1,
-        value: bool = False,
-    ) -> None:
+    def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Map the flat float32 gradient."""
-        super().__init__(shm, hidden, owner, width, value)
-        length = self.size(hidden, width, value) // 4
+        super().__init__(shm, shape, owner)
+        length = self.size(shape) // 4
         self._views = np.ndarray((length,), dtype=np.float32, buffer=shm.buf)
 
     @staticmethod
-    def size(hidden: int, width: int = 1, value: bool = False) -> int:
+    def size(shape: BlockShape) -> int:
         """A flat float32 gradient (with the value head's part last)."""
-        return 4 * gradient_length(hidden, width, value)
+        return 4 * gradient_length(shape.hidden, shape.width, shape.value)
 
     @property
     def array(self) -> np.ndarray:

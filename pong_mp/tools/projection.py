@@ -120,7 +120,7 @@ def measure_costs(
     emulator in one process, one gradient added to a float64 sum, and one update."""
     from pong_mp import policy
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
-    from pong_mp.backends.shm import SharedWeights
+    from pong_mp.backends.shm import BlockShape, SharedWeights
     from pong_mp.backends.worker import EpisodeWorker
     from pong_mp.batch_sum import BatchSum
     from pong_mp.checkpoint import TrainState, load_policy
@@ -161,7 +161,7 @@ def measure_costs(
     state = TrainState(params=params, cache=np.zeros_like(params))
     summed = BatchSum(0, 1, np.empty(len(params)))
     summed.add(EpisodeResult(0, grad, 0.0, 1, 0.0))
-    shared = SharedWeights.create(hidden)
+    shared = SharedWeights.create(BlockShape(hidden))
     try:
         start = time.perf_counter()
         for _ in range(10):
