@@ -151,6 +151,21 @@ def test_a_hung_worker_is_replaced(reference, clean_system) -> None:
     assert _run("local", spec) == reference
 
 
+def test_a_replacement_slower_to_start_than_the_episode_timeout_is_not_judged_hung(
+    reference, clean_system
+) -> None:
+    # The replacement builds its env for longer than an episode may last: only the episode,
+    # from the moment the worker is ready, counts against --episode-timeout.
+    spec = _spec(
+        "CrashingPong-v0",
+        workers=1,
+        episode_timeout=1.0,
+        max_retries=1,
+        env_kwargs={"crash_episodes": (2,), "mode": "hang", "start_seconds": 2.0},
+    )
+    assert _run("local", spec) == reference
+
+
 @pytest.mark.parametrize("name", BACKENDS_WITH_WORKERS)
 def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_system) -> None:
     spec = _spec(

@@ -22,7 +22,8 @@ Data flow of one batch:
                                                        gradient -> SharedGradient slot N
     EpisodeResult(stats, slot N view)   <-- pipe --  Done(stats) | Failed(index, traceback)
       -> BatchSum (fixed order)
-    sentinel N fires (death), or no answer within --episode-timeout: replace the worker,
+    sentinel N fires (death), or no answer within --episode-timeout of the worker being ready
+    (a replacement's start, building its env, is not the episode's time): replace the worker,
     play its episode again with the same seed.
 """
 
@@ -191,7 +192,8 @@ class _Worker:
     conn: Connection
     grad: SharedGradient
     job: Play | None = None  # the episode it plays, with its weights version
-    since: float = 0.0  # when the current job was sent
+    since: float = 0.0  # when the current job was sent, or when the worker became ready
+    ready: bool = False  # it has built its env: its job's clock runs from then
     abandoned: bool = False  # stopped with its episode dropped: replaced at the next results
 
 
@@ -256,6 +258,7 @@ class LocalBackend(BackendBase):
                     ) from None
                 if isinstance(message, Failed):
                     raise worker_error(f"worker {w.slot} failed to start", message.traceback)
+                w.ready = True
 
     def _spawn(self, slot: int) -> _Worker:
         assert self._weights is not None
@@ -362,8 +365,12 @@ class LocalBackend(BackendBase):
                         yield result
             now = time.monotonic()
             for w in busy:
-                if w.job is not None and now - w.since > self.spec.episode_timeout:
+                if w.job is None:
+                    continue
+                if w.ready and now - w.since > self.spec.episode_timeout:
                     self._replace(w, f"hung for {now - w.since:.0f} s")
+                elif not w.ready and now - w.since > _START_SECONDS:
+                    self._replace(w, f"did not start within {_START_SECONDS:.0f} s")
 
     def _send(self, w: _Worker, job: Play) -> None:
         w.job, w.since = job, time.monotonic()
@@ -384,7 +391,9 @@ class LocalBackend(BackendBase):
             self._replace(w, f"died (exit code {code})")
             return None
         if isinstance(message, Ready):
-            return None  # a replacement has started; its episode is on the way
+            # A replacement has built its env: its episode starts now, not when it was sent.
+            w.ready, w.since = True, time.monotonic()
+            return None
         if isinstance(message, Done):
             w.job = None
             self.busy_seconds += message.stats.seconds

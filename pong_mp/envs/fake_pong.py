@@ -215,7 +215,8 @@ class CrashingPong(FakePong):
     The episodes are counted per env instance (0 = the first reset of this instance), so a
     retried episode, played by a fresh or another worker, goes through. `mode` "raise"
     raises RuntimeError; "kill" kills the whole process with SIGKILL, like a segfault;
-    "hang" sleeps for an hour, like a stuck emulator.
+    "hang" sleeps for an hour, like a stuck emulator. `start_seconds` makes the env that long
+    to build, like an emulator loading on a busy machine.
     """
 
     def __init__(
@@ -223,10 +224,12 @@ class CrashingPong(FakePong):
         crash_episodes: tuple[int, ...] = (0,),
         crash_at_step: int = 5,
         mode: str = "raise",
+        start_seconds: float = 0.0,
         **kwargs: Any,
     ) -> None:
         """See the class docstring; other arguments go to FakePong."""
         super().__init__(**kwargs)
+        time.sleep(start_seconds)
         if mode not in ("raise", "kill", "hang"):
             raise ValueError("mode must be 'raise', 'kill' or 'hang'")
         self.crash_episodes = tuple(crash_episodes)
