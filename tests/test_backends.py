@@ -166,6 +166,28 @@ def test_a_replacement_slower_to_start_than_the_episode_timeout_is_not_judged_hu
     assert _run("local", spec) == reference
 
 
+def test_a_replacement_that_does_not_start_is_replaced_in_turn(
+    monkeypatch, clean_system
+) -> None:
+    import pong_mp.backends.local as local
+
+    spec = _spec(
+        "CrashingPong-v0",
+        workers=1,
+        episode_timeout=1.0,
+        max_retries=1,
+        env_kwargs={"crash_episodes": (2,), "mode": "hang", "start_seconds": 2.0},
+    )
+    backend = _make("local", spec)
+    backend.start()
+    monkeypatch.setattr(local, "_START_SECONDS", 1.0)  # replacements now start too slowly
+    try:
+        with pytest.raises(WorkerError, match=r"episode 2 lost its worker 2 times \(last: did"):
+            list(backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4)))
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize("name", BACKENDS_WITH_WORKERS)
 def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_system) -> None:
     spec = _spec(
