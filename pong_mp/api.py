@@ -106,8 +106,9 @@ class Agent:
 
     @classmethod
     def load(cls, path: str | Path, seed: int | None = None) -> Agent:
-        """The agent of a checkpoint (`checkpoint.npz`) or model file (`pong-mp export`);
-        CheckpointError if the file is missing, damaged or not pong-mp's."""
+        """The agent of a checkpoint (`checkpoint.npz`, or a run directory holding one) or
+        model file (`pong-mp export`); CheckpointError if the file is missing, damaged or not
+        pong-mp's."""
         params, config = load_policy(Path(path))
         inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
         agent = cls(params, int(config["hidden"]), seed=seed, inputs=inputs)

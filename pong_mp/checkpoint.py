@@ -21,6 +21,9 @@ from pong_mp.config import LEGACY_DEFAULTS, ConfigError, check_types
 from pong_mp.files import write_atomic
 from pong_mp.frames import INPUTS
 
+CHECKPOINT_FILE = "checkpoint.npz"
+"""A run directory's checkpoint: what `load_policy` reads when given the directory."""
+
 FORMAT_VERSION = 1
 
 
@@ -120,6 +123,10 @@ def load(path: Path) -> tuple[TrainState, dict]:
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     # Every array of the file, read once; CheckpointError if it is missing or damaged.
+    if path.is_dir() and (path / CHECKPOINT_FILE).is_file():
+        path = path / CHECKPOINT_FILE  # a run directory stands for its checkpoint
+    elif path.is_dir():
+        raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
@@ -317,7 +324,8 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
 
 
 def load_policy(path: Path) -> tuple[np.ndarray, dict]:
-    """(flat float64 params, config) from a checkpoint or a model file, validated."""
+    """(flat float64 params, config) from a checkpoint, a run directory's checkpoint or a
+    model file, validated."""
     path = Path(path)
     data = _read(path)
     try:

@@ -263,7 +263,9 @@ def train_command(
 
 
 @main.command("play")
-@click.argument("checkpoint_path", metavar="CHECKPOINT|MODEL", type=click.Path(path_type=Path))
+@click.argument(
+    "checkpoint_path", metavar="CHECKPOINT|MODEL|RUN_DIR", type=click.Path(path_type=Path)
+)
 @click.option(
     "--env",
     default=None,
@@ -325,7 +327,8 @@ def play_command(
     frame_stride: int,
     max_frames: int | None,
 ) -> None:
-    """Play full games with a checkpoint's or model's policy and report the scores.
+    """Play full games with a checkpoint's or model's policy and report the scores (a run
+    directory stands for its checkpoint.npz).
 
     \b
     Examples:
@@ -439,11 +442,12 @@ class _RecordingProgress:
 
 
 @main.command("export")
-@click.argument("checkpoint_path", metavar="CHECKPOINT", type=click.Path(path_type=Path))
+@click.argument("checkpoint_path", metavar="CHECKPOINT|RUN_DIR", type=click.Path(path_type=Path))
 @click.argument("out", metavar="MODEL.npz", type=click.Path(path_type=Path))
 @_stoppable
 def export_command(checkpoint_path: Path, out: Path) -> None:
-    """Write a checkpoint's policy as a small float32 model file, for `pong-mp play`."""
+    """Write a checkpoint's policy (or a run directory's) as a small float32 model file, for
+    `pong-mp play`."""
     try:
         if out.is_dir():
             raise FileError(f"{out} is a directory; name the model file to write")

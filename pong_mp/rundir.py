@@ -26,7 +26,7 @@ import numpy as np
 
 from pong_mp import checkpoint, policy
 from pong_mp.backends.base import refuse_in_a_starting_worker
-from pong_mp.checkpoint import CheckpointError, TrainState
+from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError, TrainState
 from pong_mp.config import (
     ALGORITHM_FIELDS,
     FORK_KEEPS,
@@ -40,7 +40,6 @@ from pong_mp.files import FileError, file_error, file_io, pid_alive, write_text_
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
-CHECKPOINT_FILE = "checkpoint.npz"
 LOCK_FILE = ".lock"
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE)
 """The files that make a directory hold a run."""

@@ -90,6 +90,7 @@ def _model(path: Path, **replace) -> None:
     ("make", "message"),
     [
         (lambda p: None, "no such checkpoint"),
+        (lambda p: p.mkdir(), "a directory with no checkpoint.npz in it"),
         (lambda p: p.write_bytes(b"PK\x03\x04 truncated"), "damaged checkpoint"),
         (lambda p: np.save(p.with_suffix(".npy"), np.zeros(3)) or p.with_suffix(".npy").rename(p),
          "not a pong-mp checkpoint or model"),
@@ -116,6 +117,22 @@ def test_cli_exports_a_model_that_plays(fake_checkpoint: Path, tmp_path: Path) -
     played = pong_mp("play", str(model), "--episodes", "1")
     assert played.returncode == 0, played.stderr
     assert played.stdout.splitlines()[-1].startswith("won ")
+
+
+def test_a_run_directory_stands_for_its_checkpoint(
+    fake_checkpoint: Path, tmp_path: Path, clean_system
+) -> None:
+    run_dir = fake_checkpoint.parent
+    by_file = pong_mp("play", str(fake_checkpoint), "--episodes", "2", "--json")
+    by_dir = pong_mp("play", str(run_dir), "--episodes", "2", "--json")
+    assert by_dir.returncode == 0, by_dir.stderr
+    games = [json.loads(done.stdout)["scores"] for done in (by_file, by_dir)]
+    assert games[0] == games[1] and len(games[0]) == 2
+    model = tmp_path / "pong.npz"
+    assert pong_mp("export", str(run_dir), str(model)).returncode == 0
+    w1 = np.load(model)["W1"]
+    assert w1.dtype == np.float32
+    assert np.array_equal(w1, np.load(fake_checkpoint)["W1"].astype(np.float32))
 
 
 @pytest.mark.parametrize(
