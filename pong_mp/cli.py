@@ -51,6 +51,7 @@ from pong_mp.tools.plot import (
     milestones_table,
     plot_run,
     plot_runs,
+    range_table,
     read_metrics,
     settings_table,
     within_steps,
@@ -472,7 +473,8 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     "--milestones",
     is_flag=True,
     help="Also print when the running reward first reached -20, -15, ... +18, for each run "
-    "(and, for several runs, per setting over its seeds).",
+    "(and, for several runs, per setting over its seeds); with a step range, also the mean "
+    "reward per update within it.",
 )
 @click.option(
     "--rate",
@@ -489,7 +491,8 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     default=None,
     metavar="STEPS",
     help="Draw only the updates from this many env steps on (e.g. 21e6: the part of a run "
-    "after a fork). Milestones still cover whole runs.",
+    "after a fork). Milestones still cover whole runs; --milestones adds a table of the "
+    "drawn updates.",
 )
 @click.option(
     "--max-steps",
@@ -528,6 +531,8 @@ def plot_command(
             (run_dir, within_steps(records, min_steps, max_steps, run_dir))
             for run_dir, records in runs
         ]
+        if min_steps is not None or max_steps is not None:
+            tables.append(range_table(drawn))
         if len(drawn) == 1:
             plot_run(drawn[0][0], output, drawn[0][1])
         else:

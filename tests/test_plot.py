@@ -13,6 +13,7 @@ from pong_mp.tools.plot import (
     group_runs,
     milestones,
     plot_run,
+    range_table,
     read_metrics,
     settings_table,
     within_steps,
@@ -182,6 +183,15 @@ def test_a_step_range_draws_only_its_updates(tmp_path: Path) -> None:
         within_steps(records, 91_000, None, tmp_path)
 
 
+def test_the_range_table_gives_the_drawn_updates_mean_reward(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")  # reward_mean -5 + b / 5, 3,000 steps an update
+    part = within_steps(read_metrics(tmp_path / "R"), 30_000, 45_000, tmp_path / "R")
+    table = range_table([(tmp_path / "R", part)]).splitlines()
+    assert len(table) == 4
+    # Updates 10-15: rewards -3.0 ... -2.0, mean -2.5; halves 10-12 and 13-15; 18,000 steps.
+    assert table[3] == f"| {tmp_path / 'R'} | 10-15 (6) | 0.02 | -2.50 | -2.80 | -2.20 | -2.50 |"
+
+
 def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
     _fake_run(tmp_path / "A")
     _fake_run(tmp_path / "B", updates=10, seed=8)
@@ -203,6 +213,11 @@ def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
     # Milestones cover whole runs: before the range and after it.
     assert "| >= -5 | 1 | 10 | 3,000 |" in done.stdout
     assert "| >= 0 | 30 | 300 | 90,000 |" in done.stdout
+    # The drawn updates' own table: A's 5-20, B's 5-10.
+    assert f"| {tmp_path / 'A'} | 5-20 (16) |" in done.stdout
+    assert f"| {tmp_path / 'B'} | 5-10 (6) |" in done.stdout
+    whole = pong_mp("plot", str(tmp_path / "A"), "-o", str(out), "--milestones")
+    assert whole.returncode == 0 and "the drawn updates" not in whole.stdout
     for args, message in [
         (("--min-steps", "5e4", "--max-steps", "5e4"), "must be below --max-steps"),
         (("--min-steps", "4e4"), "B: no update recorded from 40,000 to the end env steps"),

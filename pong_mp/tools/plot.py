@@ -357,6 +357,38 @@ def milestones_table(
     return "\n".join(lines)
 
 
+def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
+    """What each run's updates in a step range (from `within_steps`) scored, as a Markdown
+    table: their count, the env steps they played, the mean of their batches' mean reward,
+    that mean over their first and second halves, and the running reward at the last one.
+
+    The mean reward per update, not the running reward, is the figure to compare forks of one
+    checkpoint by: the running reward is an average that carries the run's past into the
+    range, and at its end says mostly what the last few dozen episodes scored."""
+    lines = [
+        "the drawn updates: mean reward per update (of each batch's mean)",
+        "| run | updates | env steps (millions) | mean reward per update | first half | "
+        "second half | running reward at the last |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run_dir, records in runs:
+        rewards = np.array([r["reward_mean"] for r in records], dtype=float)
+        half = len(records) // 2
+        halves = [
+            f"{rewards[part].mean():+.2f}" if len(rewards[part]) else ""
+            for part in (slice(0, half), slice(half, None))
+        ]
+        played = records[-1]["total_steps"] - records[0]["total_steps"] + records[0]["steps"]
+        last = records[-1]["running_reward"]
+        lines.append(
+            f"| {run_dir} | {records[0]['batch']}-{records[-1]['batch']} ({len(records)}) | "
+            f"{played / 1e6:.2f} | {rewards.mean():+.2f} | {halves[0]} | {halves[1]} | "
+            + ("" if last is None else f"{last:+.2f}")
+            + " |"
+        )
+    return "\n".join(lines)
+
+
 def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | None = None) -> str:
     """Env steps to each running reward, per setting (runs grouped as in `plot_runs`): the
     mean over the seeds that reached it, their range, and how many of the seeds did; with
