@@ -189,7 +189,7 @@ def test_the_range_table_gives_the_drawn_updates_mean_reward(tmp_path: Path) -> 
     table = range_table([(tmp_path / "R", part)]).splitlines()
     assert len(table) == 4
     # Updates 10-15: rewards -3.0 ... -2.0, mean -2.5; halves 10-12 and 13-15; 18,000 steps.
-    assert table[3] == f"| {tmp_path / 'R'} | 10-15 (6) | 0.02 | -2.50 | -2.80 | -2.20 | -2.50 |"
+    assert table[3] == f"| {tmp_path / 'R'} | 10-15 (6) | 18,000 | -2.50 | -2.80 | -2.20 | -2.50 |"
 
 
 def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:

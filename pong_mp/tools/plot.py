@@ -367,7 +367,7 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     range, and at its end says mostly what the last few dozen episodes scored."""
     lines = [
         "the drawn updates: mean reward per update (of each batch's mean)",
-        "| run | updates | env steps (millions) | mean reward per update | first half | "
+        "| run | updates | env steps | mean reward per update | first half | "
         "second half | running reward at the last |",
         "|---|---|---|---|---|---|---|",
     ]
@@ -382,7 +382,7 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
         last = records[-1]["running_reward"]
         lines.append(
             f"| {run_dir} | {records[0]['batch']}-{records[-1]['batch']} ({len(records)}) | "
-            f"{played / 1e6:.2f} | {rewards.mean():+.2f} | {halves[0]} | {halves[1]} | "
+            f"{played:,.0f} | {rewards.mean():+.2f} | {halves[0]} | {halves[1]} | "
             + ("" if last is None else f"{last:+.2f}")
             + " |"
         )
