@@ -151,18 +151,24 @@ def test_a_hung_worker_is_replaced(reference, clean_system) -> None:
     assert _run("local", spec) == reference
 
 
-def test_a_replacement_slower_to_start_than_the_episode_timeout_is_not_judged_hung(
-    reference, clean_system
-) -> None:
-    # The replacement builds its env for longer than an episode may last: only the episode,
-    # from the moment the worker is ready, counts against --episode-timeout.
-    spec = _spec(
+def _slow_starting_spec() -> RolloutSpec:
+    """One worker whose env takes 2 s to build and which hangs in its third episode; an
+    episode may last 1 s, and is played at most twice."""
+    return _spec(
         "CrashingPong-v0",
         workers=1,
         episode_timeout=1.0,
         max_retries=1,
         env_kwargs={"crash_episodes": (2,), "mode": "hang", "start_seconds": 2.0},
     )
+
+
+def test_a_replacement_slower_to_start_than_the_episode_timeout_is_not_judged_hung(
+    reference, clean_system
+) -> None:
+    # The replacement builds its env for longer than an episode may last: only the episode,
+    # from the moment the worker is ready, counts against --episode-timeout.
+    spec = _slow_starting_spec()
     assert _run("local", spec) == reference
 
 
@@ -171,13 +177,7 @@ def test_a_replacement_that_does_not_start_is_replaced_in_turn(
 ) -> None:
     import pong_mp.backends.local as local
 
-    spec = _spec(
-        "CrashingPong-v0",
-        workers=1,
-        episode_timeout=1.0,
-        max_retries=1,
-        env_kwargs={"crash_episodes": (2,), "mode": "hang", "start_seconds": 2.0},
-    )
+    spec = _slow_starting_spec()
     backend = _make("local", spec)
     backend.start()
     monkeypatch.setattr(local, "_START_SECONDS", 1.0)  # replacements now start too slowly
