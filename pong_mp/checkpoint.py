@@ -123,10 +123,10 @@ def load(path: Path) -> tuple[TrainState, dict]:
 
 def _read(path: Path) -> dict[str, np.ndarray]:
     # Every array of the file, read once; CheckpointError if it is missing or damaged.
-    if path.is_dir() and (path / CHECKPOINT_FILE).is_file():
-        path = path / CHECKPOINT_FILE  # a run directory stands for its checkpoint
-    elif path.is_dir():
-        raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
+    if path.is_dir():  # a run directory stands for its checkpoint
+        if not (path / CHECKPOINT_FILE).is_file():
+            raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
+        path = path / CHECKPOINT_FILE
     if not path.is_file():
         raise CheckpointError(f"{path}: no such checkpoint")
     try:

@@ -94,7 +94,11 @@ def _pyplot() -> Any:
 
 def _save(fig: Any, out: Path) -> None:
     # Atomically: a full disk or Ctrl-C while drawing leaves the old file or none, never half.
-    write_atomic(out, lambda fh: fig.savefig(fh, dpi=100, format="png"))
+    # The figure is closed whatever happens, so a notebook that plots often does not pile up.
+    try:
+        write_atomic(out, lambda fh: fig.savefig(fh, dpi=100, format="png"))
+    finally:
+        _pyplot().close(fig)
 
 
 def _steps(records: list[dict[str, Any]]) -> np.ndarray:
@@ -162,10 +166,7 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     fig.suptitle(_title(Path(run_dir), records))
-    try:
-        _save(fig, Path(out))
-    finally:
-        plt.close(fig)
+    _save(fig, Path(out))
     return Path(out)
 
 
@@ -291,10 +292,7 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
             list(entries.values()), list(entries), loc="outside lower center", fontsize="small"
         )
     fig.suptitle(f"{len(runs)} runs in {len(groups)} setting{'s' * (len(groups) != 1)}")
-    try:
-        _save(fig, Path(out))
-    finally:
-        plt.close(fig)
+    _save(fig, Path(out))
     return Path(out)
 
 
