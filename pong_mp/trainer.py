@@ -92,6 +92,16 @@ def batch_advantage_gradient(sums: np.ndarray, returns: Moments) -> np.ndarray:
     return grad
 
 
+def l2_norm(values: np.ndarray) -> float:
+    """The Euclidean norm of `values`, with the same bits on every CPU.
+
+    numpy's own pairwise sum, not BLAS: `np.linalg.norm` calls a BLAS kernel chosen for the
+    CPU, and the kernels add in different orders, so a run replayed on another machine would
+    record other last digits beside the very same weights.
+    """
+    return float(np.sqrt(np.add.reduce(np.square(values), axis=None)))
+
+
 def apply_batch(
     config: TrainConfig,
     state: TrainState,
@@ -139,9 +149,9 @@ def apply_batch(
         "reward_mean": float(np.mean(summed.episode_rewards)),
         "steps": summed.steps,
         # Update statistics, for watching (TensorBoard): a few ms on 1.3 M parameters.
-        "grad_norm": float(np.linalg.norm(grad)),
-        "weight_norm": float(np.linalg.norm(params)),
-        "step_norm": float(np.linalg.norm(params - state.params)),
+        "grad_norm": l2_norm(grad),
+        "weight_norm": l2_norm(params),
+        "step_norm": l2_norm(params - state.params),
         "lr": lr,
         # Mean entropy per step (nats; ln 2 = 0.69 is a coin toss): how settled the policy is.
         "entropy": summed.entropy / summed.steps if summed.steps else None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 from pathlib import Path
 
@@ -573,3 +574,35 @@ def test_a_fork_may_add_a_value_head_or_drop_it(tmp_path: Path, clean_system) ->
                                                           "baseline": "none"})
     assert state.params.tobytes() == learned.params[:n].tobytes()
     assert [len(flat) for flat in state.lagged] == [n]
+
+
+_NORMS_SCRIPT = """
+import numpy as np
+from pong_mp.trainer import l2_norm
+x = np.random.default_rng(0).standard_normal(1_281_000) * 3.7
+print(float(np.linalg.norm(x)).hex(), l2_norm(x).hex())
+"""
+
+
+def test_the_logged_norms_have_the_same_bits_whatever_blas_kernel_the_cpu_gets() -> None:
+    # OpenBLAS picks its kernel by CPU; OPENBLAS_CORETYPE forces one, which is how two
+    # machines' kernels can be compared on one. Prescott and Nehalem run on any x86-64 CPU.
+    import platform
+    import subprocess
+    import sys
+
+    if platform.machine() != "x86_64":
+        pytest.skip("OpenBLAS kernels are forced by name only on x86-64")
+    norms = set()
+    blas_norms = set()
+    for kernel in ("Prescott", "Nehalem", ""):
+        env = {**os.environ, "OPENBLAS_CORETYPE": kernel}
+        out = subprocess.run(
+            [sys.executable, "-c", _NORMS_SCRIPT], env=env, capture_output=True, text=True,
+            check=True,
+        ).stdout.split()
+        blas_norms.add(out[0])
+        norms.add(out[1])
+    if len(blas_norms) == 1:
+        pytest.skip("this BLAS gives the same norm with every kernel: nothing to compare")
+    assert len(norms) == 1, norms
