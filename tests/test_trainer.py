@@ -6,6 +6,7 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -276,6 +277,23 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
     assert _weights(tmp_path) == adam_weights
 
 
+@pytest.fixture(scope="module")
+def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
+    """The weights after 3 serial updates with one option changed, each run once per module
+    (the backends' tests of one option share it)."""
+    made: dict[tuple[str, str], bytes] = {}
+
+    def weights(option: str, value: object) -> bytes:
+        key = (option, repr(value))
+        if key not in made:
+            run_dir = tmp_path_factory.mktemp(option)
+            train(_config(run_dir, backend="serial", **{option: value}), log=_quiet)
+            made[key] = _weights(run_dir)
+        return made[key]
+
+    return weights
+
+
 @pytest.mark.parametrize(
     "backend", ["serial", "local", pytest.param("ray", marks=pytest.mark.ray)]
 )
@@ -291,18 +309,17 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
 )
 def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
     tmp_path: Path, backend: str, option: str, value: object, serial_weights: bytes,
-    clean_system,
+    option_weights: Callable[[str, object], bytes], clean_system,
 ) -> None:
     if backend == "ray":
         pytest.importorskip("ray")
-    reference = tmp_path / "reference"
-    train(_config(reference, backend="serial", **{option: value}), log=_quiet)
-    assert _weights(reference) != serial_weights  # not the default's run
+    reference = option_weights(option, value)
+    assert reference != serial_weights  # not the default's run
     run_dir = tmp_path / backend
     train(_config(run_dir, backend=backend, batches=2, **{option: value}), log=_quiet)
     resumed = _config(run_dir, backend=backend, workers=3, **{option: value})
     train(resumed, resume=True, log=_quiet)
-    assert _weights(run_dir) == _weights(reference)
+    assert _weights(run_dir) == reference
     assert json.loads((run_dir / "config.json").read_text())[option] == value
     flag = "--" + option.replace("_", "-")
     with pytest.raises(ConfigError, match=re.escape(f"trained with {flag} {value!r}")):
