@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from pong_mp.backends.shm import block_creator, pid_namespace
+
 SHM = Path("/dev/shm")
 
 # Ray, where tests start it, must not try to send usage reports from a machine without a
@@ -71,11 +73,28 @@ def stray_workers() -> set[int]:
     }
 
 
+def _other_runs_block(name: str) -> bool:
+    """Whether a block belongs to another pong-mp run on this machine (its creator is alive,
+    runs pong-mp, and is neither this test process nor its child), which a test must not be
+    blamed for: training in the background while the tests run is normal."""
+    creator = block_creator(name)
+    if creator is None or creator[1] != pid_namespace():
+        return False
+    pid = creator[0]
+    return pid != os.getpid() and _parent(pid) != os.getpid() and _runs_pong_mp(pid)
+
+
+def new_blocks(before: set[str]) -> set[str]:
+    """The pong-mp blocks that exist now and not in `before`, other runs' left out."""
+    return {name for name in pong_shm_blocks() - before if not _other_runs_block(name)}
+
+
 def wait_until_clean(before_shm: set[str], timeout: float = 10.0) -> tuple[set[str], set[int]]:
-    """Wait up to `timeout` s for new shm blocks and worker processes to vanish; the leftovers."""
+    """Wait up to `timeout` s for new shm blocks and worker processes to vanish; the leftovers
+    (other runs' blocks and workers are not counted)."""
     deadline = time.monotonic() + timeout
     while True:
-        shm = pong_shm_blocks() - before_shm
+        shm = new_blocks(before_shm)
         procs = stray_workers()
         if (not shm and not procs) or time.monotonic() > deadline:
             return shm, procs

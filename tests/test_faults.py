@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint
-from tests.conftest import pong_processes, pong_shm_blocks
+from tests.conftest import new_blocks, pong_processes, pong_shm_blocks
 from tests.test_cli import pong_mp
 
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
@@ -186,13 +186,13 @@ def test_workers_exit_when_the_coordinator_is_killed(tmp_path: Path) -> None:
     proc.kill()
     proc.communicate(timeout=30)
     deadline = time.monotonic() + 10
-    while (set(workers) & pong_processes() or pong_shm_blocks() - before) and (
+    while (set(workers) & pong_processes() or new_blocks(before)) and (
         time.monotonic() < deadline
     ):
         time.sleep(0.1)
     assert not set(workers) & pong_processes(), "orphan workers"
     # Python's resource tracker unlinks the block once the workers are gone.
-    assert not pong_shm_blocks() - before, "leaked shared memory"
+    assert not new_blocks(before), "leaked shared memory"
     state, _ = checkpoint.load(tmp_path / "checkpoint.npz")  # still whole
     assert state.batch >= 1
 

@@ -25,7 +25,7 @@ from pong_mp.backends.shm import (
     remove_stale_blocks,
 )
 from pong_mp.gradient import gradient_length
-from tests.conftest import pong_shm_blocks
+from tests.conftest import new_blocks, pong_shm_blocks
 
 needs_linux_shm = pytest.mark.skipif(
     not pid_namespace() or not SHM_DIR.is_dir(),
@@ -153,3 +153,47 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
             assert any(b.startswith(f"{NAME_PREFIX}{os.getpid()}-") for b in blocks)
     finally:
         (SHM_DIR / name).unlink(missing_ok=True)
+
+
+_OTHER_RUN = """
+import sys, time
+from pong_mp.backends.shm import BlockShape, SharedWeights
+block = SharedWeights.create(BlockShape(16, 1))
+print(block.name, flush=True)
+sys.stdin.read()  # until the test closes the pipe
+block.unlink()
+"""
+
+
+@needs_linux_shm
+def test_the_leak_check_blames_a_test_for_its_own_blocks_not_another_runs() -> None:
+    # Another pong-mp process that is not the test's child: started through a shell that
+    # exits at once, as a training run in another terminal would be.
+    before = pong_shm_blocks()
+    reader, writer = os.pipe()
+    shell = subprocess.Popen(
+        ["sh", "-c", 'exec 3<&0; "$1" -c "$0" <&3 &', _OTHER_RUN, sys.executable],
+        stdin=reader,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    os.close(reader)
+    try:
+        other = shell.stdout.readline().strip()
+        shell.wait(timeout=30)
+        assert other, shell.stderr.read()
+        assert other in pong_shm_blocks() - before
+        assert new_blocks(before) == set()  # another run's block is not this test's leak
+        own = SharedWeights.create(BlockShape(16, 1))
+        try:
+            assert new_blocks(before) == {own.name}
+        finally:
+            own.close()
+            own.unlink()
+    finally:
+        os.close(writer)
+    deadline = time.monotonic() + 30
+    while other in pong_shm_blocks() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert other not in pong_shm_blocks()

@@ -50,6 +50,15 @@ def block_name() -> str:
     return f"{NAME_PREFIX}{os.getpid()}-{namespace}-{secrets.token_hex(4)}"
 
 
+def block_creator(name: str) -> tuple[int, str] | None:
+    """The pid and pid namespace in a block's name, or None for a name this version does not
+    write."""
+    parts = name.removeprefix(NAME_PREFIX).split("-")
+    if not name.startswith(NAME_PREFIX) or len(parts) != 3 or not parts[0].isdigit():
+        return None
+    return int(parts[0]), parts[1]
+
+
 def remove_stale_blocks(directory: Path = SHM_DIR) -> list[str]:
     """Unlink the blocks whose creator is gone, in this pid namespace and owned by this
     user; the names removed. Blocks of live creators, of other namespaces, or with names
@@ -59,10 +68,10 @@ def remove_stale_blocks(directory: Path = SHM_DIR) -> list[str]:
         return []
     removed = []
     for path in directory.glob(f"{NAME_PREFIX}*"):
-        parts = path.name.removeprefix(NAME_PREFIX).split("-")
-        if len(parts) != 3 or not parts[0].isdigit() or parts[1] != namespace:
+        creator = block_creator(path.name)
+        if creator is None or creator[1] != namespace:
             continue
-        pid = int(parts[0])
+        pid = creator[0]
         with contextlib.suppress(OSError):
             if pid == os.getpid() or pid_alive(pid) or path.stat().st_uid != os.getuid():
                 continue
