@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -278,6 +278,19 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
 
 
 @pytest.fixture(scope="module")
+def running_ray() -> Iterator[None]:
+    """One local Ray instance for this module's Ray runs, which join it instead of starting
+    and stopping their own (test_ray.py tests a run's own instance)."""
+    ray = pytest.importorskip("ray")
+    from pong_mp.backends import ray_cluster
+
+    started = ray_cluster.connect(None, num_cpus=3)
+    yield
+    if started:
+        ray.shutdown()
+
+
+@pytest.fixture(scope="module")
 def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
     """The weights after 3 serial updates with one option changed, each run once per module
     (the backends' tests of one option share it)."""
@@ -309,10 +322,11 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
 )
 def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
     tmp_path: Path, backend: str, option: str, value: object, serial_weights: bytes,
-    option_weights: Callable[[str, object], bytes], clean_system,
+    option_weights: Callable[[str, object], bytes], request: pytest.FixtureRequest,
+    clean_system,
 ) -> None:
     if backend == "ray":
-        pytest.importorskip("ray")
+        request.getfixturevalue("running_ray")
     reference = option_weights(option, value)
     assert reference != serial_weights  # not the default's run
     run_dir = tmp_path / backend
