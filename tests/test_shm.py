@@ -156,7 +156,7 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
 
 
 _OTHER_RUN = """
-import sys, time
+import sys
 from pong_mp.backends.shm import BlockShape, SharedWeights
 block = SharedWeights.create(BlockShape(16, 1))
 print(block.name, flush=True)
@@ -171,18 +171,18 @@ def test_the_leak_check_blames_a_test_for_its_own_blocks_not_another_runs() -> N
     # exits at once, as a training run in another terminal would be.
     before = pong_shm_blocks()
     reader, writer = os.pipe()
-    shell = subprocess.Popen(
-        ["sh", "-c", 'exec 3<&0; "$1" -c "$0" <&3 &', _OTHER_RUN, sys.executable],
-        stdin=reader,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    os.close(reader)
     try:
-        other = shell.stdout.readline().strip()
-        shell.wait(timeout=30)
-        assert other, shell.stderr.read()
+        with subprocess.Popen(
+            ["sh", "-c", 'exec 3<&0; "$1" -c "$0" <&3 &', _OTHER_RUN, sys.executable],
+            stdin=reader,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as shell:
+            os.close(reader)
+            other = shell.stdout.readline().strip()
+            error = "" if other else shell.stderr.read()
+        assert other, error
         assert other in pong_shm_blocks() - before
         assert new_blocks(before) == set()  # another run's block is not this test's leak
         own = SharedWeights.create(BlockShape(16, 1))

@@ -5,7 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import platform
 import re
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -618,10 +621,6 @@ print(float(np.linalg.norm(x)).hex(), l2_norm(x).hex())
 def test_the_logged_norms_have_the_same_bits_whatever_blas_kernel_the_cpu_gets() -> None:
     # OpenBLAS picks its kernel by CPU; OPENBLAS_CORETYPE forces one, which is how two
     # machines' kernels can be compared on one. Prescott and Nehalem run on any x86-64 CPU.
-    import platform
-    import subprocess
-    import sys
-
     if platform.machine() != "x86_64":
         pytest.skip("OpenBLAS kernels are forced by name only on x86-64")
     norms = set()

@@ -53,8 +53,10 @@ def block_name() -> str:
 def block_creator(name: str) -> tuple[int, str] | None:
     """The pid and pid namespace in a block's name, or None for a name this version does not
     write."""
+    if not name.startswith(NAME_PREFIX):
+        return None
     parts = name.removeprefix(NAME_PREFIX).split("-")
-    if not name.startswith(NAME_PREFIX) or len(parts) != 3 or not parts[0].isdigit():
+    if len(parts) != 3 or not parts[0].isdigit():
         return None
     return int(parts[0]), parts[1]
 
