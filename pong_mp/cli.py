@@ -502,6 +502,14 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     help="Draw only the updates up to this many env steps (to compare runs of different "
     "lengths on one scale).",
 )
+@click.option(
+    "--after-update",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Draw only the updates after update N (e.g. the checkpoint that forks started "
+    "from); --milestones adds a table of the drawn updates, as with --min-steps.",
+)
 @_stoppable
 def plot_command(
     run_dirs: tuple[Path, ...],
@@ -510,6 +518,7 @@ def plot_command(
     rate: float | None,
     min_steps: float | None,
     max_steps: float | None,
+    after_update: int | None,
 ) -> None:
     """Plot a run's learning curve and speed, or compare several runs (seeds of one setting
     become a mean curve with its spread). Works while runs are still going."""
@@ -528,10 +537,10 @@ def plot_command(
         if len(runs) > 1:
             tables.append(settings_table(runs, rate=rate))
         drawn = [
-            (run_dir, within_steps(records, min_steps, max_steps, run_dir))
+            (run_dir, within_steps(records, min_steps, max_steps, run_dir, after_update))
             for run_dir, records in runs
         ]
-        if min_steps is not None or max_steps is not None:
+        if (min_steps, max_steps, after_update) != (None, None, None):
             tables.append(range_table(drawn))
         if len(drawn) == 1:
             plot_run(drawn[0][0], output, drawn[0][1])

@@ -183,6 +183,26 @@ def test_a_step_range_draws_only_its_updates(tmp_path: Path) -> None:
         within_steps(records, 91_000, None, tmp_path)
 
 
+def test_after_update_draws_the_updates_past_a_fork(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "R")  # updates 1-30, 3,000 steps each
+    records = read_metrics(tmp_path / "R")
+    assert [r["batch"] for r in within_steps(records, None, None, tmp_path, 27)] == [28, 29, 30]
+    # With a step range too, an update must pass both.
+    assert [r["batch"] for r in within_steps(records, None, 84_000, tmp_path, 26)] == [27, 28]
+    with pytest.raises(PlotError, match="no update recorded from 0 to the end env steps after "
+                       "update 30"):
+        within_steps(records, None, None, tmp_path, 30)
+    out = tmp_path / "fork.png"
+    done = pong_mp("plot", str(tmp_path / "R"), "--after-update", "20", "-o", str(out),
+                   "--milestones")
+    assert done.returncode == 0, done.stderr
+    assert f"| {tmp_path / 'R'} | 21-30 (10) | 30,000 |" in done.stdout
+    out.unlink()
+    late = pong_mp("plot", str(tmp_path / "R"), "--after-update", "30", "-o", str(out))
+    assert late.returncode == 2 and late.stderr.count("\n") == 1, late.stderr
+    assert "after update 30" in late.stderr and not out.exists()
+
+
 def test_the_range_table_gives_the_drawn_updates_mean_reward(tmp_path: Path) -> None:
     _fake_run(tmp_path / "R")  # reward_mean -5 + b / 5, 3,000 steps an update
     part = within_steps(read_metrics(tmp_path / "R"), 30_000, 45_000, tmp_path / "R")

@@ -109,20 +109,29 @@ def _steps(records: list[dict[str, Any]]) -> np.ndarray:
 
 
 def within_steps(
-    records: list[dict[str, Any]], low: float | None, high: float | None, run_dir: Path
+    records: list[dict[str, Any]],
+    low: float | None,
+    high: float | None,
+    run_dir: Path,
+    after_update: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The records whose env steps so far lie in [low, high] (either end may be open), each
-    with its `total_steps` filled in; PlotError if none do. For drawing a part of a long
-    run, such as the updates after a fork."""
+    """The records whose env steps so far lie in [low, high] (either end may be open) and,
+    with `after_update`, whose update comes after that one, each with its `total_steps`
+    filled in; PlotError if none do. For drawing a part of a long run, such as the updates
+    after a fork."""
     steps = _steps(records)
     keep = np.ones(len(records), dtype=bool)
     if low is not None:
         keep &= steps >= low
     if high is not None:
         keep &= steps <= high
+    if after_update is not None:
+        keep &= np.array([r["batch"] > after_update for r in records], dtype=bool)
     if not keep.any():
-        span = f"{low or 0:,.0f} to {'the end' if high is None else f'{high:,.0f}'}"
-        raise PlotError(f"{run_dir}: no update recorded from {span} env steps")
+        span = f"{low or 0:,.0f} to {'the end' if high is None else f'{high:,.0f}'} env steps"
+        if after_update is not None:
+            span += f" after update {after_update}"
+        raise PlotError(f"{run_dir}: no update recorded from {span}")
     kept = zip(records, steps, keep, strict=True)
     return [{**r, "total_steps": float(s)} for r, s, k in kept if k]
 
