@@ -49,6 +49,7 @@ from pong_mp.tools.plot import (
     PlotError,
     check_output,
     milestones_table,
+    paired_table,
     plot_run,
     plot_runs,
     range_table,
@@ -473,8 +474,9 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     "--milestones",
     is_flag=True,
     help="Also print when the running reward first reached -20, -15, ... +18, for each run "
-    "(and, for several runs, per setting over its seeds); with a step range, also the mean "
-    "reward per update within it.",
+    "(and, for several runs, per setting over its seeds); with --after-update or a step range, "
+    "also the mean reward per update within it and, for several runs, each one's difference "
+    "from the first, update by update (forks against their control).",
 )
 @click.option(
     "--rate",
@@ -542,6 +544,8 @@ def plot_command(
         ]
         if (min_steps, max_steps, after_update) != (None, None, None):
             tables.append(range_table(drawn))
+            if len(drawn) > 1:
+                tables.append(paired_table(drawn))
         if len(drawn) == 1:
             plot_run(drawn[0][0], output, drawn[0][1])
         else:

@@ -12,6 +12,7 @@ from pong_mp.tools.plot import (
     PlotError,
     group_runs,
     milestones,
+    paired_table,
     plot_run,
     range_table,
     read_metrics,
@@ -212,6 +213,31 @@ def test_the_range_table_gives_the_drawn_updates_mean_reward(tmp_path: Path) -> 
     assert table[3] == f"| {tmp_path / 'R'} | 10-15 (6) | 18,000 | -2.50 | -2.80 | -2.20 | -2.50 |"
 
 
+def test_the_paired_table_compares_forks_update_by_update(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "C")  # reward_mean -5 + b / 5 for updates 1-30
+    _fake_run(tmp_path / "F", updates=26)
+    lines = (tmp_path / "F" / "metrics.jsonl").read_text().splitlines()
+    shifted = []
+    for line in lines:  # F: 0.5 above C on even updates, 0.1 below on odd ones
+        record = json.loads(line)
+        record["reward_mean"] += 0.5 if record["batch"] % 2 == 0 else -0.1
+        shifted.append(json.dumps(record))
+    (tmp_path / "F" / "metrics.jsonl").write_text("\n".join(shifted) + "\n")
+    _fake_run(tmp_path / "late", updates=5)
+    runs = [
+        (tmp_path / name, within_steps(read_metrics(tmp_path / name), None, None, tmp_path, 4))
+        for name in ("C", "F")
+    ]
+    runs.append((tmp_path / "late", read_metrics(tmp_path / "late")[:4]))
+    table = paired_table(runs).splitlines()
+    # Updates 5-26 in common (22): 11 even, 11 odd, mean +0.2; blocks 5-14 and 15-24 both
+    # average +0.2, so the standard error is 0.
+    assert table[3] == f"| {tmp_path / 'F'} | 5-26 (22) | +0.20 | 0.00 |"
+    assert table[4] == f"| {tmp_path / 'late'} | none | | |"
+    one_block = paired_table([runs[0], (runs[1][0], runs[1][1][:12])]).splitlines()
+    assert one_block[3] == f"| {tmp_path / 'F'} | 5-16 (12) | +0.20 |  |"
+
+
 def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
     _fake_run(tmp_path / "A")
     _fake_run(tmp_path / "B", updates=10, seed=8)
@@ -236,6 +262,8 @@ def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
     # The drawn updates' own table: A's 5-20, B's 5-10.
     assert f"| {tmp_path / 'A'} | 5-20 (16) |" in done.stdout
     assert f"| {tmp_path / 'B'} | 5-10 (6) |" in done.stdout
+    # B against A, update by update: B's rewards are A's (the fake's reward ignores the seed).
+    assert f"| {tmp_path / 'B'} | 5-10 (6) | +0.00 |  |" in done.stdout
     whole = pong_mp("plot", str(tmp_path / "A"), "-o", str(out), "--milestones")
     assert whole.returncode == 0 and "the drawn updates" not in whole.stdout
     for args, message in [

@@ -396,6 +396,46 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     return "\n".join(lines)
 
 
+# Consecutive batches of two forks differ alike (their policies drift apart slowly), so the
+# standard error comes from the means of blocks of this many updates, not from single ones.
+PAIR_BLOCK = 10
+
+
+def paired_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
+    """Each later run's batches against the first run's, update by update, over the drawn
+    updates both recorded: the mean difference of their batches' mean reward, and its
+    standard error from the means of blocks of PAIR_BLOCK updates (blank with fewer than two
+    blocks), as a Markdown table.
+
+    For forks of one checkpoint, with the control first: forks start from the same agent and
+    play the same games' seeds, so a pair's difference is far less noisy than two runs'
+    separate means."""
+    first_dir, first = runs[0]
+    control = {r["batch"]: r["reward_mean"] for r in first}
+    lines = [
+        f"against {first_dir}, update by update: mean difference of the batches' mean reward "
+        f"(standard error from blocks of {PAIR_BLOCK} updates)",
+        "| run | common updates | mean difference per update | standard error |",
+        "|---|---|---|---|",
+    ]
+    for run_dir, records in runs[1:]:
+        common = [r for r in records if r["batch"] in control]
+        if not common:
+            lines.append(f"| {run_dir} | none | | |")
+            continue
+        diffs = np.array([r["reward_mean"] - control[r["batch"]] for r in common], dtype=float)
+        blocks = len(diffs) // PAIR_BLOCK
+        error = ""
+        if blocks >= 2:
+            means = diffs[: blocks * PAIR_BLOCK].reshape(blocks, PAIR_BLOCK).mean(axis=1)
+            error = f"{means.std(ddof=1) / np.sqrt(blocks):.2f}"
+        lines.append(
+            f"| {run_dir} | {common[0]['batch']}-{common[-1]['batch']} ({len(common)}) | "
+            f"{diffs.mean():+.2f} | {error} |"
+        )
+    return "\n".join(lines)
+
+
 def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | None = None) -> str:
     """Env steps to each running reward, per setting (runs grouped as in `plot_runs`): the
     mean over the seeds that reached it, their range, and how many of the seeds did; with
