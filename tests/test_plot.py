@@ -209,8 +209,13 @@ def test_the_range_table_gives_the_drawn_updates_mean_reward(tmp_path: Path) -> 
     part = within_steps(read_metrics(tmp_path / "R"), 30_000, 45_000, tmp_path / "R")
     table = range_table([(tmp_path / "R", part)]).splitlines()
     assert len(table) == 4
-    # Updates 10-15: rewards -3.0 ... -2.0, mean -2.5; halves 10-12 and 13-15; 18,000 steps.
-    assert table[3] == f"| {tmp_path / 'R'} | 10-15 (6) | 18,000 | -2.50 | -2.80 | -2.20 | -2.50 |"
+    # Updates 10-15: rewards -3.0 ... -2.0, mean -2.5; halves 10-12 and 13-15; 18,000 steps;
+    # 0.2 points an update of 3,000 steps climbs 66.67 points per million steps.
+    assert table[3] == (
+        f"| {tmp_path / 'R'} | 10-15 (6) | 18,000 | -2.50 | -2.80 | -2.20 | +66.67 | -2.50 |"
+    )
+    single = range_table([(tmp_path / "R", part[:1])]).splitlines()
+    assert single[3] == f"| {tmp_path / 'R'} | 10-10 (1) | 3,000 | -3.00 |  | -3.00 |  | -3.33 |"
 
 
 def test_the_paired_table_compares_forks_update_by_update(tmp_path: Path) -> None:

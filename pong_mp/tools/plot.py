@@ -367,7 +367,9 @@ def milestones_table(
 def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     """What each run's updates in a step range (from `within_steps`) scored, as a Markdown
     table: their count, the env steps they played, the mean of their batches' mean reward,
-    that mean over their first and second halves, and the running reward at the last one.
+    that mean over their first and second halves, the climb of a least-squares line through
+    their batches' mean rewards (points per million env steps; blank for a single update),
+    and the running reward at the last one.
 
     The mean reward per update, not the running reward, is the figure to compare forks of one
     checkpoint by: the running reward is an average that carries the run's past into the
@@ -375,8 +377,8 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     lines = [
         "the drawn updates: mean reward per update (of each batch's mean)",
         "| run | updates | env steps | mean reward per update | first half | "
-        "second half | running reward at the last |",
-        "|---|---|---|---|---|---|---|",
+        "second half | climb per M steps | running reward at the last |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for run_dir, records in runs:
         rewards = np.array([r["reward_mean"] for r in records], dtype=float)
@@ -386,10 +388,12 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
             for part in (slice(0, half), slice(half, None))
         ]
         played = records[-1]["total_steps"] - records[0]["total_steps"] + records[0]["steps"]
+        steps = np.array([r["total_steps"] for r in records], dtype=float) / 1e6
+        climb = f"{np.polyfit(steps, rewards, 1)[0]:+.2f}" if np.ptp(steps) > 0 else ""
         last = records[-1]["running_reward"]
         lines.append(
             f"| {run_dir} | {records[0]['batch']}-{records[-1]['batch']} ({len(records)}) | "
-            f"{played:,.0f} | {rewards.mean():+.2f} | {halves[0]} | {halves[1]} | "
+            f"{played:,.0f} | {rewards.mean():+.2f} | {halves[0]} | {halves[1]} | {climb} | "
             + ("" if last is None else f"{last:+.2f}")
             + " |"
         )
