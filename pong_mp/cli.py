@@ -48,6 +48,7 @@ from pong_mp.tools.play import GameScore, evaluation, play_games, summary
 from pong_mp.tools.plot import (
     PlotError,
     check_output,
+    fork_origin,
     milestones_table,
     paired_table,
     plot_run,
@@ -475,8 +476,8 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     is_flag=True,
     help="Also print when the running reward first reached -20, -15, ... +18, for each run "
     "(and, for several runs, per setting over its seeds); with --after-update or a step range, "
-    "also the mean reward per update within it and, for several runs, each one's difference "
-    "from the first, update by update (forks against their control).",
+    "also the mean reward per update within it; with --after-update and several runs, also "
+    "each one's difference from the first, update by update (forks against their control).",
 )
 @click.option(
     "--rate",
@@ -544,8 +545,9 @@ def plot_command(
         ]
         if (min_steps, max_steps, after_update) != (None, None, None):
             tables.append(range_table(drawn))
-            if len(drawn) > 1:
-                tables.append(paired_table(drawn))
+        if after_update is not None and len(drawn) > 1:
+            origins = [fork_origin(records, after_update) for _, records in runs]
+            tables.append(paired_table(drawn, origins))
         if len(drawn) == 1:
             plot_run(drawn[0][0], output, drawn[0][1])
         else:

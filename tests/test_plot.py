@@ -10,6 +10,7 @@ import pytest
 
 from pong_mp.tools.plot import (
     PlotError,
+    fork_origin,
     group_runs,
     milestones,
     paired_table,
@@ -218,29 +219,40 @@ def test_the_range_table_gives_the_drawn_updates_mean_reward(tmp_path: Path) -> 
     assert single[3] == f"| {tmp_path / 'R'} | 10-10 (1) | 3,000 | -3.00 |  | -3.00 |  | -3.33 |"
 
 
+def _shift_rewards(run_dir: Path, after: int, even: float, odd: float) -> None:
+    # A fork's own batches: its records up to `after` are the control's, later ones differ.
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    for r in records:
+        if r["batch"] > after:
+            r["reward_mean"] += even if r["batch"] % 2 == 0 else odd
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
 def test_the_paired_table_compares_forks_update_by_update(tmp_path: Path) -> None:
     _fake_run(tmp_path / "C")  # reward_mean -5 + b / 5 for updates 1-30
     _fake_run(tmp_path / "F", updates=26)
-    lines = (tmp_path / "F" / "metrics.jsonl").read_text().splitlines()
-    shifted = []
-    for line in lines:  # F: 0.5 above C on even updates, 0.1 below on odd ones
-        record = json.loads(line)
-        record["reward_mean"] += 0.5 if record["batch"] % 2 == 0 else -0.1
-        shifted.append(json.dumps(record))
-    (tmp_path / "F" / "metrics.jsonl").write_text("\n".join(shifted) + "\n")
-    _fake_run(tmp_path / "late", updates=5)
+    _shift_rewards(tmp_path / "F", 4, 0.5, -0.1)  # 0.5 above C on even updates, 0.1 below
+    _fake_run(tmp_path / "other", per_point=3)  # another running reward at update 4
     runs = [
-        (tmp_path / name, within_steps(read_metrics(tmp_path / name), None, None, tmp_path, 4))
-        for name in ("C", "F")
+        (tmp_path / n, within_steps(read_metrics(tmp_path / n), None, None, tmp_path, 4))
+        for n in ("C", "F", "other")
     ]
-    runs.append((tmp_path / "late", read_metrics(tmp_path / "late")[:4]))
-    table = paired_table(runs).splitlines()
+    origins = [fork_origin(read_metrics(tmp_path / n), 4) for n in ("C", "F", "other")]
+    assert origins[0] == origins[1] != origins[2]
+    table = paired_table(runs, origins).splitlines()
     # Updates 5-26 in common (22): 11 even, 11 odd, mean +0.2; blocks 5-14 and 15-24 both
     # average +0.2, so the standard error is 0.
     assert table[3] == f"| {tmp_path / 'F'} | 5-26 (22) | +0.20 | 0.00 |"
-    assert table[4] == f"| {tmp_path / 'late'} | none | | |"
-    one_block = paired_table([runs[0], (runs[1][0], runs[1][1][:12])]).splitlines()
-    assert one_block[3] == f"| {tmp_path / 'F'} | 5-16 (12) | +0.20 |  |"
+    assert table[4] == f"| {tmp_path / 'other'} | not a fork of the same update: not paired |  |  |"
+    one_block = paired_table([runs[0], (runs[1][0], runs[1][1][:12])], origins[:2])
+    assert one_block.splitlines()[3] == f"| {tmp_path / 'F'} | 5-16 (12) | +0.20 |  |"
+    assert fork_origin(read_metrics(tmp_path / "F"), 27) is None
+    done = pong_mp(
+        "plot", str(tmp_path / "C"), str(tmp_path / "F"), "--after-update", "4", "--milestones",
+        "-o", str(tmp_path / "forks.png"),
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"| {tmp_path / 'F'} | 5-26 (22) | +0.20 | 0.00 |" in done.stdout
 
 
 def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
@@ -267,8 +279,7 @@ def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
     # The drawn updates' own table: A's 5-20, B's 5-10.
     assert f"| {tmp_path / 'A'} | 5-20 (16) |" in done.stdout
     assert f"| {tmp_path / 'B'} | 5-10 (6) |" in done.stdout
-    # B against A, update by update: B's rewards are A's (the fake's reward ignores the seed).
-    assert f"| {tmp_path / 'B'} | 5-10 (6) | +0.00 |  |" in done.stdout
+    assert "update by update" not in done.stdout  # a step range does not say they are forks
     whole = pong_mp("plot", str(tmp_path / "A"), "-o", str(out), "--milestones")
     assert whole.returncode == 0 and "the drawn updates" not in whole.stdout
     for args, message in [

@@ -405,11 +405,27 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
 PAIR_BLOCK = 10
 
 
-def paired_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
+# What two runs' records of one update must share for the runs to be forks of its checkpoint
+# (timings and norms aside: those differ between machines and worker counts).
+FORK_FIELDS = ("batch", "episodes", "total_steps", "reward_mean", "running_reward")
+
+
+def fork_origin(records: list[dict[str, Any]], update: int) -> dict[str, Any] | None:
+    """The fields of FORK_FIELDS in the run's record of `update`; None if it has none."""
+    for r in records:
+        if r["batch"] == update:
+            return {name: r.get(name) for name in FORK_FIELDS}
+    return None
+
+
+def paired_table(
+    runs: list[tuple[Path, list[dict[str, Any]]]], origins: list[dict[str, Any] | None]
+) -> str:
     """Each later run's batches against the first run's, update by update, over the drawn
     updates both recorded: the mean difference of their batches' mean reward, and its
     standard error from the means of blocks of PAIR_BLOCK updates (blank with fewer than two
-    blocks), as a Markdown table.
+    blocks), as a Markdown table. `origins` are the runs' `fork_origin` records of the update
+    they are drawn after; a run whose origin is not the first run's is not paired.
 
     For forks of one checkpoint, with the control first: forks start from the same agent and
     play the same games' seeds, so a pair's difference is far less noisy than two runs'
@@ -422,10 +438,13 @@ def paired_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
         "| run | common updates | mean difference per update | standard error |",
         "|---|---|---|---|",
     ]
-    for run_dir, records in runs[1:]:
+    for (run_dir, records), origin in zip(runs[1:], origins[1:], strict=True):
+        if origin is None or origin != origins[0]:
+            lines.append(f"| {run_dir} | not a fork of the same update: not paired |  |  |")
+            continue
         common = [r for r in records if r["batch"] in control]
         if not common:
-            lines.append(f"| {run_dir} | none | | |")
+            lines.append(f"| {run_dir} | none |  |  |")
             continue
         diffs = np.array([r["reward_mean"] - control[r["batch"]] for r in common], dtype=float)
         blocks = len(diffs) // PAIR_BLOCK
