@@ -109,6 +109,18 @@ def test_runs_that_differ_only_by_seed_are_one_group(tmp_path: Path) -> None:
     assert "| >= -5 | 1 | 10 | 3,000 |" in table_r0 and "| >= 0 | not yet" in table_r0
 
 
+def test_forks_group_by_their_options_not_by_where_they_started(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "A", seed=0)  # a run from scratch
+    _fake_run(tmp_path / "A-on", seed=0, fork_from="A")  # a fork of it with no new option
+    _fake_run(tmp_path / "A-lr", seed=0, fork_from="A", lr=0.001)
+    _fake_run(tmp_path / "B-lr", seed=1, fork_from="B", lr=0.001)  # another seed's fork
+    runs = [(tmp_path / n, read_metrics(tmp_path / n)) for n in ("A", "A-on", "A-lr", "B-lr")]
+    assert [(g.label, [d.name for d, _ in g.runs]) for g in group_runs(runs)] == [
+        ("lr 0.003", ["A", "A-on"]),
+        ("lr 0.001", ["A-lr", "B-lr"]),
+    ]
+
+
 def test_milestones_count_env_steps(tmp_path: Path) -> None:
     _fake_run(tmp_path / "R")
     rows = {row["threshold"]: row for row in milestones(read_metrics(tmp_path / "R"))}

@@ -190,10 +190,13 @@ NOT_ALGORITHM = frozenset(
         "checkpoint_every",
         "episode_timeout",
         "target_reward",
+        "fork_from",
     }
 )
 """Config fields that do not make runs different experiments: runs that differ only in these
-are seeds of one setting and are drawn as one mean curve."""
+are seeds of one setting and are drawn as one mean curve. Where a run started from is one of
+them: a run and a fork of it that changes no option are the same setting, and forks of
+several seeds' checkpoints with one option are seeds of that option."""
 
 
 @dataclass
