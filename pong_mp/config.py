@@ -307,10 +307,11 @@ ALGORITHM_FIELDS = (
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
-FORK_KEEPS = ("env", "hidden", "inputs", "optimizer")
+FORK_KEEPS = ("env", "inputs", "optimizer")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights and
-optimizer state) fits only these. (A fork may add a value head or drop one, and change the
-policy lag: see rundir.with_value_head and rundir.with_policy_lag.)"""
+optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
+drop one, and change the policy lag: see rundir.with_hidden, rundir.with_value_head and
+rundir.with_policy_lag.)"""
 
 
 PRESETS: dict[str, dict[str, Any]] = {

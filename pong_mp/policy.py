@@ -76,6 +76,26 @@ def with_value_head(flat: np.ndarray, hidden: int, value: bool) -> np.ndarray:
     return flat if head is not None else np.concatenate([flat, np.zeros(hidden + 1, flat.dtype)])
 
 
+def widened(
+    flat: np.ndarray, hidden: int, new_hidden: int, new_columns: np.ndarray | None = None
+) -> np.ndarray:
+    """Flat parameters (or a vector shaped like them) with `new_hidden` hidden units, the
+    first `hidden` of them `flat`'s own. The new units' W1 columns (6400 x the new units) are
+    `new_columns`, or zeros; their W2 weights and value-head weights are zero, so the widened
+    policy and its value compute what `flat`'s did."""
+    if new_hidden < hidden:
+        raise ValueError(f"cannot narrow {hidden} hidden units to {new_hidden}")
+    w1t, w2 = split(flat, hidden)
+    head = value_head(flat, hidden)
+    added = new_hidden - hidden
+    zeros = np.zeros(added, flat.dtype)
+    columns = np.zeros((INPUT_SIZE, added), flat.dtype) if new_columns is None else new_columns
+    parts = [np.hstack([w1t, columns.astype(flat.dtype)]).ravel(), w2, zeros]
+    if head is not None:
+        parts += [head[:hidden], zeros, head[hidden:]]
+    return np.concatenate(parts)
+
+
 def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
     """The logistic function, 1 / (1 + exp(-x))."""
     return 1.0 / (1.0 + np.exp(-x))

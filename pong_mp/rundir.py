@@ -385,6 +385,11 @@ def _prepare_fork(
                 f"a fork keeps the {flag} of the run it starts from, {getattr(stored, name)!r} "
                 f"(its checkpoint fits only that), not {given[name]!r}: omit {flag}"
             )
+    if given.get("hidden", stored.hidden) < stored.hidden:
+        raise ConfigError(
+            f"a fork may widen the hidden layer of the run it starts from ({stored.hidden} "
+            f"units), not narrow it to {given['hidden']}: give --hidden {stored.hidden} or more"
+        )
     inherited = {
         name: getattr(stored, name) for name in ALGORITHM_FIELDS if name != "fork_from"
     }
@@ -396,11 +401,35 @@ def _prepare_fork(
     state, ckpt_config = checkpoint.load(ckpt_path)
     _check_belongs(ckpt_path, ckpt_config, stored, state)
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
+    if config.hidden != stored.hidden:
+        state = with_hidden(state, stored.hidden, config.hidden, config.seed)
     if config.baseline != stored.baseline:
         state = with_value_head(state, config.hidden, config.baseline == "value")
     if config.policy_lag != stored.policy_lag:
         state = with_policy_lag(state, config.policy_lag)
     return config, state
+
+
+def with_hidden(state: TrainState, hidden: int, new_hidden: int, seed: int) -> TrainState:
+    """`state` widened to `new_hidden` hidden units that play as `state` did: the new units'
+    W1 rows are those of a new run of `new_hidden` units and `seed`, their outgoing weights
+    zero (so they start to learn from the first update), their optimizer state zero."""
+    w1t, _ = policy.split(policy.init_params(new_hidden, seed), new_hidden)
+    columns = w1t[:, hidden:]
+
+    def weights(flat: np.ndarray) -> np.ndarray:
+        return policy.widened(flat, hidden, new_hidden, columns)
+
+    def zeros(flat: np.ndarray) -> np.ndarray:
+        return policy.widened(flat, hidden, new_hidden)
+
+    return dataclasses.replace(
+        state,
+        params=weights(state.params),
+        cache=zeros(state.cache),
+        momentum=None if state.momentum is None else zeros(state.momentum),
+        lagged=tuple(weights(flat) for flat in state.lagged),
+    )
 
 
 def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:

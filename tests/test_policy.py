@@ -88,6 +88,30 @@ def test_init_is_xavier_and_a_function_of_the_seed() -> None:
     np.testing.assert_array_equal(policy.join(w1t.T, w2), a)
 
 
+def test_widened_units_change_nothing_until_they_learn() -> None:
+    rng = np.random.default_rng(1)
+    params = policy.with_value_head(policy.init_params(6, 3), 6, True)
+    params[-7:] = rng.standard_normal(7)  # a learned value head: 6 weights and a bias
+    columns = rng.standard_normal((6400, 4))
+    wide = policy.widened(params, 6, 10, columns)
+    assert wide.shape == (policy.param_count(10, value=True),)
+    w1t, w2 = policy.split(wide, 10)
+    np.testing.assert_array_equal(w1t[:, 6:], columns)
+    assert not w2[6:].any() and not policy.value_head(wide, 10)[6:10].any()
+    x = rng.choice([-1.0, 0.0, 1.0], size=6400, p=[0.02, 0.96, 0.02])
+    p_old, h_old = policy.forward(*policy.split(params, 6), x)
+    p_new, h_new = policy.forward(w1t, w2, x)
+    assert p_new == pytest.approx(p_old, rel=1e-12) and h_new[6:].any()  # the new units see x
+    np.testing.assert_allclose(h_new[:6], h_old, rtol=1e-12)  # BLAS may sum in another order
+    old, new = policy.value_head(params, 6), policy.value_head(wide, 10)
+    assert h_new @ new[:-1] + new[-1] == pytest.approx(h_old @ old[:-1] + old[-1], rel=1e-12)
+    zeros = policy.widened(params, 6, 10)  # the optimizer's state: zero for the new units
+    assert not policy.split(zeros, 10)[0][:, 6:].any()
+    assert policy.widened(params[: policy.param_count(6)], 6, 10).shape == (policy.param_count(10),)
+    with pytest.raises(ValueError, match="cannot narrow 6 hidden units to 4"):
+        policy.widened(params, 6, 4)
+
+
 def test_backward_matches_finite_differences() -> None:
     rng = np.random.default_rng(0)
     hidden, steps = 6, 5

@@ -15,13 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import checkpoint
+from pong_mp import checkpoint, policy
 from pong_mp import config as config_module
 from pong_mp.batch_sum import BatchSum
 from pong_mp.checkpoint import TrainState
 from pong_mp.config import ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult
-from pong_mp.rundir import RunDirError, prepare_run
+from pong_mp.rundir import RunDirError, prepare_run, read_metrics
 from pong_mp.trainer import NonFiniteError, apply_batch, train
 from tests.conftest import METRIC_FIELDS
 
@@ -497,7 +497,7 @@ def test_a_fork_is_refused_where_its_checkpoint_does_not_fit(tmp_path: Path) -> 
     train(_config(source, batches=1, backend="serial"), log=_quiet)
     fork = {"fork_from": str(source)}
     refusals = [
-        ({**fork, "hidden": 32}, ConfigError, "keeps the --hidden of the run it starts from, 16"),
+        ({**fork, "hidden": 8}, ConfigError, r"may widen the hidden layer .*\(16 units\), not"),
         ({**fork, "optimizer": "adam"}, ConfigError, "keeps the --optimizer"),
         ({**fork, "inputs": "diff+paddle"}, ConfigError, "keeps the --inputs"),
         ({"fork_from": str(tmp_path / "none")}, RunDirError, "no such run directory"),
@@ -552,6 +552,39 @@ def test_a_fork_may_change_its_policy_lag(
     train(_config(back, fork_from=str(tmp_path / "serial"), policy_lag=0, batches=6), log=_quiet)
     state, _ = checkpoint.load(back / "checkpoint.npz")
     assert (state.batch, state.lagged) == (6, ())
+
+
+def test_a_fork_may_widen_the_hidden_layer(tmp_path: Path, clean_system) -> None:
+    source = tmp_path / "source"
+    train(_config(source, batches=2, backend="serial", policy_lag=1), log=_quiet)
+    before, _ = checkpoint.load(source / "checkpoint.npz")
+    config, state = prepare_run(tmp_path / "wide", False, {"fork_from": str(source), "hidden": 24})
+    assert config.hidden == 24
+    new_rows = policy.split(policy.init_params(24, 4), 24)[0][:, 16:]  # a new run's, seed 4
+    for old, new, kind in ((before.params, state.params, "weights"),
+                           (before.lagged[0], state.lagged[0], "weights"),
+                           (before.cache, state.cache, "zeros")):
+        (old_w1t, old_w2), (w1t, w2) = policy.split(old, 16), policy.split(new, 24)
+        assert new.dtype == old.dtype and w1t[:, :16].tobytes() == old_w1t.tobytes()
+        assert w2[:16].tobytes() == old_w2.tobytes() and not w2[16:].any()
+        added = new_rows.astype(old.dtype) if kind == "weights" else 0
+        assert np.array_equal(w1t[:, 16:], np.broadcast_to(added, (6400, 8)))
+    wide: dict[str, bytes] = {}
+    for name, overrides in (("serial", {"backend": "serial"}), ("local", {"workers": 3})):
+        run = _config(tmp_path / name, fork_from=str(source), hidden=24, batches=4, **overrides)
+        train(run, log=_quiet)
+        wide[name] = _weights(tmp_path / name)
+        train(dataclasses.replace(run, batches=5), resume=True, log=_quiet)
+    assert wide["serial"] == wide["local"]
+    learned, _ = checkpoint.load(tmp_path / "serial" / "checkpoint.npz")
+    assert policy.split(learned.params, 24)[1][16:].any()  # the new units learn from the start
+    # They play as the run did until they have learned: batches 3 and 4 (update 1's and 2's
+    # weights, with lag 1) are the games the run itself would play.
+    train(_config(tmp_path / "same", fork_from=str(source), batches=4, backend="serial"),
+          log=_quiet)
+    games = [[(r["steps"], r["reward_mean"]) for r in read_metrics(run / "metrics.jsonl")[2:4]]
+             for run in (tmp_path / "serial", tmp_path / "same")]
+    assert games[0] == games[1]
 
 
 def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path: Path) -> None:
