@@ -18,7 +18,7 @@ import fcntl
 import json
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -423,13 +423,7 @@ def with_hidden(state: TrainState, hidden: int, new_hidden: int, seed: int) -> T
     def zeros(flat: np.ndarray) -> np.ndarray:
         return policy.widened(flat, hidden, new_hidden)
 
-    return dataclasses.replace(
-        state,
-        params=weights(state.params),
-        cache=zeros(state.cache),
-        momentum=None if state.momentum is None else zeros(state.momentum),
-        lagged=tuple(weights(flat) for flat in state.lagged),
-    )
+    return _reshaped(state, weights, zeros)
 
 
 def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
@@ -439,12 +433,22 @@ def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
     def reshaped(flat: np.ndarray) -> np.ndarray:
         return policy.with_value_head(flat, hidden, value)
 
+    return _reshaped(state, reshaped, reshaped)
+
+
+def _reshaped(
+    state: TrainState,
+    weights: Callable[[np.ndarray], np.ndarray],
+    optimizer: Callable[[np.ndarray], np.ndarray],
+) -> TrainState:
+    # Every parameter-sized vector of a state changes shape together: the weights (and those
+    # of batches in flight) one way, the optimizer's running averages another.
     return dataclasses.replace(
         state,
-        params=reshaped(state.params),
-        cache=reshaped(state.cache),
-        momentum=None if state.momentum is None else reshaped(state.momentum),
-        lagged=tuple(reshaped(flat) for flat in state.lagged),
+        params=weights(state.params),
+        cache=optimizer(state.cache),
+        momentum=None if state.momentum is None else optimizer(state.momentum),
+        lagged=tuple(weights(flat) for flat in state.lagged),
     )
 
 
