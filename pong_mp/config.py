@@ -354,10 +354,10 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
     """
     for name in ALGORITHM_FIELDS:
         if name in given and given[name] != getattr(stored, name):
-            flag = _flag(name)
+            flag, was = _flag(name), getattr(stored, name)
+            how = f"without {flag}" if was is None else f"with {flag} {was!r}, not {given[name]!r}"
             raise ConfigError(
-                f"this run was trained with {flag} {getattr(stored, name)!r}, not "
-                f"{given[name]!r}: omit {flag} to resume it, or start a new --run-dir"
+                f"this run was trained {how}: omit {flag} to resume it, or start a new --run-dir"
             )
     return dataclasses.replace(stored, **given)
 

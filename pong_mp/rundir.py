@@ -385,11 +385,6 @@ def _prepare_fork(
                 f"a fork keeps the {flag} of the run it starts from, {getattr(stored, name)!r} "
                 f"(its checkpoint fits only that), not {given[name]!r}: omit {flag}"
             )
-    if given.get("hidden", stored.hidden) < stored.hidden:
-        raise ConfigError(
-            f"a fork may widen the hidden layer of the run it starts from ({stored.hidden} "
-            f"units), not narrow it to {given['hidden']}: give --hidden {stored.hidden} or more"
-        )
     inherited = {
         name: getattr(stored, name) for name in ALGORITHM_FIELDS if name != "fork_from"
     }
@@ -397,6 +392,12 @@ def _prepare_fork(
         config = TrainConfig(**{**inherited, **given})
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
+    config.validate()  # an --hidden out of range is named as such before it is compared
+    if config.hidden < stored.hidden:
+        raise ConfigError(
+            f"a fork may widen the hidden layer of the run it starts from ({stored.hidden} "
+            f"units), not narrow it to {config.hidden}: give --hidden {stored.hidden} or more"
+        )
     _validate(config, build_env)
     state, ckpt_config = checkpoint.load(ckpt_path)
     _check_belongs(ckpt_path, ckpt_config, stored, state)

@@ -161,6 +161,9 @@ def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> Non
     train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
     with pytest.raises(ConfigError, match=r"trained with --lr 0\.001,"):
         prepare_run(tmp_path, True, {"lr": 0.5})
+    # An option the run never had is named as such, not as a stored None.
+    with pytest.raises(ConfigError, match="was trained without --fork-from: omit --fork-from"):
+        prepare_run(tmp_path, True, {"fork_from": str(tmp_path)})
     config, state = prepare_run(tmp_path, True, {"batches": 5, "workers": 1})
     assert (config.batches, config.workers, config.hidden, state.batch) == (5, 1, 16, 1)
 
@@ -498,6 +501,7 @@ def test_a_fork_is_refused_where_its_checkpoint_does_not_fit(tmp_path: Path) -> 
     fork = {"fork_from": str(source)}
     refusals = [
         ({**fork, "hidden": 8}, ConfigError, r"may widen the hidden layer .*\(16 units\), not"),
+        ({**fork, "hidden": 0}, ConfigError, "--hidden must be between 1 and 4096"),
         ({**fork, "optimizer": "adam"}, ConfigError, "keeps the --optimizer"),
         ({**fork, "inputs": "diff+paddle"}, ConfigError, "keeps the --inputs"),
         ({"fork_from": str(tmp_path / "none")}, RunDirError, "no such run directory"),
