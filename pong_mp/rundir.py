@@ -392,13 +392,12 @@ def _prepare_fork(
         config = TrainConfig(**{**inherited, **given})
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
-    config.validate()  # an --hidden out of range is named as such before it is compared
+    _validate(config, build_env)  # names an --hidden out of range before it is compared
     if config.hidden < stored.hidden:
         raise ConfigError(
             f"a fork may widen the hidden layer of the run it starts from ({stored.hidden} "
             f"units), not narrow it to {config.hidden}: give --hidden {stored.hidden} or more"
         )
-    _validate(config, build_env)
     state, ckpt_config = checkpoint.load(ckpt_path)
     _check_belongs(ckpt_path, ckpt_config, stored, state)
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
