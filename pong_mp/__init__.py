@@ -11,6 +11,7 @@ Module map, in the order data flows through an update:
     rundir.py      the run directory: files, lock, checks for a new run and a resume
     trainer.py     the coordinator: hand out episodes, sum gradients, step the optimizer,
                    log (progress.py, tracking.py for TensorBoard) and checkpoint
+    state.py       TrainState (what an update changes), a new run's state, a fork's reshaping
     backends/      where episodes are played: worker.py (EpisodeWorker, what every backend
                    runs), serial.py, local.py (process pool), ray_cluster.py, base.py
     episode.py     one episode's loop: seed, play, and its result

@@ -20,10 +20,11 @@ from typing import Any
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.checkpoint import TrainState, load_policy
+from pong_mp.checkpoint import load_policy
 from pong_mp.config import LEGACY_DEFAULTS, TrainConfig, apply_preset
 from pong_mp.frames import INPUT_SIZE, BinaryInputs
 from pong_mp.signals import Interrupted
+from pong_mp.state import TrainState
 
 
 def train(

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from pong_mp import policy
 from pong_mp.config import LEGACY_DEFAULTS, ConfigError, check_types
 from pong_mp.files import write_atomic
 from pong_mp.frames import INPUTS
+from pong_mp.state import TrainState
 
 CHECKPOINT_FILE = "checkpoint.npz"
 """A run directory's checkpoint: what `load_policy` reads when given the directory."""
@@ -29,33 +29,6 @@ FORMAT_VERSION = 1
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, damaged or does not fit the run."""
-
-
-@dataclass
-class TrainState:
-    """Everything that changes during training; what a checkpoint stores."""
-
-    params: np.ndarray
-    """Flat policy parameters (W1 then W2, then the value head with --baseline value),
-    float64."""
-    cache: np.ndarray
-    """Mean of squared gradients, same shape as params: RMSProp's cache, Adam's v."""
-    batch: int = 0
-    """Updates done."""
-    episodes: int = 0
-    """Episodes played (the next episode's global index)."""
-    steps: int = 0
-    """Env steps played."""
-    running_reward: float | None = None
-    """Exponential mean (0.99) of episode rewards, in episode order; None before any."""
-    elapsed: float = 0.0
-    """Wall seconds spent in updates so far, across resumes."""
-    momentum: np.ndarray | None = None
-    """Adam's mean of gradients (m), same shape as params; None for RMSProp."""
-    lagged: tuple[np.ndarray, ...] = ()
-    """With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (the oldest
-    known where there was none: a new run's initial weights, or those a fork that lengthened
-    the lag started from), which the next L batches are played with; () without lag."""
 
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")

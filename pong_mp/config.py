@@ -310,8 +310,8 @@ ALGORITHM_FIELDS = (
 FORK_KEEPS = ("env", "inputs", "optimizer")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights and
 optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
-drop one, and change the policy lag: see rundir.with_hidden, rundir.with_value_head and
-rundir.with_policy_lag.)"""
+drop one, and change the policy lag: see state.with_hidden, state.with_value_head and
+state.with_policy_lag.)"""
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -12,21 +12,18 @@ one `FileError` that names the file and the cause.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from pong_mp import checkpoint, policy
+from pong_mp import checkpoint
 from pong_mp.backends.base import refuse_in_a_starting_worker
-from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError, TrainState
+from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError
 from pong_mp.config import (
     ALGORITHM_FIELDS,
     FORK_KEEPS,
@@ -37,6 +34,13 @@ from pong_mp.config import (
 )
 from pong_mp.envs import UnknownEnvError, check_env
 from pong_mp.files import FileError, file_error, file_io, pid_alive, write_text_atomic
+from pong_mp.state import (
+    TrainState,
+    initial_state,
+    with_hidden,
+    with_policy_lag,
+    with_value_head,
+)
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
@@ -410,59 +414,6 @@ def _prepare_fork(
     return config, state
 
 
-def with_hidden(state: TrainState, hidden: int, new_hidden: int, seed: int) -> TrainState:
-    """`state` widened to `new_hidden` hidden units that play as `state` did: the new units'
-    W1 rows are those of a new run of `new_hidden` units and `seed`, their outgoing weights
-    zero (so they start to learn from the first update), their optimizer state zero."""
-    w1t, _ = policy.split(policy.init_params(new_hidden, seed), new_hidden)
-    columns = w1t[:, hidden:]
-
-    def weights(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, columns)
-
-    def zeros(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden)
-
-    return _reshaped(state, weights, zeros)
-
-
-def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
-    """`state` with a new value head (zeros, and zero optimizer state) added to every
-    parameter-sized vector, or with its value head dropped."""
-
-    def reshaped(flat: np.ndarray) -> np.ndarray:
-        return policy.with_value_head(flat, hidden, value)
-
-    return _reshaped(state, reshaped, reshaped)
-
-
-def _reshaped(
-    state: TrainState,
-    weights: Callable[[np.ndarray], np.ndarray],
-    optimizer: Callable[[np.ndarray], np.ndarray],
-) -> TrainState:
-    # Every parameter-sized vector of a state changes shape together: the weights (and those
-    # of batches in flight) one way, the optimizer's running averages another.
-    return dataclasses.replace(
-        state,
-        params=weights(state.params),
-        cache=optimizer(state.cache),
-        momentum=None if state.momentum is None else optimizer(state.momentum),
-        lagged=tuple(weights(flat) for flat in state.lagged),
-    )
-
-
-def with_policy_lag(state: TrainState, lag: int) -> TrainState:
-    """`state` with the weights of its next `lag` batches in flight: a longer lag repeats the
-    oldest weights it has (a new run's initial weights, where it has none), as a new run
-    does; a shorter one drops the oldest."""
-    lagged = state.lagged[max(0, len(state.lagged) - lag) :] if lag else ()
-    if lag > len(lagged):
-        oldest = lagged[0] if lagged else state.params.astype(np.float32)
-        lagged = (oldest,) * (lag - len(lagged)) + lagged
-    return dataclasses.replace(state, lagged=lagged)
-
-
 def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
     """Start a fork's metrics.jsonl with the records of the run it starts from, up to
     `last_batch` (its checkpoint's), so that the fork's curve starts where the run did."""
@@ -471,16 +422,6 @@ def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
     kept = [record for record in records if record["batch"] <= last_batch]
     write_text_atomic(
         Path(config.run_dir) / METRICS_FILE, "".join(json.dumps(r) + "\n" for r in kept)
-    )
-
-
-def initial_state(config: TrainConfig) -> TrainState:
-    """The state of a new run: weights from its seed, the optimizer's state at zero."""
-    params = policy.init_params(config.hidden, config.seed, value=config.baseline == "value")
-    return TrainState(
-        params=params,
-        cache=np.zeros_like(params),
-        momentum=np.zeros_like(params) if config.optimizer == "adam" else None,
     )
 
 

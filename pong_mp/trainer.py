@@ -33,7 +33,6 @@ from pong_mp import checkpoint
 from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend, BackendItem
 from pong_mp.batch_sum import BatchSum, GroupSum
-from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
 from pong_mp.episode import make_tasks
 from pong_mp.files import FileError
@@ -47,10 +46,10 @@ from pong_mp.rundir import (
     copy_fork_metrics,
     keep_metrics_until,
     open_run,
-    with_policy_lag,
     write_config,
 )
 from pong_mp.signals import Interrupted, stop_signals_deferred, stop_signals_raise
+from pong_mp.state import TrainState, with_policy_lag
 from pong_mp.tracking import TensorBoardLog
 
 RUNNING_DECAY = 0.99

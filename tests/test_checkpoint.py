@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint, policy
-from pong_mp.checkpoint import CheckpointError, TrainState
+from pong_mp.checkpoint import CheckpointError
+from pong_mp.state import TrainState
 
 HIDDEN = 4
 CONFIG = json.dumps({"hidden": HIDDEN, "env": "FakePong-v0"})

@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint, files
-from pong_mp.checkpoint import TrainState
 from pong_mp.config import TrainConfig
 from pong_mp.files import FileError
 from pong_mp.rundir import (
@@ -29,8 +28,8 @@ from pong_mp.rundir import (
     RunLock,
     read_metrics,
     remove_stale_temps,
-    with_policy_lag,
 )
+from pong_mp.state import TrainState, with_policy_lag
 from pong_mp.trainer import train
 from tests.test_cli import pong_mp
 

@@ -18,10 +18,10 @@ import pytest
 from pong_mp import checkpoint, policy
 from pong_mp import config as config_module
 from pong_mp.batch_sum import BatchSum
-from pong_mp.checkpoint import TrainState
 from pong_mp.config import ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult
 from pong_mp.rundir import RunDirError, prepare_run, read_metrics
+from pong_mp.state import TrainState
 from pong_mp.trainer import NonFiniteError, apply_batch, train
 from tests.conftest import METRIC_FIELDS
 

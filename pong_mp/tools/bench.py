@@ -154,8 +154,9 @@ def training_rate(
     """Train for real on the local backend for about `seconds` after one warm-up update,
     as `setup` says."""
     from pong_mp.backends.local import LocalBackend
-    from pong_mp.checkpoint import TrainState, load_policy
+    from pong_mp.checkpoint import load_policy
     from pong_mp.config import LEGACY_DEFAULTS
+    from pong_mp.state import TrainState
     from pong_mp.trainer import rollout_spec, updates
 
     if setup.model is None:

@@ -123,10 +123,11 @@ def measure_costs(
     from pong_mp.backends.shm import BlockShape, SharedWeights
     from pong_mp.backends.worker import EpisodeWorker
     from pong_mp.batch_sum import BatchSum
-    from pong_mp.checkpoint import TrainState, load_policy
+    from pong_mp.checkpoint import load_policy
     from pong_mp.config import LEGACY_DEFAULTS, TrainConfig
     from pong_mp.episode import EpisodeResult, make_tasks
     from pong_mp.optim import Optimizer
+    from pong_mp.state import TrainState
     from pong_mp.tools.bench import env_steps_per_sec
     from pong_mp.trainer import apply_batch
 

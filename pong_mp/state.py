@@ -1,0 +1,108 @@
+"""TrainState: everything that changes during training, a new run's state, and the reshaping
+of a state that a fork may ask for (wider hidden layer, a value head added or dropped,
+another policy lag).
+
+`checkpoint.py` saves and loads a state; `rundir.py` decides which state a run starts from;
+`trainer.py` moves it on by one update at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from pong_mp import policy
+from pong_mp.config import TrainConfig
+
+
+@dataclass
+class TrainState:
+    """Everything that changes during training; what a checkpoint stores."""
+
+    params: np.ndarray
+    """Flat policy parameters (W1 then W2, then the value head with --baseline value),
+    float64."""
+    cache: np.ndarray
+    """Mean of squared gradients, same shape as params: RMSProp's cache, Adam's v."""
+    batch: int = 0
+    """Updates done."""
+    episodes: int = 0
+    """Episodes played (the next episode's global index)."""
+    steps: int = 0
+    """Env steps played."""
+    running_reward: float | None = None
+    """Exponential mean (0.99) of episode rewards, in episode order; None before any."""
+    elapsed: float = 0.0
+    """Wall seconds spent in updates so far, across resumes."""
+    momentum: np.ndarray | None = None
+    """Adam's mean of gradients (m), same shape as params; None for RMSProp."""
+    lagged: tuple[np.ndarray, ...] = ()
+    """With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (the oldest
+    known where there was none: a new run's initial weights, or those a fork that lengthened
+    the lag started from), which the next L batches are played with; () without lag."""
+
+
+def initial_state(config: TrainConfig) -> TrainState:
+    """The state of a new run: weights from its seed, the optimizer's state at zero."""
+    params = policy.init_params(config.hidden, config.seed, value=config.baseline == "value")
+    return TrainState(
+        params=params,
+        cache=np.zeros_like(params),
+        momentum=np.zeros_like(params) if config.optimizer == "adam" else None,
+    )
+
+
+def with_hidden(state: TrainState, hidden: int, new_hidden: int, seed: int) -> TrainState:
+    """`state` widened to `new_hidden` hidden units that play as `state` did: the new units'
+    W1 rows are those of a new run of `new_hidden` units and `seed`, their outgoing weights
+    zero (so they start to learn from the first update), their optimizer state zero."""
+    w1t, _ = policy.split(policy.init_params(new_hidden, seed), new_hidden)
+    columns = w1t[:, hidden:]
+
+    def weights(flat: np.ndarray) -> np.ndarray:
+        return policy.widened(flat, hidden, new_hidden, columns)
+
+    def zeros(flat: np.ndarray) -> np.ndarray:
+        return policy.widened(flat, hidden, new_hidden)
+
+    return _reshaped(state, weights, zeros)
+
+
+def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
+    """`state` with a new value head (zeros, and zero optimizer state) added to every
+    parameter-sized vector, or with its value head dropped."""
+
+    def reshaped(flat: np.ndarray) -> np.ndarray:
+        return policy.with_value_head(flat, hidden, value)
+
+    return _reshaped(state, reshaped, reshaped)
+
+
+def _reshaped(
+    state: TrainState,
+    weights: Callable[[np.ndarray], np.ndarray],
+    optimizer: Callable[[np.ndarray], np.ndarray],
+) -> TrainState:
+    # Every parameter-sized vector of a state changes shape together: the weights (and those
+    # of batches in flight) one way, the optimizer's running averages another.
+    return dataclasses.replace(
+        state,
+        params=weights(state.params),
+        cache=optimizer(state.cache),
+        momentum=None if state.momentum is None else optimizer(state.momentum),
+        lagged=tuple(weights(flat) for flat in state.lagged),
+    )
+
+
+def with_policy_lag(state: TrainState, lag: int) -> TrainState:
+    """`state` with the weights of its next `lag` batches in flight: a longer lag repeats the
+    oldest weights it has (a new run's initial weights, where it has none), as a new run
+    does; a shorter one drops the oldest."""
+    lagged = state.lagged[max(0, len(state.lagged) - lag) :] if lag else ()
+    if lag > len(lagged):
+        oldest = lagged[0] if lagged else state.params.astype(np.float32)
+        lagged = (oldest,) * (lag - len(lagged)) + lagged
+    return dataclasses.replace(state, lagged=lagged)
