@@ -42,10 +42,6 @@ class GroupSum:
     """The first episode of its batch: which batch it belongs to, when several are in
     flight."""
 
-    def add_to(self, summed: BatchSum) -> None:
-        """Add this group's sum to a batch's (`BatchSum.add_group`)."""
-        summed.add_group(self)
-
 
 def group_count(batch_size: int) -> int:
     """How many groups a batch of `batch_size` episodes has."""
@@ -130,7 +126,12 @@ class BatchSum:
     def add(self, item: EpisodeResult | EpisodeStats | GroupSum) -> None:
         """Take whatever a backend yielded: an episode with its gradient, an episode's
         statistics alone (its gradient comes in a group's sum), or a group's sum."""
-        item.add_to(self)
+        if isinstance(item, EpisodeResult):
+            self.add_episode(item)
+        elif isinstance(item, GroupSum):
+            self.add_group(item)
+        else:
+            self.add_count(item)
 
     def add_group(self, item: GroupSum) -> None:
         """Take a group's sum, made by a backend (`sum_group`) where its episodes played."""
@@ -149,8 +150,8 @@ class BatchSum:
     def add_episode(self, item: EpisodeResult) -> None:
         """Count an episode and add its gradient in its place in the order."""
         self.add_count(item.stats)
-        position = item.index - self._first
-        group = group_of(item.index, self._first)
+        position = item.stats.index - self._first
+        group = group_of(item.stats.index, self._first)
         size = min(GROUP, self._batch_size - group * GROUP)
         if group not in self._open:
             # Group 0 is summed straight into the total, whose first term it is anyway.

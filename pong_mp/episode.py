@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -18,9 +17,6 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
 from pong_mp.gradient import EpisodeGradient, Moments
-
-if TYPE_CHECKING:
-    from pong_mp.batch_sum import BatchSum
 
 
 @dataclass(frozen=True)
@@ -51,50 +47,16 @@ class EpisodeStats:
     entropy: float = 0.0
     """Sum over its steps of the policy's entropy (nats): how undecided it played."""
 
-    def add_to(self, summed: BatchSum) -> None:
-        """Count this episode in a batch whose gradients come as group sums
-        (`BatchSum.add_count`)."""
-        summed.add_count(self)
-
 
 @dataclass
 class EpisodeResult:
     """An episode with its gradient, as the coordinator sums it."""
 
-    index: int
-    """Global episode index, as in the task."""
+    stats: EpisodeStats
+    """The episode's statistics."""
     grad: np.ndarray
     """Flat gradient of the episode's objective w.r.t. the parameters (float32): an array of
     its own, or a view of a worker's shared slot, valid until that worker plays again."""
-    reward_sum: float
-    """Sum of the episode's rewards (agent points minus opponent points)."""
-    steps: int
-    """Env steps played."""
-    seconds: float
-    """Wall time spent on the episode in the worker."""
-    returns: Moments = field(default_factory=Moments)
-    """Count, mean and spread of its steps' returns (for batch-wide standardising)."""
-    entropy: float = 0.0
-    """Sum over its steps of the policy's entropy (nats): how undecided it played."""
-
-    @property
-    def stats(self) -> EpisodeStats:
-        """The statistics without the gradient."""
-        return EpisodeStats(
-            self.index, self.reward_sum, self.steps, self.seconds, self.returns, self.entropy
-        )
-
-    @classmethod
-    def with_grad(cls, stats: EpisodeStats, grad: np.ndarray) -> EpisodeResult:
-        """An episode's statistics joined again with its gradient."""
-        return cls(
-            stats.index, grad, stats.reward_sum, stats.steps, stats.seconds, stats.returns,
-            stats.entropy,
-        )
-
-    def add_to(self, summed: BatchSum) -> None:
-        """Add this episode to a batch's sum (`BatchSum.add_episode`)."""
-        summed.add_episode(self)
 
 
 def episode_seed(run_seed: int, index: int) -> int:
@@ -182,12 +144,12 @@ def play_episode(
     grad = np.empty(work.size, np.float32) if out is None else out
     work.finish(grad)
     moments = work.moments
-    return EpisodeResult(
+    stats = EpisodeStats(
         index=task.index,
-        grad=grad,
         reward_sum=work.reward_sum,
         steps=work.steps,
         seconds=time.perf_counter() - start,
         returns=Moments(moments.count, moments.mean, moments.m2),
         entropy=work.entropy_sum,
     )
+    return EpisodeResult(stats, grad)

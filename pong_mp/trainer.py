@@ -34,7 +34,7 @@ from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend, BackendItem
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.config import TrainConfig
-from pong_mp.episode import make_tasks
+from pong_mp.episode import EpisodeResult, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
 from pong_mp.optim import Optimizer, scheduled_lr
@@ -329,7 +329,8 @@ def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
     # consecutive runs of batch_size episodes from `first` on).
     if isinstance(item, GroupSum):
         return item.first_index
-    return item.index - (item.index - first) % batch_size
+    index = item.stats.index if isinstance(item, EpisodeResult) else item.index
+    return index - (index - first) % batch_size
 
 
 def _record(

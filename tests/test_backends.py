@@ -14,7 +14,7 @@ from pong_mp import policy
 from pong_mp.backends import RolloutSpec, WorkerError, make_backend
 from pong_mp.backends.base import RemoteTraceback
 from pong_mp.batch_sum import BatchSum, GroupSum
-from pong_mp.episode import make_tasks
+from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
 from tests.conftest import pong_processes
 
 HIDDEN = 16
@@ -50,9 +50,15 @@ def sum_batch(items, tasks) -> tuple[bytes, list[tuple[int, int, float]]]:
     for item in items:
         summed.add(item)
         if not isinstance(item, GroupSum):  # an episode, with or without its gradient
-            episodes.append((item.index, item.steps, item.reward_sum))
+            stats = episode_stats(item)
+            episodes.append((stats.index, stats.steps, stats.reward_sum))
     assert summed.complete
     return summed.total.tobytes(), sorted(episodes)
+
+
+def episode_stats(item: EpisodeResult | EpisodeStats) -> EpisodeStats:
+    """The statistics of a backend's episode item, with its gradient or without."""
+    return item.stats if isinstance(item, EpisodeResult) else item
 
 
 def _run(backend_name: str, spec: RolloutSpec, batches: int = 2, batch_size: int = 5):
@@ -253,10 +259,13 @@ def _play_in_flight(backend, batches, kill_after: int | None = None):
         first: BatchSum(first, size, np.empty(policy.param_count(HIDDEN))) for first in by_first
     }
     for count, item in enumerate(backend.results(), 1):
-        first = item.first_index if isinstance(item, GroupSum) else item.index // size * size
-        summed[first].add(item)
-        if not isinstance(item, GroupSum):
-            by_first[first].append((item.index, item.steps, item.reward_sum))
+        if isinstance(item, GroupSum):
+            summed[item.first_index].add(item)
+        else:
+            stats = episode_stats(item)
+            first = stats.index // size * size
+            summed[first].add(item)
+            by_first[first].append((stats.index, stats.steps, stats.reward_sum))
         if count == kill_after:
             os.kill(backend.worker_pids()[0], signal.SIGKILL)
     assert all(s.complete for s in summed.values())
@@ -311,7 +320,7 @@ def test_a_local_worker_goes_on_with_the_next_batch(clean_system) -> None:
         backend.publish(0, params)
         backend.submit(0, make_tasks(1, 0, 3))
         backend.submit(0, make_tasks(1, 3, 3))
-        arrivals = [(item.index, list(sent)) for item in backend.results()]
+        arrivals = [(item.stats.index, list(sent)) for item in backend.results()]
     last_of_first = max(i for i, (index, _) in enumerate(arrivals) if index < 3)
     assert 3 in arrivals[last_of_first][1]
     assert sorted(index for index, _ in arrivals) == list(range(6))

@@ -16,7 +16,7 @@ SIZE = 500
 
 def sum_gradients(results: list[EpisodeResult]) -> np.ndarray:
     """Sum of a batch's gradients (float64), added in the batch's fixed order."""
-    first = min(r.index for r in results)
+    first = min(r.stats.index for r in results)
     summed = BatchSum(first, len(results), np.empty(results[0].grad.shape))
     for result in results:
         summed.add(result)
@@ -27,11 +27,8 @@ def _results(count: int, first: int = 0, seed: int = 0) -> list[EpisodeResult]:
     rng = np.random.default_rng(seed)
     return [
         EpisodeResult(
-            index=first + i,
+            EpisodeStats(index=first + i, reward_sum=float(i), steps=i + 1, seconds=0.0),
             grad=rng.standard_normal(SIZE) * 10.0 ** rng.integers(-8, 8),
-            reward_sum=float(i),
-            steps=i + 1,
-            seconds=0.0,
         )
         for i in range(count)
     ]
@@ -39,7 +36,7 @@ def _results(count: int, first: int = 0, seed: int = 0) -> list[EpisodeResult]:
 
 def _tree(results: list[EpisodeResult]) -> np.ndarray:
     """The documented order, written out: groups left to right, then their sums."""
-    grads = [r.grad for r in sorted(results, key=lambda r: r.index)]
+    grads = [r.grad for r in sorted(results, key=lambda r: r.stats.index)]
     total = None
     for start in range(0, len(grads), GROUP):
         group = grads[start].astype(np.float64)

@@ -37,7 +37,8 @@ def test_same_task_same_bytes_whatever_the_env_did_before() -> None:
     a = _play(env_a, weights, task)
     b = _play(env_b, weights, task)
     assert a.grad.tobytes() == b.grad.tobytes()
-    assert (a.steps, a.reward_sum, a.index) == (b.steps, b.reward_sum, 3)
+    assert a.stats.index == 3
+    assert (a.stats.steps, a.stats.reward_sum) == (b.stats.steps, b.stats.reward_sum)
     other = _play(env_a, weights, EpisodeTask(4, episode_seed(1, 4)))
     assert other.grad.tobytes() != a.grad.tobytes()
 
@@ -48,8 +49,8 @@ def test_result_is_a_finite_gradient_of_the_right_size() -> None:
     assert result.grad.shape == (policy.param_count(HIDDEN),)
     assert result.grad.dtype == np.float32
     assert np.all(np.isfinite(result.grad)) and np.any(result.grad != 0)
-    assert result.steps > 10 and result.reward_sum in {-2.0, -1.0, 0.0, 1.0, 2.0}
-    assert result.seconds > 0
+    assert result.stats.steps > 10 and result.stats.reward_sum in {-2.0, -1.0, 0.0, 1.0, 2.0}
+    assert result.stats.seconds > 0
 
 
 class _Recording(EpisodeGradient):
@@ -113,7 +114,7 @@ def test_episode_gradient_matches_the_dense_reference(
     work = _Recording(HIDDEN, block, entries)
     result = _play(env, weights, EpisodeTask(0, 5), work)
     rewards = [step[3] for step in work.log]
-    assert result.steps == len(work.log) and result.reward_sum == sum(rewards)
+    assert result.stats.steps == len(work.log) and result.stats.reward_sum == sum(rewards)
     rally = np.diff(np.flatnonzero(np.r_[1.0, rewards])).max()
     assert rally > block or block == 1024
     assert work.most_buffered < min(block, entries)  # a FakePong step has >= 1 entry
@@ -144,8 +145,8 @@ def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -
         ps.append(policy.forward(w1t, w2, x)[0])
     ps = np.array(ps)
     entropy = -(ps * np.log(ps) + (1 - ps) * np.log(1 - ps)).sum()
-    assert result.entropy == pytest.approx(entropy, rel=1e-5)
-    assert 0 < result.entropy < np.log(2) * result.steps
+    assert result.stats.entropy == pytest.approx(entropy, rel=1e-5)
+    assert 0 < result.stats.entropy < np.log(2) * result.stats.steps
 
 
 def _dense_baseline_gradient(log, params: np.ndarray, hidden: int, gamma: float) -> np.ndarray:
@@ -207,7 +208,7 @@ def test_batch_advantages_match_the_dense_reference() -> None:
     for i in range(3):
         work = _Recording(HIDDEN, 16, EpisodeGradient.ENTRIES, advantage="batch")
         result = _play(env, weights, EpisodeTask(i, 20 + i), work)
-        assert result.grad.shape == (2 * n,) and result.returns.count == result.steps
+        assert result.grad.shape == (2 * n,) and result.stats.returns.count == result.stats.steps
         summed.add(result)
         logs.append(work.log)
     got = batch_advantage_gradient(summed.total, summed.return_moments())

@@ -19,7 +19,7 @@ from pong_mp import checkpoint, policy
 from pong_mp import config as config_module
 from pong_mp.batch_sum import BatchSum
 from pong_mp.config import ConfigError, TrainConfig
-from pong_mp.episode import EpisodeResult
+from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.rundir import RunDirError, prepare_run, read_metrics
 from pong_mp.state import TrainState
 from pong_mp.trainer import NonFiniteError, apply_batch, train
@@ -192,7 +192,7 @@ def test_bad_options_are_refused_before_anything_is_written(
 
 
 def _result(index: int, grad: np.ndarray, reward: float = -1.0) -> EpisodeResult:
-    return EpisodeResult(index=index, grad=grad, reward_sum=reward, steps=10, seconds=0.1)
+    return EpisodeResult(EpisodeStats(index, reward_sum=reward, steps=10, seconds=0.1), grad)
 
 
 def _summed(results: list[EpisodeResult]) -> BatchSum:

@@ -399,7 +399,7 @@ class LocalBackend(BackendBase):
             self.busy_seconds += message.stats.seconds
             self._retries.forget(message.stats.index)
             # A view of the worker's slot: valid until this worker gets its next episode.
-            return EpisodeResult.with_grad(message.stats, w.grad.array)
+            return EpisodeResult(message.stats, w.grad.array)
         index, tb = message.index, message.traceback
         job = w.job
         if job is None or index is None:  # it failed before it could play anything

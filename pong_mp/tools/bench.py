@@ -235,8 +235,8 @@ def _episode_memory(
     Path("/proc/self/clear_refs").write_text("5")
     result = worker.play(weights, EpisodeTask(0, 0), grad)
     worker.close()
-    if result.steps != steps:
-        raise RuntimeError(f"the episode took {result.steps} steps, not {steps}")
+    if result.stats.steps != steps:
+        raise RuntimeError(f"the episode took {result.stats.steps} steps, not {steps}")
     peak = _rss_mb(os.getpid())
     if before is None or peak is None:
         raise RuntimeError("needs Linux's /proc")
@@ -398,7 +398,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
         start = time.perf_counter()
         summed = BatchSum(0, episodes, np.empty(size))
         for i, ref in enumerate(refs):
-            summed.add(EpisodeResult(i, ray.get(ref), 0.0, 0, 0.0))
+            summed.add(EpisodeResult(EpisodeStats(i, 0.0, 0, 0.0), ray.get(ref)))
         each_seconds = time.perf_counter() - start
         each_total = summed.total.copy()
 

@@ -125,7 +125,7 @@ def measure_costs(
     from pong_mp.batch_sum import BatchSum
     from pong_mp.checkpoint import load_policy
     from pong_mp.config import LEGACY_DEFAULTS, TrainConfig
-    from pong_mp.episode import EpisodeResult, make_tasks
+    from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
     from pong_mp.optim import Optimizer
     from pong_mp.state import TrainState
     from pong_mp.tools.bench import env_steps_per_sec
@@ -144,8 +144,8 @@ def measure_costs(
     try:
         for task in make_tasks(0, 0, episodes):
             result = worker.play(weights, task, grad)
-            steps.append(result.steps)
-            seconds += result.seconds
+            steps.append(result.stats.steps)
+            seconds += result.stats.seconds
     finally:
         worker.close()
     raw = env_steps_per_sec(env_id, raw_seconds)
@@ -161,7 +161,7 @@ def measure_costs(
     optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
     state = TrainState(params=params, cache=np.zeros_like(params))
     summed = BatchSum(0, 1, np.empty(len(params)))
-    summed.add(EpisodeResult(0, grad, 0.0, 1, 0.0))
+    summed.add(EpisodeResult(EpisodeStats(0, 0.0, 1, 0.0), grad))
     shared = SharedWeights.create(BlockShape(hidden))
     try:
         start = time.perf_counter()
