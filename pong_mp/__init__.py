@@ -12,8 +12,9 @@ Module map, in the order data flows through an update:
     trainer.py     the coordinator: hand out episodes, sum gradients, step the optimizer,
                    log (progress.py, tracking.py for TensorBoard) and checkpoint
     state.py       TrainState (what an update changes), a new run's state, a fork's reshaping
-    backends/      where episodes are played: worker.py (EpisodeWorker, what every backend
-                   runs), serial.py, local.py (process pool), ray_cluster.py, base.py
+    backends/      where episodes are played: episode_worker.py (EpisodeWorker, what every
+                   backend runs), serial.py, local.py (the process pool), worker_process.py
+                   (a pool worker's loop and messages), shm.py, ray_cluster.py, base.py
     episode.py     one episode's loop: seed, play, and its result
     gradient.py    its gradient, folded rally by rally in fixed memory
     frames.py      frames -> binary 80x80 -> sparse frame differences

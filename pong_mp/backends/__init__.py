@@ -1,4 +1,12 @@
-"""Backends play batches of episodes: serial (in process), local (process pool), ray."""
+"""Backends play batches of episodes: serial (in process), local (process pool), ray.
+
+    base.py            RolloutSpec, the Backend protocol, errors and retries
+    episode_worker.py  EpisodeWorker: one env and workspace playing episodes (every backend's)
+    serial.py          an EpisodeWorker in this process: the reference
+    local.py           the pool of worker processes; shm.py its shared-memory blocks
+    worker_process.py  a pool worker's main loop and the messages it exchanges with the pool
+    ray_cluster.py     one actor per worker, and per-node group sums, on a Ray cluster
+"""
 
 from __future__ import annotations
 

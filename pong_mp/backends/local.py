@@ -1,7 +1,8 @@
 """The local backend: a pool of persistent worker processes on this machine.
 
 Each worker is a spawned process named `pong-mp-worker-N` that builds its env once, pins BLAS
-to one thread and ignores SIGINT (the coordinator owns Ctrl-C). The weights go out through
+to one thread and ignores SIGINT (the coordinator owns Ctrl-C); its loop and the messages it
+exchanges with the pool are in `worker_process.py`. The weights go out through
 one shared-memory block with a slot per version kept (--policy-lag + 1); each worker has its
 own duplex pipe for tasks and results, so the coordinator always knows which episode a
 worker holds, a worker killed mid-message can only break its own pipe, and a death is seen
@@ -30,21 +31,15 @@ Data flow of one batch:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import logging
 import multiprocessing as mp
 import os
-import signal
-import sys
-import threading
 import time
-import traceback
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import NamedTuple
 
 import numpy as np
 
@@ -55,134 +50,29 @@ from pong_mp.backends.base import (
     RolloutSpec,
     WorkerError,
     main_guard_error,
-    prepare_worker_process,
     worker_error,
 )
 from pong_mp.backends.shm import (
-    BlockShape,
     SharedGradient,
     SharedWeights,
     remove_stale_blocks,
 )
-from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
-from pong_mp.gradient import gradient_width
+from pong_mp.backends.worker_process import (
+    Done,
+    Failed,
+    Play,
+    Ready,
+    Stop,
+    block_shapes,
+    worker_main,
+)
+from pong_mp.episode import EpisodeResult, EpisodeTask
 
 log = logging.getLogger("pong_mp")
 
 _JOIN_SECONDS = 5.0  # how long close() waits for a worker before it is killed
 _START_SECONDS = 120.0  # how long start() waits for workers to import and build their envs
 _POLL_SECONDS = 1.0  # longest wait between checks for hung workers
-
-
-# -- the worker process ----------------------------------------------------------------------
-
-
-def _exit_when_orphaned(parent_pid: int) -> None:
-    # A worker deep in an episode would not see its pipe close; this thread notices the
-    # coordinator's death (even SIGKILL) within a second and ends the process.
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-
-def _set_os_process_name(name: str) -> None:
-    # So that ps, top and our leak checks see "pong-mp-worker-" (Linux keeps 15 bytes).
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
-
-
-class Ready(NamedTuple):
-    """Worker -> coordinator: set up, waiting for episodes."""
-
-
-class Done(NamedTuple):
-    """Worker -> coordinator: an episode was played; its gradient is in the worker's slot."""
-
-    stats: EpisodeStats
-    """The episode's statistics."""
-
-
-class Failed(NamedTuple):
-    """Worker -> coordinator: setting up (index None) or an episode raised."""
-
-    index: int | None
-    """The episode that failed, or None if the worker could not start."""
-    traceback: str
-    """The worker's formatted traceback."""
-
-
-class Play(NamedTuple):
-    """Coordinator -> worker: play this episode with this version of the shared weights."""
-
-    version: int
-    """The weights' version, checked against shared memory."""
-    task: EpisodeTask
-    """The episode to play."""
-
-
-def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
-    """The shapes of the weights block and of each worker's gradient slot: one rule for the
-    coordinator that creates them and the workers that attach to them."""
-    value = spec.baseline == "value"
-    return (
-        BlockShape(spec.hidden, spec.lag + 1, value),
-        BlockShape(spec.hidden, gradient_width(spec.advantage), value),
-    )
-
-
-def worker_main(
-    spec: RolloutSpec, weights_name: str, grad_name: str, conn: Connection, parent_pid: int
-) -> None:
-    """Loop of one worker: receive (version, task), play it, send back the result.
-
-    Messages: it receives Play (or None: stop) and sends Ready once set up, then Done or
-    Failed for each episode (Failed with no index if it cannot set up).
-    The env is closed on every exit path.
-    """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _set_os_process_name(mp.current_process().name)
-    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
-    from pong_mp.backends.worker import EpisodeWorker
-
-    worker = EpisodeWorker(spec)
-    weights = None
-    grad = None
-    try:
-        prepare_worker_process()
-        try:
-            weights_shape, grad_shape = block_shapes(spec)
-            weights = SharedWeights.attach(weights_name, weights_shape)
-            grad = SharedGradient.attach(grad_name, grad_shape)
-            worker.open()
-        except Exception:
-            conn.send(Failed(None, traceback.format_exc()))
-            return
-        conn.send(Ready())
-        while True:
-            message = conn.recv()
-            if message is None:
-                return
-            version, task = message.version, message.task
-            try:
-                result = worker.play(weights.read(version), task, grad.array)
-            except Exception:
-                conn.send(Failed(task.index, traceback.format_exc()))
-            else:
-                conn.send(Done(result.stats))  # the gradient is in the shared slot
-    except (EOFError, BrokenPipeError, ConnectionResetError):
-        pass  # the coordinator is gone: nothing left to do
-    finally:
-        worker.close()
-        if weights is not None:
-            weights.close()
-        if grad is not None:
-            grad.close()
-        conn.close()
-
-
-# -- the coordinator's side ------------------------------------------------------------------
 
 
 @dataclass
@@ -288,7 +178,7 @@ class LocalBackend(BackendBase):
                     _kill(w.process)  # its episode is being thrown away: no need to wait
                     continue
                 with contextlib.suppress(OSError, ValueError):
-                    w.conn.send(None)
+                    w.conn.send(Stop())
             deadline = time.monotonic() + _JOIN_SECONDS
             for w in workers:
                 w.process.join(max(0.0, deadline - time.monotonic()))

@@ -61,7 +61,7 @@ class EpisodeActor:
 
     def __init__(self, spec: RolloutSpec) -> None:
         """Set up the process as a worker's, and build the env (once)."""
-        from pong_mp.backends.worker import EpisodeWorker
+        from pong_mp.backends.episode_worker import EpisodeWorker
 
         prepare_worker_process()
         self.spec = spec

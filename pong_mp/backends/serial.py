@@ -9,7 +9,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from pong_mp.backends.base import BackendBase, RolloutSpec
-from pong_mp.backends.worker import EpisodeWorker
+from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.episode import EpisodeResult, EpisodeTask
 from pong_mp.policy import Weights32
 

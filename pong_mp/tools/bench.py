@@ -215,7 +215,7 @@ def _episode_memory(
     steps: int, hidden: int, entropy_bonus: float, baseline: str
 ) -> tuple[float, float]:
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
-    from pong_mp.backends.worker import EpisodeWorker
+    from pong_mp.backends.episode_worker import EpisodeWorker
     from pong_mp.episode import EpisodeTask
 
     prepare_worker_process()

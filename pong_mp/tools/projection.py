@@ -120,8 +120,8 @@ def measure_costs(
     emulator in one process, one gradient added to a float64 sum, and one update."""
     from pong_mp import policy
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
+    from pong_mp.backends.episode_worker import EpisodeWorker
     from pong_mp.backends.shm import BlockShape, SharedWeights
-    from pong_mp.backends.worker import EpisodeWorker
     from pong_mp.batch_sum import BatchSum
     from pong_mp.checkpoint import load_policy
     from pong_mp.config import LEGACY_DEFAULTS, TrainConfig

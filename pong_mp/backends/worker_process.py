@@ -1,0 +1,142 @@
+"""The local backend's worker process: its main loop and the messages it exchanges with the
+pool (`local.py`) over its own duplex pipe.
+
+A worker is a spawned process named `pong-mp-worker-N`. It ignores SIGINT (the coordinator
+owns Ctrl-C), ends itself if the coordinator dies, attaches to the shared weights block and
+to its own gradient slot, and plays episodes with one EpisodeWorker (`episode_worker.py`)
+until it is told to stop:
+
+    coordinator -> worker   Play(version, task) | Stop()
+    worker -> coordinator   Ready() once set up, then Done(stats) or Failed(index, traceback)
+                            for each episode (Failed(None, ...) if it cannot set up)
+
+The gradient never travels through the pipe: the worker writes it into its shared slot, and
+Done carries only the episode's statistics.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import multiprocessing as mp
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+from typing import NamedTuple
+
+from pong_mp.backends.base import RolloutSpec, prepare_worker_process
+from pong_mp.backends.episode_worker import EpisodeWorker
+from pong_mp.backends.shm import BlockShape, SharedGradient, SharedWeights
+from pong_mp.episode import EpisodeStats, EpisodeTask
+from pong_mp.gradient import gradient_width
+
+
+def _exit_when_orphaned(parent_pid: int) -> None:
+    # A worker deep in an episode would not see its pipe close; this thread notices the
+    # coordinator's death (even SIGKILL) within a second and ends the process.
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+
+def _set_os_process_name(name: str) -> None:
+    # So that ps, top and our leak checks see "pong-mp-worker-" (Linux keeps 15 bytes).
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(15, name.encode()[:15], 0, 0, 0)  # 15 = PR_SET_NAME
+
+
+class Ready(NamedTuple):
+    """Worker -> coordinator: set up, waiting for episodes."""
+
+
+class Done(NamedTuple):
+    """Worker -> coordinator: an episode was played; its gradient is in the worker's slot."""
+
+    stats: EpisodeStats
+    """The episode's statistics."""
+
+
+class Failed(NamedTuple):
+    """Worker -> coordinator: setting up (index None) or an episode raised."""
+
+    index: int | None
+    """The episode that failed, or None if the worker could not start."""
+    traceback: str
+    """The worker's formatted traceback."""
+
+
+class Play(NamedTuple):
+    """Coordinator -> worker: play this episode with this version of the shared weights."""
+
+    version: int
+    """The weights' version, checked against shared memory."""
+    task: EpisodeTask
+    """The episode to play."""
+
+
+class Stop(NamedTuple):
+    """Coordinator -> worker: close the env and exit."""
+
+
+def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
+    """The shapes of the weights block and of each worker's gradient slot: one rule for the
+    coordinator that creates them and the workers that attach to them."""
+    value = spec.baseline == "value"
+    return (
+        BlockShape(spec.hidden, spec.lag + 1, value),
+        BlockShape(spec.hidden, gradient_width(spec.advantage), value),
+    )
+
+
+def worker_main(
+    spec: RolloutSpec, weights_name: str, grad_name: str, conn: Connection, parent_pid: int
+) -> None:
+    """Loop of one worker: receive (version, task), play it, send back the result.
+
+    Messages: it receives Play (or Stop) and sends Ready once set up, then Done or Failed
+    for each episode (Failed with no index if it cannot set up). The env is closed on every
+    exit path.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _set_os_process_name(mp.current_process().name)
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    worker = EpisodeWorker(spec)
+    weights = None
+    grad = None
+    try:
+        prepare_worker_process()
+        try:
+            weights_shape, grad_shape = block_shapes(spec)
+            weights = SharedWeights.attach(weights_name, weights_shape)
+            grad = SharedGradient.attach(grad_name, grad_shape)
+            worker.open()
+        except Exception:
+            conn.send(Failed(None, traceback.format_exc()))
+            return
+        conn.send(Ready())
+        while True:
+            message: Play | Stop = conn.recv()
+            if isinstance(message, Stop):
+                return
+            version, task = message.version, message.task
+            try:
+                result = worker.play(weights.read(version), task, grad.array)
+            except Exception:
+                conn.send(Failed(task.index, traceback.format_exc()))
+            else:
+                conn.send(Done(result.stats))  # the gradient is in the shared slot
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        pass  # the coordinator is gone: nothing left to do
+    finally:
+        worker.close()
+        if weights is not None:
+            weights.close()
+        if grad is not None:
+            grad.close()
+        conn.close()
