@@ -21,7 +21,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.checkpoint import load_policy
-from pong_mp.config import LEGACY_DEFAULTS, TrainConfig, apply_preset
+from pong_mp.config import TrainConfig, apply_preset, stored_option
 from pong_mp.frames import INPUT_SIZE, BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
@@ -111,7 +111,7 @@ class Agent:
         model file (`pong-mp export`); CheckpointError if the file is missing, damaged or not
         pong-mp's."""
         params, config = load_policy(Path(path))
-        inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
+        inputs = stored_option(config, "inputs")
         agent = cls(params, int(config["hidden"]), seed=seed, inputs=inputs)
         agent.config = config
         return agent

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.config import LEGACY_DEFAULTS, ConfigError, check_types
+from pong_mp.config import ConfigError, check_types, stored_option
 from pong_mp.files import write_atomic
 from pong_mp.frames import INPUTS
 from pong_mp.state import TrainState
@@ -141,7 +141,7 @@ def _check_config(config: object, hidden: int) -> None:
         check_types(config)
     except ConfigError as exc:
         raise CheckpointError(f"bad config ({exc})") from None
-    inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
+    inputs = stored_option(config, "inputs")
     if inputs not in INPUTS:
         raise CheckpointError(
             f"its policy sees inputs {inputs!r}, which this pong-mp does not know "
@@ -213,9 +213,9 @@ def _value_heads(
 ) -> dict[str, np.ndarray]:
     # A run with --baseline value: its value head, the optimizer's state for it and the
     # heads of the weights in flight; {} for a run without one.
-    if config.get("baseline", LEGACY_DEFAULTS["baseline"]) != "value":
+    if stored_option(config, "baseline") != "value":
         return {}
-    lag = config.get("policy_lag", LEGACY_DEFAULTS["policy_lag"])
+    lag = stored_option(config, "policy_lag")
     expected = {"value": (hidden + 1,), "rmsprop_value": (hidden + 1,)}
     if adam:
         expected["adam_m_value"] = (hidden + 1,)
@@ -242,7 +242,7 @@ def _value_heads(
 
 def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:
     # The weights of the batches in flight: L of them for a run with --policy-lag L.
-    lag = config.get("policy_lag", LEGACY_DEFAULTS["policy_lag"])
+    lag = stored_option(config, "policy_lag")
     if not lag:
         return ()
     hidden = shape[0]

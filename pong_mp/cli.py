@@ -23,13 +23,13 @@ from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import (
     BASELINES,
-    LEGACY_DEFAULTS,
     MAX_POLICY_LAG,
     PRESETS,
     ConfigError,
     TrainConfig,
     apply_preset,
     default_workers,
+    stored_option,
 )
 from pong_mp.envs import SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
@@ -361,7 +361,7 @@ def play_command(
             err=True,
         )
     hidden = int(config["hidden"])
-    inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
+    inputs = stored_option(config, "inputs")
     played: list[GameScore] = []
     progress = _RecordingProgress(recorder) if recorder is not None else None
 
@@ -649,7 +649,7 @@ def bench_command(
         check_env(env, {})
         if model is not None:
             # A bad file is one line now, not after the raw runs.
-            trained_on = load_policy(model)[1].get("inputs", LEGACY_DEFAULTS["inputs"])
+            trained_on = stored_option(load_policy(model)[1], "inputs")
             if inputs not in (None, trained_on):
                 _fail(f"{model} sees inputs {trained_on}: omit --inputs", EXIT_USAGE)
     except (UnknownEnvError, CheckpointError) as exc:

@@ -212,7 +212,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: object) -> TrainConfig:
         """A config from a dict such as config.json's, its types and values checked;
-        unknown keys are an error."""
+        unknown keys are an error, and options it lacks take the defaults of older runs."""
         if not isinstance(data, dict):
             raise ConfigError(f"a config is a JSON object, not {type(data).__name__}")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -220,7 +220,7 @@ class TrainConfig:
         if unknown:
             raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
         check_types(data)
-        config = cls(**{**LEGACY_DEFAULTS, **data})
+        config = cls(**{**OLDER_RUN_DEFAULTS, **data})
         config.validate()
         return config
 
@@ -235,15 +235,22 @@ MAX_POLICY_LAG = 8
 """The most batches one update's weights may lag behind: each lag step keeps one more weights
 version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on every node."""
 
-LEGACY_DEFAULTS: dict[str, Any] = {
+OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "policy_lag": 0,
     "inputs": "diff",
     "lr_half_life": 0.0,
     "entropy_bonus": 0.0,
     "baseline": "none",
 }
-"""Fields added after runs were first stored, with the value that a config.json without them
-was trained with (whatever the default is now): a resumed run keeps its algorithm."""
+"""The defaults of older runs: options added after runs were first stored, with the value
+that a config without them was trained with (whatever the default is now), so that a
+resumed run keeps its algorithm and an older model plays as it was trained."""
+
+
+def stored_option(config: dict[str, Any], name: str) -> Any:
+    """Option `name` of a stored config (config.json's, or the one a checkpoint or model
+    holds): its value, or the default of older runs where the config predates the option."""
+    return config.get(name, OLDER_RUN_DEFAULTS[name])
 
 MAX_HIDDEN = 4096
 """The most hidden units: W1 is then 26 M weights, 210 MB in float64 per copy, and a

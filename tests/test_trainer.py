@@ -451,15 +451,17 @@ def test_a_config_from_before_policy_lag_resumes_without_it(
     # Whatever the default becomes, a stored run keeps the algorithm it was trained with.
     stored = json.loads(_config(tmp_path, policy_lag=3).to_json())
     del stored["policy_lag"]
-    monkeypatch.setitem(config_module.LEGACY_DEFAULTS, "policy_lag", 2)
+    monkeypatch.setitem(config_module.OLDER_RUN_DEFAULTS, "policy_lag", 2)
     assert TrainConfig.from_dict(stored).policy_lag == 2
     assert TrainConfig.from_dict({**stored, "policy_lag": 1}).policy_lag == 1
 
 
 def test_a_config_from_before_inputs_resumes_with_frame_differences(tmp_path: Path) -> None:
     stored = json.loads(_config(tmp_path, inputs="diff+paddle").to_json())
+    assert config_module.stored_option(stored, "inputs") == "diff+paddle"
     del stored["inputs"]
     assert TrainConfig.from_dict(stored).inputs == "diff"
+    assert config_module.stored_option(stored, "inputs") == "diff"
 
 
 def test_a_fork_continues_its_run_bit_for_bit_and_only_reads_it(

@@ -27,7 +27,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.batch_sum import GROUP
-from pong_mp.config import TrainConfig
+from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import make_env
 
 
@@ -155,7 +155,6 @@ def training_rate(
     as `setup` says."""
     from pong_mp.backends.local import LocalBackend
     from pong_mp.checkpoint import load_policy
-    from pong_mp.config import LEGACY_DEFAULTS
     from pong_mp.state import TrainState
     from pong_mp.trainer import rollout_spec, updates
 
@@ -166,7 +165,7 @@ def training_rate(
     else:
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
-        inputs = setup.inputs or stored.get("inputs", LEGACY_DEFAULTS["inputs"])
+        inputs = setup.inputs or stored_option(stored, "inputs")
     # A model has no value head: the runs add a new one, as a fork does.
     params = policy.with_value_head(params, hidden, setup.baseline == "value")
     config = TrainConfig(

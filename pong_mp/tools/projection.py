@@ -124,7 +124,7 @@ def measure_costs(
     from pong_mp.backends.shm import BlockShape, SharedWeights
     from pong_mp.batch_sum import BatchSum
     from pong_mp.checkpoint import load_policy
-    from pong_mp.config import LEGACY_DEFAULTS, TrainConfig
+    from pong_mp.config import TrainConfig, stored_option
     from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
     from pong_mp.optim import Optimizer
     from pong_mp.state import TrainState
@@ -134,7 +134,7 @@ def measure_costs(
     prepare_worker_process()
     params, config = load_policy(model)
     hidden = int(config["hidden"])
-    inputs = config.get("inputs", LEGACY_DEFAULTS["inputs"])
+    inputs = stored_option(config, "inputs")
     spec = RolloutSpec(env_id, hidden, float(config.get("gamma", 0.99)), inputs=inputs)
     worker = EpisodeWorker(spec)
     worker.open()
