@@ -31,7 +31,7 @@ from pong_mp.config import (
     default_workers,
     stored_option,
 )
-from pong_mp.envs import SUPPORTED, UnknownEnvError, check_env
+from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.frames import INPUTS
 from pong_mp.progress import make_reporter
@@ -39,8 +39,12 @@ from pong_mp.rundir import RunDirError, open_run
 from pong_mp.signals import STOP_SIGNALS, Interrupted, stop_signals_raise
 from pong_mp.tools.bench import (
     TrainingSetup,
+    compare_envs,
     format_bench,
+    format_env_comparison,
+    format_ray_driver_cost,
     format_scaling,
+    ray_driver_cost,
     run_bench,
     run_scaling,
 )
@@ -628,6 +632,27 @@ def plot_command(
     show_default=True,
     help="The training runs' --baseline (value: a value head, new, on the model's weights).",
 )
+@click.option(
+    "--compare-envs",
+    "compare_envs_only",
+    is_flag=True,
+    help="Instead: FakePong-v0's raw speed against --env's, in alternating --rounds of "
+    "--seconds each, in one process.",
+)
+@click.option(
+    "--rounds",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    help="Rounds per env of --compare-envs.",
+)
+@click.option(
+    "--ray-driver",
+    is_flag=True,
+    help="Instead: what one 300-episode update costs the driver of a Ray cluster of 3 nodes "
+    "on this machine, with gradients summed per group on their nodes and all sent to the "
+    "driver (needs Ray).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 @_stoppable
 def bench_command(
@@ -642,9 +667,19 @@ def bench_command(
     inputs: str | None,
     entropy_bonus: float,
     baseline: str,
+    compare_envs_only: bool,
+    rounds: int,
+    ray_driver: bool,
     as_json: bool,
 ) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
+    if ray_driver:
+        try:
+            cost = ray_driver_cost()
+        except ImportError:
+            _fail("--ray-driver needs Ray: pip install 'pong-mp[ray]'", EXIT_USAGE)
+        click.echo(json.dumps(cost, indent=2) if as_json else format_ray_driver_cost(cost))
+        return
     try:
         check_env(env, {})
         if model is not None:
@@ -654,6 +689,12 @@ def bench_command(
                 _fail(f"{model} sees inputs {trained_on}: omit --inputs", EXIT_USAGE)
     except (UnknownEnvError, CheckpointError) as exc:
         _fail(str(exc), EXIT_USAGE)
+    if compare_envs_only:
+        if env == FAKE_PONG_ID:
+            _fail("--compare-envs measures FakePong-v0 against --env: name another", EXIT_USAGE)
+        rates = compare_envs((env, FAKE_PONG_ID), seconds, rounds)
+        click.echo(json.dumps(rates, indent=2) if as_json else format_env_comparison(rates))
+        return
     if project:
         if model is None:
             _fail("--project needs --model: the agent whose episodes it measures", EXIT_USAGE)

@@ -18,6 +18,8 @@ from pong_mp.tools.bench import (
     env_steps_per_sec,
     episode_memory,
     format_bench,
+    format_env_comparison,
+    format_ray_driver_cost,
     ray_driver_cost,
 )
 from tests.test_cli import pong_mp
@@ -47,6 +49,41 @@ def test_compare_envs_alternates_rounds() -> None:
     assert all(len(r) == 2 for r in rates.values())
     # SlowPong sleeps 10 ms a step: it cannot reach 200 steps/s, FakePong easily does.
     assert max(rates["SlowPong-v0"]) < 200 < min(rates["FakePong-v0"])
+
+
+def test_the_env_comparison_is_one_command_of_pong_mp_bench() -> None:
+    done = pong_mp(
+        "bench", "--compare-envs", "--env", "SlowPong-v0", "--seconds", "1", "--rounds", "1",
+        "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rates = json.loads(done.stdout)
+    assert list(rates) == ["SlowPong-v0", "FakePong-v0"] and len(rates["FakePong-v0"]) == 1
+    assert rates["SlowPong-v0"][0] < 200 < rates["FakePong-v0"][0]
+    same = pong_mp("bench", "--compare-envs", "--env", "FakePong-v0")
+    assert same.returncode == 2 and "name another" in same.stderr
+
+
+def test_format_env_comparison_gives_medians_and_the_ratio() -> None:
+    text = format_env_comparison({"ALE/Pong-v5": [3000.0, 2900.0, 3100.0], "FakePong-v0": [
+        90000.0, 95000.0, 93000.0]})
+    assert text.splitlines() == [
+        "ALE/Pong-v5       3,000 steps/s (median of 3 rounds)",
+        "FakePong-v0      93,000 steps/s (median of 3 rounds)",
+        "FakePong-v0 / ALE/Pong-v5: 31.0x",
+    ]
+
+
+def test_format_ray_driver_cost_shows_both_ways() -> None:
+    cost = {
+        "episodes": 300, "nodes": 3, "gradient_mb": 5.1, "groups": 10,
+        "driver_in_mb_each": 1540.0, "driver_seconds_each": 1.46,
+        "driver_in_mb_groups": 102.0, "driver_seconds_groups": 0.2,
+        "broadcast_put_seconds": 0.004,
+    }  # fmt: skip
+    lines = format_ray_driver_cost(cost).splitlines()
+    assert lines[1] == "every gradient to the driver: 1.54 GB in, 1.46 s"
+    assert lines[2] == f"one sum per group of {GROUP} on its node (10 sums): 0.10 GB in, 0.20 s"
 
 
 def test_format_bench_shows_every_figure() -> None:

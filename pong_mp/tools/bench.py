@@ -8,16 +8,15 @@ All figures come from one run on one machine, and the ones that matter are ratio
 - training: pong-mp's local backend with N workers training for real;
 - the coordinator's share of each update's wall time, the workers' peak RSS, and the peak
   RSS of a worker process playing one 1,000-step and one 10,000-step episode.
-`python -m pong_mp.tools.bench` compares FakePong's raw speed with ALE's.
+`pong-mp bench --compare-envs` compares FakePong's raw speed with ALE's, and `pong-mp bench
+--ray-driver` measures what one large update costs the driver of a Ray cluster.
 """
 
 from __future__ import annotations
 
-import argparse
 import multiprocessing as mp
 import os
 import platform
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +56,21 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
         for env_id in env_ids:
             rates[env_id].append(env_steps_per_sec(env_id, seconds, seed=r))
     return rates
+
+
+def format_env_comparison(rates: dict[str, list[float]]) -> str:
+    """`compare_envs`'s rates as each env's median, and the last env's speed against the
+    first's."""
+    medians = {env_id: float(np.median(r)) for env_id, r in rates.items()}
+    width = max(12, *(len(env_id) for env_id in medians))
+    lines = [
+        f"{env_id:<{width}} {median:>10,.0f} steps/s (median of {len(rates[env_id])} rounds)"
+        for env_id, median in medians.items()
+    ]
+    names = list(medians)
+    first, last = names[0], names[-1]
+    lines.append(f"{last} / {first}: {medians[last] / medians[first]:.1f}x")
+    return "\n".join(lines)
 
 
 def raw_rate(env_id: str, processes: int, seconds: float) -> float:
@@ -342,6 +356,51 @@ def format_bench(r: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_scaling(
+    max_workers: int,
+    seconds: float,
+    env_id: str = "ALE/Pong-v5",
+    setup: TrainingSetup = TrainingSetup(),
+) -> list[dict[str, Any]]:
+    """Training against the raw emulator with the same number of processes, for 1 to
+    `max_workers` workers: one row per count (raw measured before and after training)."""
+    rows = []
+    for workers in range(1, max_workers + 1):
+        before = raw_rate(env_id, workers, seconds)
+        training = training_rate(env_id, workers, seconds, setup)
+        after = raw_rate(env_id, workers, seconds)
+        raw = (before + after) / 2
+        rows.append(
+            {
+                "workers": workers,
+                **setup.describe(),
+                "inputs": training["inputs"],
+                "raw_steps_per_sec": raw,
+                "train_steps_per_sec": training["steps_per_sec"],
+                "train_ratio": training["steps_per_sec"] / raw,
+                "coordinator_share": training["coordinator_share"],
+                "workers_busy": training["workers_busy"],
+            }
+        )
+    return rows
+
+
+def format_scaling(rows: list[dict[str, Any]]) -> str:
+    """The scaling rows as a Markdown table, with each count's speed-up over one worker."""
+    one = rows[0]["train_steps_per_sec"]
+    lines = [
+        "| workers | raw steps/s (same processes) | training steps/s | training / raw | "
+        "speed-up over 1 worker |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['workers']} | {r['raw_steps_per_sec']:,.0f} | {r['train_steps_per_sec']:,.0f} "
+            f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x |"
+        )
+    return "\n".join(lines)
+
+
 def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, Any]:
     """What one update of `episodes` episodes costs the driver on a simulated Ray cluster,
     with the gradients summed per group on their nodes (what the Ray backend does) and, for
@@ -435,83 +494,15 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     }
 
 
-def main() -> None:
-    """`python -m pong_mp.tools.bench`: FakePong's and ALE Pong's raw speed and their ratio;
-    with --ray-driver, the driver's cost of one 300-episode update on a simulated cluster."""
-    parser = argparse.ArgumentParser(description="Compare FakePong's raw speed with ALE's.")
-    parser.add_argument("--seconds", type=float, default=3.0, help="length of one round")
-    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per env")
-    parser.add_argument(
-        "--ray-driver",
-        action="store_true",
-        help="measure the Ray driver's cost of a 300-episode update instead",
+def format_ray_driver_cost(cost: dict[str, Any]) -> str:
+    """`ray_driver_cost`'s figures as readable lines."""
+    return (
+        f"{cost['episodes']} episodes, gradients of {cost['gradient_mb']:.1f} MB, "
+        f"{cost['nodes']} nodes on this machine; identical bytes both ways\n"
+        f"every gradient to the driver: {cost['driver_in_mb_each'] / 1e3:.2f} GB in, "
+        f"{cost['driver_seconds_each']:.2f} s\n"
+        f"one sum per group of {GROUP} on its node ({cost['groups']} sums): "
+        f"{cost['driver_in_mb_groups'] / 1e3:.2f} GB in, "
+        f"{cost['driver_seconds_groups']:.2f} s\n"
+        f"weights put: {1e3 * cost['broadcast_put_seconds']:.1f} ms"
     )
-    args = parser.parse_args()
-    if args.ray_driver:
-        cost = ray_driver_cost()
-        print(
-            f"{cost['episodes']} episodes, gradients of {cost['gradient_mb']:.1f} MB, "
-            f"{cost['nodes']} nodes on this machine; identical bytes both ways\n"
-            f"every gradient to the driver: {cost['driver_in_mb_each'] / 1e3:.2f} GB in, "
-            f"{cost['driver_seconds_each']:.2f} s\n"
-            f"one sum per group of {GROUP} on its node ({cost['groups']} sums): "
-            f"{cost['driver_in_mb_groups'] / 1e3:.2f} GB in, "
-            f"{cost['driver_seconds_groups']:.2f} s\n"
-            f"weights put: {1e3 * cost['broadcast_put_seconds']:.1f} ms"
-        )
-        sys.exit(0)
-    rates = compare_envs(("ALE/Pong-v5", "FakePong-v0"), args.seconds, args.rounds)
-    medians = {env_id: float(np.median(r)) for env_id, r in rates.items()}
-    for env_id, median in medians.items():
-        print(f"{env_id:<12} {median:>10,.0f} steps/s (median of {args.rounds} rounds)")
-    print(f"FakePong-v0 / ALE/Pong-v5: {medians['FakePong-v0'] / medians['ALE/Pong-v5']:.1f}x")
-    sys.exit(0)
-
-
-if __name__ == "__main__":
-    main()
-
-
-def run_scaling(
-    max_workers: int,
-    seconds: float,
-    env_id: str = "ALE/Pong-v5",
-    setup: TrainingSetup = TrainingSetup(),
-) -> list[dict[str, Any]]:
-    """Training against the raw emulator with the same number of processes, for 1 to
-    `max_workers` workers: one row per count (raw measured before and after training)."""
-    rows = []
-    for workers in range(1, max_workers + 1):
-        before = raw_rate(env_id, workers, seconds)
-        training = training_rate(env_id, workers, seconds, setup)
-        after = raw_rate(env_id, workers, seconds)
-        raw = (before + after) / 2
-        rows.append(
-            {
-                "workers": workers,
-                **setup.describe(),
-                "inputs": training["inputs"],
-                "raw_steps_per_sec": raw,
-                "train_steps_per_sec": training["steps_per_sec"],
-                "train_ratio": training["steps_per_sec"] / raw,
-                "coordinator_share": training["coordinator_share"],
-                "workers_busy": training["workers_busy"],
-            }
-        )
-    return rows
-
-
-def format_scaling(rows: list[dict[str, Any]]) -> str:
-    """The scaling rows as a Markdown table, with each count's speed-up over one worker."""
-    one = rows[0]["train_steps_per_sec"]
-    lines = [
-        "| workers | raw steps/s (same processes) | training steps/s | training / raw | "
-        "speed-up over 1 worker |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['workers']} | {r['raw_steps_per_sec']:,.0f} | {r['train_steps_per_sec']:,.0f} "
-            f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x |"
-        )
-    return "\n".join(lines)
