@@ -26,8 +26,8 @@ from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.gradient import Moments
 
 GROUP = 30
-"""Episodes per group: about what one node of the seeds' cluster (18 cores) plays in an
-update of 300 episodes, so that a cluster sends about one array per node to the driver."""
+"""Episodes per group: about what one node of the cluster in Ray's example (18 cores) plays in
+an update of 300 episodes, so that a cluster sends about one array per node to the driver."""
 
 
 @dataclass

@@ -3,7 +3,7 @@
 All figures come from one run on one machine, and the ones that matter are ratios within it:
 - raw: N processes stepping gymnasium's ALE/Pong-v5 with random actions (the limit),
   measured before and after the training run, averaged;
-- reference: the seeds' serial loop (dense float64 numpy, Karpathy's code path) in one
+- reference: the serial loop of Ray's example (dense float64 numpy, Karpathy's code path) in one
   process, against one raw process;
 - training: pong-mp's local backend with N workers training for real;
 - the coordinator's share of each update's wall time, the workers' peak RSS, and the peak
@@ -82,7 +82,8 @@ def raw_rate(env_id: str, processes: int, seconds: float) -> float:
 
 
 def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> float:
-    """Steps/s of the seeds' serial loop: RGB frames, dense float64 rows, dense backward."""
+    """Steps/s of the serial loop of Ray's example: RGB frames, dense float64 rows, dense
+    backward."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1):
@@ -337,7 +338,8 @@ def format_bench(r: dict[str, Any]) -> str:
         f"baseline {r.get('baseline', 'none')}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
-        f"seeds' dense float64 loop, 1 process: {r['reference_steps_per_sec']:,.0f} steps/s"
+        f"Ray's example (dense float64 loop), 1 process: "
+        f"{r['reference_steps_per_sec']:,.0f} steps/s"
         f" = {r['reference_ratio']:.2f}x one raw process "
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
         f"coordinator (sum, RMSProp, broadcast): {100 * r['coordinator_share']:.2f}% of each "
