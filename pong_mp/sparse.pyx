@@ -19,7 +19,7 @@ The rules that keep results reproducible:
   weights and hidden units, float64 sums.
 """
 
-from libc.math cimport exp
+from libc.math cimport exp, fabs, log1p
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
@@ -327,3 +327,223 @@ def weighted_rows(
         for k in range(hidden):
             out[k] += c * hs[t, k]
         out[hidden] += c
+
+
+# -- the actor-critic's loops over a stored trajectory (ppo.py) ------------------------------
+
+
+def forward_logit(
+    const float[:, ::1] w1t,
+    const float[::1] w2,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    float[::1] h,
+) -> float:
+    """The logit of P(UP) for one sparse input, with `forward`'s arithmetic (its hidden units
+    into `h`): `forward` returns sigmoid of this."""
+    cdef Py_ssize_t hidden = w2.shape[0], j, k
+    cdef const float* row
+    cdef float v
+    cdef double logit = 0.0
+    if w1t.shape[1] != hidden or h.shape[0] != hidden or vals.shape[0] < idx.shape[0]:
+        raise ValueError("forward_logit: arrays of mismatched sizes")
+    for k in range(hidden):
+        h[k] = 0.0
+    for j in range(idx.shape[0]):
+        if not 0 <= idx[j] < w1t.shape[0]:
+            raise IndexError(f"forward_logit: pixel {idx[j]} out of range")
+        row = &w1t[idx[j], 0]
+        v = vals[j]
+        for k in range(hidden):
+            h[k] += v * row[k]
+    for k in range(hidden):
+        if h[k] < 0.0:
+            h[k] = 0.0
+        logit += h[k] * w2[k]
+    return logit
+
+
+def forward_many(
+    const float[:, ::1] w1t,
+    const float[::1] w2,
+    const float[::1] head,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    const int64_t[::1] indptr,
+    Py_ssize_t count,
+    float[:, ::1] hs,
+    double[::1] logits,
+    double[::1] values,
+) -> None:
+    """For steps t < `count` of CSR inputs (idx, vals, indptr): the hidden units into hs[t],
+    the logit of P(UP) into logits[t] and the value head's estimate into values[t], each
+    added in the order `forward_logit` and `value` add."""
+    cdef Py_ssize_t hidden = w2.shape[0], pixels = w1t.shape[0], t, j, k
+    cdef const float* row
+    cdef float v
+    cdef double logit, total
+    if not (w1t.shape[1] == hidden and head.shape[0] == hidden + 1 and hs.shape[1] == hidden
+            and 0 <= count <= hs.shape[0] and count < indptr.shape[0]
+            and logits.shape[0] >= count and values.shape[0] >= count):
+        raise ValueError("forward_many: arrays of mismatched sizes")
+    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
+        raise ValueError("forward_many: indptr points outside idx")
+    for t in range(count):
+        for k in range(hidden):
+            hs[t, k] = 0.0
+        for j in range(indptr[t], indptr[t + 1]):
+            if not 0 <= idx[j] < pixels:
+                raise IndexError(f"forward_many: pixel {idx[j]} out of range")
+            row = &w1t[idx[j], 0]
+            v = vals[j]
+            for k in range(hidden):
+                hs[t, k] += v * row[k]
+        logit = 0.0
+        total = 0.0
+        for k in range(hidden):
+            if hs[t, k] < 0.0:
+                hs[t, k] = 0.0
+            logit += hs[t, k] * w2[k]
+        for k in range(hidden):
+            total += <double>head[k] * hs[t, k]
+        logits[t] = logit
+        values[t] = total + head[hidden]
+
+
+cdef inline double _softplus(double x):
+    # log(1 + e^x) without overflow: max(x, 0) + log1p(e^-|x|).
+    return (x if x > 0.0 else 0.0) + log1p(exp(-fabs(x)))
+
+
+def log_prob(double logit, bint up) -> float:
+    """log pi(action | logit) of the two-action policy: -softplus(-logit) for UP,
+    -softplus(logit) for DOWN (finite for any finite logit)."""
+    return -_softplus(-logit) if up else -_softplus(logit)
+
+
+def ppo_coefficients(
+    const double[::1] logits,
+    const double[::1] values,
+    const uint8_t[::1] up,
+    const double[::1] logp_old,
+    const double[::1] advantages,
+    const double[::1] returns,
+    double clip,
+    double value_coef,
+    double entropy_coef,
+    double[::1] coef_logit,
+    double[::1] coef_value,
+) -> tuple:
+    """The clipped surrogate's per-step derivatives, for steps t < len(logits).
+
+    The objective of a step is min(r A, clip(r, 1 - clip, 1 + clip) A)
+    - value_coef / 2 (V - R)^2 + entropy_coef H(p), with r = pi(a) / pi_old(a). Writes
+    d objective / d logit into coef_logit and d objective / d V into coef_value. Returns
+    (steps whose ratio was clipped, sum of entropies, sum of (V - R)^2, sum of
+    logp_old - logp): the statistics of the pass.
+    """
+    cdef Py_ssize_t n = logits.shape[0], t, clipped = 0
+    cdef double z, p, logp, ratio, adv, grad, err, ent, entropy_sum = 0.0
+    cdef double error_sum = 0.0, kl_sum = 0.0
+    if not (values.shape[0] == n and up.shape[0] == n and logp_old.shape[0] == n
+            and advantages.shape[0] == n and returns.shape[0] == n
+            and coef_logit.shape[0] >= n and coef_value.shape[0] >= n):
+        raise ValueError("ppo_coefficients: arrays of mismatched sizes")
+    for t in range(n):
+        z = logits[t]
+        p = 1.0 / (1.0 + exp(-z)) if z > -700.0 else 0.0
+        logp = -_softplus(-z) if up[t] else -_softplus(z)
+        ratio = exp(logp - logp_old[t])
+        adv = advantages[t]
+        # The min takes the clipped term, whose slope in r is 0, only where the ratio has
+        # left the interval in the direction the advantage pushes it.
+        if (adv > 0.0 and ratio > 1.0 + clip) or (adv < 0.0 and ratio < 1.0 - clip):
+            grad = 0.0
+            clipped += 1
+        else:
+            grad = adv * ratio * ((1.0 if up[t] else 0.0) - p)
+        ent = 0.0
+        if 0.0 < p < 1.0:
+            ent = -p * (-_softplus(-z)) - (1.0 - p) * (-_softplus(z))
+            grad += entropy_coef * (-z * p * (1.0 - p))
+        coef_logit[t] = grad
+        err = values[t] - returns[t]
+        coef_value[t] = -value_coef * err
+        entropy_sum += ent
+        error_sum += err * err
+        kl_sum += logp_old[t] - logp
+    return clipped, entropy_sum, error_sum, kl_sum
+
+
+def accumulate_rows(
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    const int64_t[::1] indptr,
+    const double[:, ::1] dh,
+    Py_ssize_t count,
+    double[::1] out,
+    uint8_t[::1] touched,
+) -> None:
+    """Add sum_t vals * dh[t] over steps t < `count` to the rows of the flat float64 W1
+    gradient `out` (pixels x hidden) of the pixels each step's input holds: the first
+    layer's gradient, given d objective / d (pre-activation) of each step's hidden units.
+
+    As in `accumulate`, each row is summed over its steps in step order and added once;
+    the rows written are marked in `touched`.
+    """
+    cdef Py_ssize_t hidden = dh.shape[1], pixels = touched.shape[0]
+    cdef Py_ssize_t t, k, j, p, q, row, entries
+    cdef double s
+    cdef int64_t* first = NULL
+    cdef int64_t* fill = NULL
+    cdef int32_t* step_of = NULL
+    cdef double* sign = NULL
+    cdef double* total = NULL
+    if not (0 <= count <= dh.shape[0] and count < indptr.shape[0]
+            and out.shape[0] == pixels * hidden):
+        raise ValueError("accumulate_rows: arrays of mismatched sizes")
+    entries = indptr[count]
+    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
+        raise ValueError("accumulate_rows: indptr points outside idx")
+    for j in range(entries):
+        if not 0 <= idx[j] < pixels:
+            raise IndexError(f"accumulate_rows: pixel {idx[j]} out of range")
+    try:
+        first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
+        fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
+        step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
+        sign = <double*>malloc(max(entries, 1) * sizeof(double))
+        total = <double*>malloc(max(hidden, 1) * sizeof(double))
+        if not (first and fill and step_of and sign and total):
+            raise MemoryError()
+        for j in range(entries):
+            first[idx[j] + 1] += 1
+        for p in range(pixels):
+            first[p + 1] += first[p]
+        memcpy(fill, first, (pixels + 1) * sizeof(int64_t))
+        for t in range(count):
+            for j in range(indptr[t], indptr[t + 1]):
+                p = idx[j]
+                step_of[fill[p]] = <int32_t>t
+                sign[fill[p]] = vals[j]
+                fill[p] += 1
+        for p in range(pixels):
+            if first[p] == first[p + 1]:
+                continue
+            touched[p] = 1
+            for k in range(hidden):
+                total[k] = 0.0
+            for q in range(first[p], first[p + 1]):
+                t = step_of[q]
+                s = sign[q]
+                for k in range(hidden):
+                    total[k] += s * dh[t, k]
+            row = p * hidden
+            for k in range(hidden):
+                out[row + k] += total[k]
+    finally:
+        free(first)
+        free(fill)
+        free(step_of)
+        free(sign)
+        free(total)

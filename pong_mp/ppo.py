@@ -1,0 +1,291 @@
+"""The actor-critic learner (--algo ppo): what a worker records of an episode, GAE
+advantages, and the clipped surrogate's gradient over a stored episode.
+
+Data flow of one update (the coordinator's side is `trainer.ppo_updates`):
+
+    play: EpisodeTask ──worker──> Trajectory (sparse inputs, actions, log pi_old, V_old,
+                                  rewards, GAE advantages and returns) ──> coordinator
+    for each epoch e, minibatch m:
+        publish weights k ──> EpochTask(trajectory, e, m, advantage mean and scale)
+                          ──worker──> gradient over the episode's steps of minibatch m
+        sum in the batch's fixed order ──> optimizer step ──> weights k + 1
+
+Each step of an episode falls in one minibatch per epoch, drawn from the episode's seed
+and the epoch's number (`minibatch_steps`): which steps form a minibatch depends only on
+indices, and every gradient is a pure function of (weights, task), so the bytes do not
+depend on which worker, backend or retry computes it.
+
+The policy is the MLP with a value head on its hidden layer (the layout of
+`policy.param_count(hidden, value=True)`); unlike --baseline value, the value loss's
+gradient reaches the hidden layer's weights too (a shared trunk, as in PPO's Atari
+setting). A point scored ends a rally: returns and advantages restart there, as Karpathy's
+returns do, and a rally's last step bootstraps from nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pong_mp import policy, sparse
+from pong_mp.frames import INPUT_SIZE
+from pong_mp.gradient import Moments
+
+
+@dataclass(frozen=True)
+class PPOSettings:
+    """The actor-critic's hyperparameters (TrainConfig's --epochs, --clip, ...)."""
+
+    epochs: int = 4
+    """Passes over each batch."""
+    minibatches: int = 4
+    """Optimizer steps per pass: each episode's steps are dealt into this many parts."""
+    clip: float = 0.1
+    """The surrogate's clipping range: the ratio is held within 1 +- clip."""
+    gae_lambda: float = 0.95
+    """GAE's lambda: 1 gives the discounted returns minus V, 0 one-step TD errors."""
+    value_coef: float = 0.5
+    """Weight of the value loss, (V - R)^2 / 2 a step."""
+    entropy_coef: float = 0.0
+    """Weight of the policy's entropy (nats) a step."""
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """One played episode as the learner keeps it: ~3 bytes per non-zero input pixel and
+    ~30 per step (a 5,000-step game is about 0.5 MB)."""
+
+    pixels: np.ndarray
+    """uint16 indices of the non-zero input pixels, step after step."""
+    signs: np.ndarray
+    """int8 values (+1 or -1) of those pixels."""
+    indptr: np.ndarray
+    """int64 (steps + 1): step t's pixels are pixels[indptr[t]:indptr[t + 1]]."""
+    up: np.ndarray
+    """uint8 (steps): 1 where the action was UP."""
+    logp_old: np.ndarray
+    """float64 (steps): log pi(action) under the weights that played it."""
+    values: np.ndarray
+    """float64 (steps): the value head's estimate when the step was played."""
+    rewards: np.ndarray
+    """float64 (steps): the step's reward (-1, 0 or +1 in Pong)."""
+    advantages: np.ndarray
+    """float64 (steps): GAE(lambda) advantages, restarting at every point."""
+    returns: np.ndarray
+    """float64 (steps): advantages + values, what the value head learns."""
+
+    @property
+    def steps(self) -> int:
+        """Env steps played."""
+        return len(self.up)
+
+    def inputs(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The inputs of `steps` (increasing step numbers) in CSR form for the compiled
+        loops: (int32 pixels, float32 values, int64 indptr)."""
+        starts, ends = self.indptr[steps], self.indptr[steps + 1]
+        lengths = ends - starts
+        indptr = np.zeros(len(steps) + 1, np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        # Entry j of the gather comes from starts[step] + (j - indptr[step]).
+        where = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
+        return (
+            self.pixels[where].astype(np.int32),
+            self.signs[where].astype(np.float32),
+            indptr,
+        )
+
+
+def gae(
+    rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """GAE(lambda) advantages and the returns (advantages + values) of one episode, each
+    rally (up to a non-zero reward, or the episode's end) bootstrapping from 0 at its end."""
+    count = len(rewards)
+    advantages = np.zeros(count)
+    following = 0.0  # the advantage of step t + 1 within the rally
+    next_value = 0.0
+    for t in range(count - 1, -1, -1):
+        reward = float(rewards[t])
+        if reward != 0.0 or t == count - 1:
+            following, next_value = 0.0, 0.0  # the rally ends after this step
+        value = float(values[t])
+        delta = reward + gamma * next_value - value
+        following = delta + gamma * lam * following
+        advantages[t] = following
+        next_value = value
+    return advantages, advantages + values
+
+
+class TrajectoryRecorder:
+    """Records an episode as it is played with the actor-critic's weights: a step is
+    `forward` (P(UP) for its input) then `add` (the action taken and the reward)."""
+
+    def __init__(self, hidden: int) -> None:
+        """Working memory for a policy of `hidden` units."""
+        self._h = np.zeros(hidden, np.float32)
+        self._weights: policy.Weights32 | None = None
+        self._clear()
+
+    def _clear(self) -> None:
+        self._pixels: list[np.ndarray] = []
+        self._counts: list[int] = []
+        self._logits: list[float] = []
+        self._values: list[float] = []
+        self._up: list[int] = []
+        self._logp: list[float] = []
+        self._rewards: list[float] = []
+        self.entropy_sum = 0.0
+        """Sum of the policy's entropy (nats) over the steps begun so far."""
+        self.reward_sum = 0.0
+        """Sum of the rewards added so far."""
+
+    @property
+    def steps(self) -> int:
+        """Steps added so far."""
+        return len(self._up)
+
+    def start(self, weights: policy.Weights32) -> None:
+        """Begin an episode played with `weights` (which must have a value head)."""
+        if weights.value is None:
+            raise ValueError("the actor-critic's weights need a value head")
+        self._clear()
+        self._weights = weights
+
+    def forward(self, idx: np.ndarray, vals: np.ndarray) -> float:
+        """P(UP) for this step's input (int32 pixels `idx`, float32 values `vals`)."""
+        weights = self._weights
+        assert weights is not None and weights.value is not None, "start() was not called"
+        logit = sparse.forward_logit(weights.w1t, weights.w2, idx, vals, self._h)
+        self._values.append(sparse.value(self._h, weights.value))
+        self._logits.append(logit)
+        # The packed form keeps the sign in the pixel's top bit: one array to append.
+        self._pixels.append(idx.astype(np.int32) | np.where(vals < 0, 1 << 15, 0))
+        self._counts.append(len(idx))
+        p_up = 1.0 / (1.0 + math.exp(-logit)) if logit > -700.0 else 0.0
+        self.entropy_sum += policy.entropy(p_up)
+        return p_up
+
+    def add(self, up: bool, reward: float) -> None:
+        """Complete the step begun by `forward`: the action taken, and the reward."""
+        self._up.append(1 if up else 0)
+        self._logp.append(sparse.log_prob(self._logits[len(self._up) - 1], up))
+        self._rewards.append(reward)
+        self.reward_sum += reward
+
+    def finish(self, gamma: float, lam: float) -> Trajectory:
+        """End the episode: its trajectory, with GAE(lambda) advantages."""
+        packed = (
+            np.concatenate(self._pixels) if self._pixels else np.zeros(0, np.int32)
+        )
+        indptr = np.zeros(len(self._counts) + 1, np.int64)
+        np.cumsum(self._counts, out=indptr[1:])
+        rewards = np.array(self._rewards, np.float64)
+        values = np.array(self._values, np.float64)
+        advantages, returns = gae(rewards, values, gamma, lam)
+        trajectory = Trajectory(
+            pixels=(packed & 0x7FFF).astype(np.uint16),
+            signs=np.where(packed & (1 << 15), -1, 1).astype(np.int8),
+            indptr=indptr,
+            up=np.array(self._up, np.uint8),
+            logp_old=np.array(self._logp, np.float64),
+            values=values,
+            rewards=rewards,
+            advantages=advantages,
+            returns=returns,
+        )
+        self._clear()
+        return trajectory
+
+
+def advantage_moments(trajectory: Trajectory) -> Moments:
+    """The moments of an episode's advantages (the batch merges them in its fixed order)."""
+    moments = Moments()
+    moments.add(trajectory.advantages)
+    return moments
+
+
+def minibatch_steps(seed: int, epoch: int, steps: int, minibatches: int, part: int) -> np.ndarray:
+    """The step numbers (increasing) of an episode of `steps` steps whose seed is `seed`
+    that fall in minibatch `part` of pass `epoch`: the steps are shuffled by a generator of
+    (seed, epoch) and dealt into `minibatches` parts of nearly equal size."""
+    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch)))
+    order = rng.permutation(steps)
+    return np.sort(np.array_split(order, minibatches)[part])
+
+
+@dataclass(frozen=True)
+class PassStats:
+    """What one gradient pass over some steps saw (summed over those steps)."""
+
+    steps: int = 0
+    """Steps whose gradient was taken."""
+    clipped: int = 0
+    """Steps whose ratio was clipped (no policy gradient)."""
+    entropy: float = 0.0
+    """Sum of the policy's entropy (nats)."""
+    value_error: float = 0.0
+    """Sum of (V - R)^2."""
+    kl: float = 0.0
+    """Sum of log pi_old(a) - log pi(a): an estimate of KL(old || new) times the steps."""
+
+    def __add__(self, other: PassStats) -> PassStats:
+        return PassStats(
+            self.steps + other.steps,
+            self.clipped + other.clipped,
+            self.entropy + other.entropy,
+            self.value_error + other.value_error,
+            self.kl + other.kl,
+        )
+
+
+def surrogate_gradient(
+    weights: policy.Weights32,
+    trajectory: Trajectory,
+    steps: np.ndarray,
+    advantage_mean: float,
+    advantage_scale: float,
+    settings: PPOSettings,
+    out: np.ndarray,
+) -> PassStats:
+    """The gradient of the actor-critic's objective, summed over `steps` of `trajectory`,
+    w.r.t. the flat parameters of `weights` (W1 transposed, W2, value head), written into
+    the flat float32 `out`. Advantages are standardised with the batch's mean and scale."""
+    if weights.value is None:
+        raise ValueError("the actor-critic's weights need a value head")
+    hidden = weights.w2.shape[0]
+    count = len(steps)
+    idx, vals, indptr = trajectory.inputs(steps)
+    hs = np.empty((count, hidden), np.float32)
+    logits = np.empty(count)
+    values = np.empty(count)
+    sparse.forward_many(
+        weights.w1t, weights.w2, weights.value, idx, vals, indptr, count, hs, logits, values
+    )
+    advantages = (trajectory.advantages[steps] - advantage_mean) * advantage_scale
+    coef_logit = np.empty(count)
+    coef_value = np.empty(count)
+    clipped, entropy, error, kl = sparse.ppo_coefficients(
+        logits, values, trajectory.up[steps], trajectory.logp_old[steps], advantages,
+        trajectory.returns[steps], settings.clip, settings.value_coef, settings.entropy_coef,
+        coef_logit, coef_value,
+    )
+    # d objective / d h_t: through the logit and through the value; relu'd.
+    w2 = weights.w2.astype(np.float64)
+    head = weights.value[:hidden].astype(np.float64)
+    dh = coef_logit[:, None] * w2
+    dh += coef_value[:, None] * head
+    dh[hs <= 0.0] = 0.0
+    w1t_grad = np.zeros(INPUT_SIZE * hidden)
+    touched = np.zeros(INPUT_SIZE, np.uint8)
+    sparse.accumulate_rows(idx, vals, indptr, dh, count, w1t_grad, touched)
+    w2_grad = np.zeros(hidden + 1)
+    sparse.weighted_rows(hs, count, coef_logit, w2_grad)
+    value_grad = np.zeros(hidden + 1)
+    sparse.weighted_rows(hs, count, coef_value, value_grad)
+    n1 = INPUT_SIZE * hidden
+    out[:n1] = w1t_grad
+    out[n1 : n1 + hidden] = w2_grad[:hidden]
+    out[n1 + hidden :] = value_grad
+    return PassStats(count, clipped, entropy, error, kl)

@@ -1,0 +1,163 @@
+"""The actor-critic's pieces: GAE, the recorded trajectory, minibatches, and the clipped
+surrogate's gradient against a dense float64 reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from pong_mp import policy, ppo
+from pong_mp.frames import INPUT_SIZE
+
+HIDDEN = 6
+
+
+def _gae_reference(rewards: list[float], values: list[float], gamma: float, lam: float):
+    # Rally by rally, the textbook recursion with V = 0 after each rally's last step.
+    out: list[float] = []
+    start = 0
+    for end in range(len(rewards)):
+        if rewards[end] != 0 or end == len(rewards) - 1:
+            r, v = rewards[start : end + 1], [*values[start : end + 1], 0.0]
+            deltas = [r[t] + gamma * v[t + 1] - v[t] for t in range(len(r))]
+            for t in range(len(r)):
+                out.append(sum((gamma * lam) ** k * deltas[t + k] for k in range(len(r) - t)))
+            start = end + 1
+    return out
+
+
+def test_gae_restarts_at_every_point_and_matches_the_textbook_sum() -> None:
+    rewards = [0.0, 0.0, 1.0, 0.0, -1.0, 0.0, 0.0]
+    values = [0.1, -0.2, 0.3, 0.5, -0.4, 0.2, 0.05]
+    advantages, returns = ppo.gae(np.array(rewards), np.array(values), 0.9, 0.8)
+    np.testing.assert_allclose(advantages, _gae_reference(rewards, values, 0.9, 0.8))
+    np.testing.assert_allclose(returns, advantages + np.array(values))
+    # lambda 1: the discounted rewards of the rally minus V, as Karpathy's returns.
+    advantages, returns = ppo.gae(np.array(rewards), np.array(values), 0.9, 1.0)
+    np.testing.assert_allclose(returns, policy.discount_rewards(np.array(rewards), 0.9))
+
+
+def test_minibatches_deal_every_step_once_and_depend_on_seed_and_epoch() -> None:
+    parts = [ppo.minibatch_steps(7, 0, 103, 4, m) for m in range(4)]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(103))
+    assert all(25 <= len(p) <= 26 for p in parts)
+    assert all(np.all(np.diff(p) > 0) for p in parts)
+    np.testing.assert_array_equal(parts[1], ppo.minibatch_steps(7, 0, 103, 4, 1))
+    assert not np.array_equal(parts[1], ppo.minibatch_steps(7, 1, 103, 4, 1))
+    assert not np.array_equal(parts[1], ppo.minibatch_steps(8, 0, 103, 4, 1))
+
+
+def _weights(seed: int) -> tuple[np.ndarray, policy.Weights32]:
+    rng = np.random.default_rng(seed)
+    params = policy.init_params(HIDDEN, seed, value=True)
+    # A value head that is not zero, so that its share of the gradient shows.
+    params[policy.param_count(HIDDEN) :] = rng.standard_normal(HIDDEN + 1) * 0.5
+    params[: INPUT_SIZE * HIDDEN] *= 8.0  # hidden units of size ~1 for sparse inputs
+    params = params.astype(np.float32).astype(np.float64)
+    return params, policy.Weights32.from_params(params, HIDDEN)
+
+
+def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
+    rng = np.random.default_rng(seed)
+    recorder = ppo.TrajectoryRecorder(HIDDEN)
+    recorder.start(weights)
+    for t in range(steps):
+        n = int(rng.integers(0, 12))
+        idx = np.sort(rng.choice(INPUT_SIZE, n, replace=False)).astype(np.int32)
+        vals = rng.choice([-1.0, 1.0], n).astype(np.float32)
+        p = recorder.forward(idx, vals)
+        reward = 0.0 if t % 9 != 8 else float(rng.choice([-1.0, 1.0]))
+        recorder.add(bool(rng.random() < p), reward)
+    return recorder.finish(0.99, 0.95)
+
+
+def test_the_recorded_trajectory_keeps_the_inputs_and_the_playing_policy() -> None:
+    params, weights = _weights(0)
+    trajectory = _record(weights, 40, seed=1)
+    assert trajectory.steps == 40
+    rng = np.random.default_rng(1)
+    w1t, w2 = policy.split(params, HIDDEN)
+    head = policy.value_head(params, HIDDEN)
+    for t in range(40):
+        n = int(rng.integers(0, 12))
+        idx = np.sort(rng.choice(INPUT_SIZE, n, replace=False))
+        vals = rng.choice([-1.0, 1.0], n)
+        if t % 9 == 8:
+            rng.choice([-1.0, 1.0])
+        rng.random()
+        got_idx, got_vals, _ = trajectory.inputs(np.array([t]))
+        np.testing.assert_array_equal(got_idx, idx)
+        np.testing.assert_array_equal(got_vals, vals)
+        x = np.zeros(INPUT_SIZE)
+        x[idx] = vals
+        p, h = policy.forward(w1t, w2, x)
+        up = trajectory.up[t] == 1
+        assert trajectory.logp_old[t] == pytest.approx(np.log(p if up else 1 - p), rel=1e-5)
+        assert trajectory.values[t] == pytest.approx(h @ head[:HIDDEN] + head[HIDDEN], rel=1e-5)
+
+
+def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
+               mean: float, scale: float, settings: ppo.PPOSettings) -> float:
+    # The dense float64 definition of what the gradient is of.
+    w1t, w2 = policy.split(params, HIDDEN)
+    head = policy.value_head(params, HIDDEN)
+    total = 0.0
+    for t in steps:
+        idx, vals, _ = trajectory.inputs(np.array([t]))
+        x = np.zeros(INPUT_SIZE)
+        x[idx] = vals
+        h = np.maximum(x @ w1t, 0.0)
+        z, v = h @ w2, h @ head[:HIDDEN] + head[HIDDEN]
+        p = 1 / (1 + np.exp(-z))
+        logp = np.log(p) if trajectory.up[t] else np.log(1 - p)
+        ratio = np.exp(logp - trajectory.logp_old[t])
+        adv = (trajectory.advantages[t] - mean) * scale
+        clipped = np.clip(ratio, 1 - settings.clip, 1 + settings.clip)
+        entropy = -p * np.log(p) - (1 - p) * np.log(1 - p)
+        total += min(ratio * adv, clipped * adv)
+        total += -settings.value_coef / 2 * (v - trajectory.returns[t]) ** 2
+        total += settings.entropy_coef * entropy
+    return total
+
+
+@pytest.mark.parametrize("moved", [0.0, 0.3])
+def test_the_surrogate_gradient_is_the_objectives(moved: float) -> None:
+    params, weights = _weights(0)
+    trajectory = _record(weights, 60, seed=2)
+    # Later passes see weights that have moved from those that played.
+    rng = np.random.default_rng(3)
+    new = params + moved * rng.standard_normal(len(params)) * (np.abs(params) > 0)
+    new = new.astype(np.float32).astype(np.float64)
+    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5, entropy_coef=0.01)
+    steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
+    mean, scale = 0.1, 1.7
+    out = np.empty(len(params), np.float32)
+    stats = ppo.surrogate_gradient(
+        policy.Weights32.from_params(new, HIDDEN), trajectory, steps, mean, scale, settings, out
+    )
+    assert stats.steps == len(steps)
+    assert (stats.clipped > 0) == (moved > 0)
+    # Central differences of the dense objective, on the coordinates the steps reach.
+    touched = np.flatnonzero(out)
+    assert len(touched) > 3 * HIDDEN
+    check = rng.choice(touched, 40, replace=False)
+    check = np.concatenate([check, np.arange(len(params) - 2 * HIDDEN - 1, len(params))])
+    for i in check:
+        eps = 1e-6
+        up, down = new.copy(), new.copy()
+        up[i] += eps
+        down[i] -= eps
+        slope = (_objective(up, trajectory, steps, mean, scale, settings)
+                 - _objective(down, trajectory, steps, mean, scale, settings)) / (2 * eps)
+        assert out[i] == pytest.approx(slope, rel=2e-3, abs=2e-4), i
+
+
+def test_at_the_playing_weights_no_step_is_clipped_and_the_ratio_is_one() -> None:
+    params, weights = _weights(1)
+    trajectory = _record(weights, 50, seed=4)
+    out = np.empty(len(params), np.float32)
+    stats = ppo.surrogate_gradient(
+        weights, trajectory, np.arange(50), 0.0, 1.0, ppo.PPOSettings(clip=1e-9), out
+    )
+    assert stats.clipped == 0
+    assert stats.kl == 0.0
