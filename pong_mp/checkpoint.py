@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.config import ConfigError, check_types, stored_option
+from pong_mp.config import ConfigError, check_types, stored_option, stored_value_head
 from pong_mp.files import write_atomic
 from pong_mp.frames import INPUTS
 from pong_mp.state import TrainState
@@ -211,9 +211,9 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
 def _value_heads(
     data: dict[str, np.ndarray], config: dict, hidden: int, adam: bool
 ) -> dict[str, np.ndarray]:
-    # A run with --baseline value: its value head, the optimizer's state for it and the
-    # heads of the weights in flight; {} for a run without one.
-    if stored_option(config, "baseline") != "value":
+    # A run with a value head (--baseline value, --algo ppo): the head, the optimizer's state
+    # for it and the heads of the weights in flight; {} for a run without one.
+    if not stored_value_head(config):
         return {}
     lag = stored_option(config, "policy_lag")
     expected = {"value": (hidden + 1,), "rmsprop_value": (hidden + 1,)}
@@ -221,7 +221,7 @@ def _value_heads(
         expected["adam_m_value"] = (hidden + 1,)
     for key, want in expected.items():
         if key not in data:
-            raise CheckpointError(f"missing {key}, which a run with --baseline value needs")
+            raise CheckpointError(f"missing {key}, which a run with a value head needs")
         if data[key].shape != want or data[key].dtype != np.float64:
             found = f"{data[key].dtype} {data[key].shape}"
             raise CheckpointError(f"{key} is {found}, not float64 {want}")

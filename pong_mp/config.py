@@ -34,6 +34,9 @@ value head's estimate."""
 ADVANTAGES = ("episode", "batch")
 """How returns are standardised into advantages: per episode (Karpathy's) or per batch."""
 
+ALGOS = ("pg", "ppo")
+"""Learners: Karpathy's policy gradient, or an actor-critic with PPO's clipped surrogate."""
+
 BACKENDS = ("local", "serial", "ray")
 """Where episodes are played: a process pool, this process, or Ray actors."""
 
@@ -112,6 +115,21 @@ class TrainConfig:
         choices=BASELINES,
     )
     hidden: int = option(200, "Hidden units.")
+    algo: str = option(
+        "pg",
+        "pg: Karpathy's policy gradient, one step per batch; ppo: an actor-critic (a value "
+        "head on the hidden layer, GAE advantages, the clipped surrogate, several passes "
+        "over each batch).",
+        choices=ALGOS,
+    )
+    epochs: int = option(4, "ppo: passes over each batch.")
+    minibatches: int = option(4, "ppo: optimizer steps per pass (each episode's steps dealt out).")
+    clip: float = option(0.1, "ppo: the probability ratio's clipping range, 1 +- CLIP.")
+    gae_lambda: float = option(0.95, "ppo: GAE's lambda (1: returns minus the value).")
+    value_coef: float = option(0.5, "ppo: weight of the value loss, (V - R)^2 / 2 a step.")
+    max_grad_norm: float = option(
+        0.5, "ppo: scale each step's mean gradient down to at most this norm (0: no limit)."
+    )
     inputs: str = option(
         "diff",
         "What the policy sees: frame differences (Karpathy's), or differences with the "
@@ -142,11 +160,17 @@ class TrainConfig:
         metavar="RUN",
     )
 
+    @property
+    def value_head(self) -> bool:
+        """Whether the weights carry a value head (--baseline value, or the actor-critic)."""
+        return self.baseline == "value" or self.algo == "ppo"
+
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
         for name in (
-            "lr", "lr_half_life", "gamma", "decay_rate", "entropy_bonus", "episode_timeout"
+            "lr", "lr_half_life", "gamma", "decay_rate", "entropy_bonus", "episode_timeout",
+            "clip", "gae_lambda", "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{_flag(name)} must be a finite number")
@@ -178,6 +202,19 @@ class TrainConfig:
                 "--baseline value works with --advantage episode only",
             ),
             (self.baseline in BASELINES, f"--baseline must be one of {', '.join(BASELINES)}"),
+            (self.algo in ALGOS, f"--algo must be one of {', '.join(ALGOS)}"),
+            (
+                self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
+                "--baseline and --advantage are pg's options: --algo ppo has its own value "
+                "head and advantages",
+            ),
+            (self.algo == "pg" or self.policy_lag == 0, "--algo ppo works with --policy-lag 0"),
+            (1 <= self.epochs <= 100, "--epochs must be between 1 and 100"),
+            (1 <= self.minibatches <= 1000, "--minibatches must be between 1 and 1000"),
+            (0 < self.clip < 1, "--clip must be in (0, 1)"),
+            (0 <= self.gae_lambda <= 1, "--gae-lambda must be in [0, 1]"),
+            (self.value_coef >= 0, "--value-coef must be >= 0"),
+            (self.max_grad_norm >= 0, "--max-grad-norm must be >= 0 (0: no limit)"),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
             (
                 0 <= self.policy_lag <= MAX_POLICY_LAG,
@@ -241,6 +278,13 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "lr_half_life": 0.0,
     "entropy_bonus": 0.0,
     "baseline": "none",
+    "algo": "pg",
+    "epochs": 4,
+    "minibatches": 4,
+    "clip": 0.1,
+    "gae_lambda": 0.95,
+    "value_coef": 0.5,
+    "max_grad_norm": 0.5,
 }
 """The defaults of older runs: options added after runs were first stored, with the value
 that a config without them was trained with (whatever the default is now), so that a
@@ -251,6 +295,13 @@ def stored_option(config: dict[str, Any], name: str) -> Any:
     """Option `name` of a stored config (config.json's, or the one a checkpoint or model
     holds): its value, or the default of older runs where the config predates the option."""
     return config.get(name, OLDER_RUN_DEFAULTS[name])
+
+
+def stored_value_head(config: dict[str, Any]) -> bool:
+    """Whether the weights of a stored config's run carry a value head (TrainConfig's
+    `value_head`)."""
+    return stored_option(config, "baseline") == "value" or stored_option(config, "algo") == "ppo"
+
 
 MAX_HIDDEN = 4096
 """The most hidden units: W1 is then 26 M weights, 210 MB in float64 per copy, and a
@@ -310,6 +361,13 @@ ALGORITHM_FIELDS = (
     "baseline",
     "inputs",
     "policy_lag",
+    "algo",
+    "epochs",
+    "minibatches",
+    "clip",
+    "gae_lambda",
+    "value_coef",
+    "max_grad_norm",
     "fork_from",
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
@@ -335,6 +393,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "baseline": "none",
         "inputs": "diff",
         "policy_lag": 0,
+        "algo": "pg",
     },
 }
 """Named sets of algorithm options. `karpathy` is pg-pong exactly, whatever the defaults."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import gymnasium as gym
 import numpy as np
 
-from pong_mp import policy
+from pong_mp import policy, ppo
 from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
 from pong_mp.gradient import EpisodeGradient, Moments
 
@@ -46,6 +46,15 @@ class EpisodeStats:
     """Count, mean and spread of its steps' returns (for batch-wide standardising)."""
     entropy: float = 0.0
     """Sum over its steps of the policy's entropy (nats): how undecided it played."""
+    trajectory: ppo.Trajectory | None = None
+    """The episode as the actor-critic keeps it (--algo ppo's play), else None."""
+    ppo_pass: ppo.PassStats | None = None
+    """What a pass of the actor-critic saw (an EpochTask's result), else None."""
+
+
+Task = EpisodeTask | ppo.EpochTask
+"""What a backend hands a worker: an episode to play, or (--algo ppo) an episode's share of
+a minibatch's gradient. Both have the episode's `index` and `seed`."""
 
 
 @dataclass
@@ -151,5 +160,61 @@ def play_episode(
         seconds=time.perf_counter() - start,
         returns=Moments(moments.count, moments.mean, moments.m2),
         entropy=work.entropy_sum,
+    )
+    return EpisodeResult(stats, grad)
+
+
+def play_recorded(
+    env: gym.Env,
+    inputs: InputStream,
+    weights: policy.Weights32,
+    gamma: float,
+    lam: float,
+    task: EpisodeTask,
+    recorder: ppo.TrajectoryRecorder | None = None,
+) -> EpisodeStats:
+    """Play one episode with the actor-critic's weights (with a value head) and return its
+    statistics with its trajectory (GAE(`lam`) advantages); `recorder` is the working memory
+    a worker reuses. Like `play_episode`, the result depends only on (weights, task)."""
+    start = time.perf_counter()
+    if recorder is None:
+        recorder = ppo.TrajectoryRecorder(weights.w2.shape[0])
+    recorder.start(weights)
+
+    def on_step(up: bool, p_up: float, reward: float) -> None:
+        recorder.add(up, reward)
+
+    run_episode(env, inputs, task.seed, recorder.forward, on_step)
+    reward_sum, entropy = recorder.reward_sum, recorder.entropy_sum
+    trajectory = recorder.finish(gamma, lam)
+    return EpisodeStats(
+        index=task.index,
+        reward_sum=reward_sum,
+        steps=trajectory.steps,
+        seconds=time.perf_counter() - start,
+        entropy=entropy,
+        trajectory=trajectory,
+    )
+
+
+def epoch_pass(
+    weights: policy.Weights32,
+    task: ppo.EpochTask,
+    settings: ppo.PPOSettings,
+    out: np.ndarray | None = None,
+) -> EpisodeResult:
+    """An episode's share of one minibatch's gradient (`ppo.epoch_gradient`) at `weights`,
+    written into `out` (flat float32) when given; its `steps` are the steps it covers."""
+    start = time.perf_counter()
+    size = policy.param_count(weights.w2.shape[0], value=True)
+    grad = np.empty(size, np.float32) if out is None else out
+    seen = ppo.epoch_gradient(weights, task, settings, grad)
+    stats = EpisodeStats(
+        index=task.index,
+        reward_sum=0.0,
+        steps=seen.steps,
+        seconds=time.perf_counter() - start,
+        entropy=seen.entropy,
+        ppo_pass=seen,
     )
     return EpisodeResult(stats, grad)

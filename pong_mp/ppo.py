@@ -289,3 +289,39 @@ def surrogate_gradient(
     out[n1 : n1 + hidden] = w2_grad[:hidden]
     out[n1 + hidden :] = value_grad
     return PassStats(count, clipped, entropy, error, kl)
+
+
+@dataclass(frozen=True)
+class EpochTask:
+    """What a worker needs to compute one episode's share of one minibatch's gradient: the
+    episode (its index, seed and trajectory), which pass and part, and the batch's
+    advantage statistics. The gradient is a pure function of this and the weights."""
+
+    index: int
+    """Global episode index of the episode, as its EpisodeTask's."""
+    seed: int
+    """The episode's seed: with `epoch`, it deals the episode's steps into minibatches."""
+    trajectory: Trajectory
+    """The episode as it was played."""
+    epoch: int
+    """The pass over the batch (0, 1, ...)."""
+    part: int
+    """The minibatch of that pass (0 .. parts - 1)."""
+    parts: int
+    """Minibatches a pass."""
+    advantage_mean: float
+    """Mean of the batch's advantages."""
+    advantage_scale: float
+    """1 / their standard deviation (1 if they are all equal)."""
+
+
+def epoch_gradient(
+    weights: policy.Weights32, task: EpochTask, settings: PPOSettings, out: np.ndarray
+) -> PassStats:
+    """Write into `out` the gradient, summed over the episode's steps in the task's
+    minibatch, of the actor-critic's objective at `weights`; return what the pass saw."""
+    steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
+    return surrogate_gradient(
+        weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale, settings,
+        out,
+    )

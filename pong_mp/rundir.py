@@ -408,7 +408,7 @@ def _prepare_fork(
     if config.hidden != stored.hidden:
         state = with_hidden(state, stored.hidden, config.hidden, config.seed)
     if config.baseline != stored.baseline:
-        state = with_value_head(state, config.hidden, config.baseline == "value")
+        state = with_value_head(state, config.hidden, config.value_head)
     if config.policy_lag != stored.policy_lag:
         state = with_policy_lag(state, config.policy_lag)
     return config, state

@@ -21,6 +21,7 @@ Data flow of one update (`updates`, committed by `run`; L is --policy-lag):
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -34,10 +35,11 @@ from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend, BackendItem
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.config import TrainConfig
-from pong_mp.episode import EpisodeResult, make_tasks
+from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
 from pong_mp.optim import Optimizer, scheduled_lr
+from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
 from pong_mp.progress import LineReporter, Reporter
 from pong_mp.rundir import (
     CHECKPOINT_FILE,
@@ -77,6 +79,20 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
         lag=config.policy_lag,
+        algo=config.algo,
+        ppo=ppo_settings(config),
+    )
+
+
+def ppo_settings(config: TrainConfig) -> PPOSettings:
+    """The actor-critic's hyperparameters, taken from the run's config."""
+    return PPOSettings(
+        epochs=config.epochs,
+        minibatches=config.minibatches,
+        clip=config.clip,
+        gae_lambda=config.gae_lambda,
+        value_coef=config.value_coef,
+        entropy_coef=config.entropy_bonus,
     )
 
 
@@ -208,7 +224,8 @@ def run(
             if config.tensorboard:
                 events = TensorBoardLog(run_dir, purge_from=state.steps + 1 if resumed else None)
             started = True
-            for new_state, record in updates(config, state, backend):
+            learner = ppo_updates if config.algo == "ppo" else updates
+            for new_state, record in learner(config, state, backend):
                 # The commit: an interrupt lands before it or after it, never inside.
                 with stop_signals_deferred():
                     state = new_state
@@ -324,6 +341,127 @@ def updates(
         state = new_state
 
 
+def ppo_updates(
+    config: TrainConfig, state: TrainState, backend: Backend
+) -> Iterator[tuple[TrainState, dict[str, Any]]]:
+    """The actor-critic's updates (--algo ppo), as `updates` yields pg's: play a batch with
+    the current weights, then --epochs passes of --minibatches optimizer steps each over
+    the episodes the workers played, every step's gradient computed by the workers from
+    the trajectories and summed in the batch's fixed order. Writes nothing.
+
+    Weights versions count optimizer steps, so each step's weights are published as a
+    version of their own before the next minibatch is handed out.
+    """
+    optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
+    steps_per_update = config.epochs * config.minibatches
+    total = np.empty(len(state.params))
+    version = state.batch * steps_per_update
+    backend.publish(version, state.params.astype(np.float32))
+    last = time.perf_counter()
+    while (config.batches is None or state.batch < config.batches) and not reached_target(
+        config, state
+    ):
+        first = state.episodes
+        tasks = make_tasks(config.seed, first, config.batch_size)
+        played = BatchSum(first, config.batch_size, total)
+        trajectories: dict[int, Trajectory] = {}
+        for stats in _round(backend, version, tasks, played):
+            if stats.trajectory is None:
+                raise RuntimeError(f"episode {stats.index} came back without its trajectory")
+            trajectories[stats.index] = stats.trajectory
+        moments = Moments()
+        for task in tasks:  # in episode order: the same bits whatever the arrival order
+            moments.merge(advantage_moments(trajectories[task.index]))
+        params, cache, momentum = state.params, state.cache, state.momentum
+        seen = PassStats()
+        grad_norm = 0.0
+        lr = scheduled_lr(config.lr, config.lr_half_life, state.steps)
+        arrived = applied = time.perf_counter()
+        for epoch in range(config.epochs):
+            for part in range(config.minibatches):
+                epoch_tasks = [
+                    EpochTask(
+                        task.index, task.seed, trajectories[task.index], epoch, part,
+                        config.minibatches, moments.mean, moments.standardizing_scale,
+                    )
+                    for task in tasks
+                ]
+                summed = BatchSum(first, config.batch_size, total)
+                for stats in _round(backend, version, epoch_tasks, summed):
+                    if stats.ppo_pass is not None:
+                        seen += stats.ppo_pass
+                arrived = time.perf_counter()
+                grad = summed.total / max(1, summed.steps)  # the minibatch's mean
+                grad_norm = l2_norm(grad)
+                if not math.isfinite(grad_norm):
+                    raise NonFiniteError(
+                        f"update {state.batch + 1}: the summed gradient is not finite"
+                    )
+                if config.max_grad_norm and grad_norm > config.max_grad_norm:
+                    grad *= config.max_grad_norm / grad_norm
+                step = state.batch * steps_per_update + epoch * config.minibatches + part + 1
+                params, cache, momentum = optimizer.step(params, cache, momentum, grad, step, lr)
+                if not np.isfinite(params.sum()):
+                    raise NonFiniteError(
+                        f"update {state.batch + 1}: the new weights would not be finite"
+                    )
+                applied = time.perf_counter()
+                version += 1
+                backend.publish(version, params.astype(np.float32))
+        running = state.running_reward
+        for reward in played.episode_rewards:
+            running = (
+                reward if running is None
+                else running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
+            )
+        # The optimizer reuses its arrays step after step: the state keeps copies.
+        new_state = dataclasses.replace(
+            state,
+            params=params.copy(),
+            cache=cache.copy(),
+            momentum=None if momentum is None else momentum.copy(),
+            batch=state.batch + 1,
+            episodes=state.episodes + played.count,
+            steps=state.steps + played.steps,
+            running_reward=running,
+        )
+        stats_out = {
+            "reward_mean": float(np.mean(played.episode_rewards)),
+            "steps": played.steps,
+            "grad_norm": grad_norm,
+            "weight_norm": l2_norm(new_state.params),
+            "step_norm": l2_norm(new_state.params - state.params),
+            "lr": lr,
+            "entropy": played.entropy / played.steps if played.steps else None,
+            "value_loss": seen.value_error / 2 / seen.steps if seen.steps else None,
+            "clip_fraction": seen.clipped / seen.steps if seen.steps else None,
+            "approx_kl": seen.kl / seen.steps if seen.steps else None,
+        }
+        now = time.perf_counter()
+        seconds, last = now - last, now
+        new_state.elapsed = state.elapsed + seconds
+        yield new_state, _record(config, new_state, stats_out, seconds, applied - arrived)
+        state = new_state
+
+
+def _round(
+    backend: Backend, version: int, tasks: list[Task], summed: BatchSum
+) -> Iterator[EpisodeStats]:
+    """Hand `tasks` out with weights `version`, add what comes back into `summed` in its
+    fixed order, and yield each episode's statistics, until the batch is complete."""
+    backend.submit(version, tasks)
+    for item in backend.results():
+        summed.add(item)
+        if isinstance(item, EpisodeResult):
+            yield item.stats
+        elif isinstance(item, EpisodeStats):
+            yield item
+        if summed.complete:
+            break
+    if not summed.complete:
+        raise RuntimeError("the backend ended a batch before every episode was summed")
+
+
 def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
     # The first episode of the batch that `item` belongs to (batches in flight are
     # consecutive runs of batch_size episodes from `first` on).
@@ -331,6 +469,11 @@ def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
         return item.first_index
     index = item.stats.index if isinstance(item, EpisodeResult) else item.index
     return index - (index - first) % batch_size
+
+
+PPO_FIELDS = ("value_loss", "clip_fraction", "approx_kl")
+"""The metrics fields of --algo ppo: the value head's mean (V - R)^2 / 2, the share of steps
+whose ratio was clipped, and the mean of log pi_old - log pi, over the update's passes."""
 
 
 def _record(
@@ -356,6 +499,8 @@ def _record(
         "step_norm": stats["step_norm"],
         "lr": stats["lr"],
         "entropy": stats["entropy"],
+        # The actor-critic's passes, over all of the update's optimizer steps.
+        **{key: stats[key] for key in PPO_FIELDS if key in stats},
         "elapsed": state.elapsed,
         "total_steps": state.steps,
         "workers": 1 if config.backend == "serial" else config.workers,

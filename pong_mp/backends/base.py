@@ -14,7 +14,8 @@ from typing import Any, Generic, Protocol, TypeVar
 import numpy as np
 
 from pong_mp.batch_sum import GroupSum
-from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask
+from pong_mp.episode import EpisodeResult, EpisodeStats, Task
+from pong_mp.ppo import PPOSettings
 
 T = TypeVar("T")
 
@@ -98,6 +99,16 @@ class RolloutSpec:
     lag: int = 0
     """Policy lag: the backend keeps lag + 1 weights versions (up to lag + 1 batches in
     flight, each played with its own)."""
+    algo: str = "pg"
+    """The learner: "pg" plays episodes into gradients; "ppo" records trajectories, and
+    computes minibatch gradients from them (EpochTask)."""
+    ppo: PPOSettings = field(default_factory=PPOSettings)
+    """The actor-critic's hyperparameters (with algo "ppo")."""
+
+    @property
+    def value_head(self) -> bool:
+        """Whether the weights carry a value head (--baseline value, or the actor-critic)."""
+        return self.baseline == "value" or self.algo == "ppo"
 
 
 BackendItem = EpisodeResult | EpisodeStats | GroupSum
@@ -128,7 +139,7 @@ class Backend(Protocol):
         batches submitted or in flight use only those. The caller does not change
         `weights` afterwards."""
 
-    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+    def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue one batch, `tasks` in position order, to be played with weights `version`
         (published). Earlier submitted batches are played first."""
 
@@ -144,7 +155,7 @@ class Backend(Protocol):
     def cancel(self) -> None:
         """Drop every submitted episode not yet yielded; the backend stays usable."""
 
-    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[BackendItem]:
+    def run_batch(self, params: np.ndarray, tasks: list[Task]) -> Iterator[BackendItem]:
         """Play one batch with float64 `params`, alone: publish, submit and results."""
 
     def close(self) -> None:
@@ -169,7 +180,7 @@ class BackendBase:
         """See Backend.publish."""
         raise NotImplementedError
 
-    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+    def submit(self, version: int, tasks: list[Task]) -> None:
         """See Backend.submit."""
         raise NotImplementedError
 
@@ -181,7 +192,7 @@ class BackendBase:
         """See Backend.cancel."""
         raise NotImplementedError
 
-    def run_batch(self, params: np.ndarray, tasks: list[EpisodeTask]) -> Iterator[BackendItem]:
+    def run_batch(self, params: np.ndarray, tasks: list[Task]) -> Iterator[BackendItem]:
         """Play `tasks` with float64 `params` and nothing else in flight; yield the results
         as `results` does. Leaving early cancels what is left of the batch."""
         # Negative versions never meet the trainer's (update numbers, >= 0).
@@ -243,7 +254,7 @@ class Retries(Generic[T]):
 
     def again(
         self,
-        task: EpisodeTask,
+        task: Task,
         pending: deque[T],
         item: T,
         what: Callable[[int], str],

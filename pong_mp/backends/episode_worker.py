@@ -14,9 +14,10 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.envs import make_training_env
-from pong_mp.episode import EpisodeResult, EpisodeTask, play_episode
+from pong_mp.episode import EpisodeResult, Task, epoch_pass, play_episode, play_recorded
 from pong_mp.frames import InputStream
 from pong_mp.gradient import EpisodeGradient
+from pong_mp.ppo import EpochTask, TrajectoryRecorder
 
 
 class EpisodeWorker:
@@ -28,6 +29,7 @@ class EpisodeWorker:
         self._env: gym.Env | None = None
         self._inputs: InputStream | None = None
         self._work: EpisodeGradient | None = None
+        self._recorder: TrajectoryRecorder | None = None
 
     @property
     def is_open(self) -> bool:
@@ -42,6 +44,9 @@ class EpisodeWorker:
             self.spec.env_id, self.spec.inputs, **self.spec.env_kwargs
         )
         self._env, self._inputs = env, inputs
+        if self.spec.algo == "ppo":
+            self._recorder = TrajectoryRecorder(self.spec.hidden)
+            return
         self._work = EpisodeGradient(
             self.spec.hidden,
             advantage=self.spec.advantage,
@@ -50,11 +55,26 @@ class EpisodeWorker:
         )
 
     def play(
-        self, weights: policy.Weights32, task: EpisodeTask, out: np.ndarray | None = None
+        self, weights: policy.Weights32, task: Task, out: np.ndarray | None = None
     ) -> EpisodeResult:
-        """Play `task` with `weights`; its gradient goes into `out` (float32) if given."""
+        """Play `task` with `weights`; its gradient goes into `out` (float32) if given.
+
+        With the actor-critic, an EpisodeTask is played into a trajectory (which comes
+        back in the statistics; the gradient is zero) and an EpochTask gives its share of
+        a minibatch's gradient, playing nothing."""
         if self._env is None or self._inputs is None:
             raise RuntimeError("EpisodeWorker.play() before open()")
+        if isinstance(task, EpochTask):
+            return epoch_pass(weights, task, self.spec.ppo, out)
+        if self._recorder is not None:
+            stats = play_recorded(
+                self._env, self._inputs, weights, self.spec.gamma, self.spec.ppo.gae_lambda,
+                task, self._recorder,
+            )
+            size = policy.param_count(self.spec.hidden, value=True)
+            grad = np.empty(size, np.float32) if out is None else out
+            grad[:] = 0.0
+            return EpisodeResult(stats, grad)
         return play_episode(
             self._env, self._inputs, weights, self.spec.gamma, task, out, self._work
         )
@@ -62,5 +82,6 @@ class EpisodeWorker:
     def close(self) -> None:
         """Close the env; safe to call more than once."""
         env, self._env, self._inputs, self._work = self._env, None, None, None
+        self._recorder = None
         if env is not None:
             env.close()

@@ -66,7 +66,7 @@ from pong_mp.backends.worker_process import (
     block_shapes,
     worker_main,
 )
-from pong_mp.episode import EpisodeResult, EpisodeTask
+from pong_mp.episode import EpisodeResult, Task
 
 log = logging.getLogger("pong_mp")
 
@@ -205,7 +205,7 @@ class LocalBackend(BackendBase):
         self._weights.write(weights, version)
         self.broadcast_seconds += time.perf_counter() - start
 
-    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+    def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue `tasks` behind those submitted before, to be played with `version`."""
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")

@@ -45,7 +45,7 @@ from pong_mp.backends.base import (
     worker_error,
 )
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
-from pong_mp.episode import EpisodeStats, EpisodeTask
+from pong_mp.episode import EpisodeStats, Task
 
 log = logging.getLogger("pong_mp")
 
@@ -77,7 +77,7 @@ class EpisodeActor:
         return ray.get_runtime_context().get_node_id()
 
     @ray.method(num_returns=2)
-    def play(self, flat32: np.ndarray, task: EpisodeTask) -> tuple[EpisodeStats, np.ndarray]:
+    def play(self, flat32: np.ndarray, task: Task) -> tuple[EpisodeStats, np.ndarray]:
         """Play one episode with the float32 weights `flat32` (a zero-copy view).
 
         Returns the result without its gradient, and the gradient: two objects, so that the
@@ -108,8 +108,8 @@ class _Group:
     number: int
     first_index: int  # its batch's first episode
     version: int  # of the weights its episodes are played with
-    tasks: list[EpisodeTask]
-    pending: deque[EpisodeTask] = field(init=False)
+    tasks: list[Task]
+    pending: deque[Task] = field(init=False)
     node: str | None = None  # where its episodes are preferably played, and summed
     grads: dict[int, Any] = field(default_factory=dict)  # episode index -> gradient ref
     reported: set[int] = field(default_factory=set)  # episodes whose stats were yielded
@@ -124,7 +124,7 @@ class _Group:
 class _Slot:
     actor: Any
     node: str = ""
-    task: EpisodeTask | None = None
+    task: Task | None = None
     group: _Group | None = None  # the task's; None for a call whose batch was cancelled
     ref: Any = None  # the result's
     grad_ref: Any = None
@@ -222,7 +222,7 @@ class RayBackend(BackendBase):
         self._summers: dict[str, Any] = {}  # node id -> its GroupSummer
         self._versions: OrderedDict[int, Any] = OrderedDict()  # weights refs, oldest first
         self._groups: list[_Group] = []  # in flight, in submission order
-        self._retries: Retries[EpisodeTask] = Retries(spec.max_retries)
+        self._retries: Retries[Task] = Retries(spec.max_retries)
         self.replacements = 0
         """How many actors were replaced after dying or hanging."""
         self.group_sums = 0
@@ -282,7 +282,7 @@ class RayBackend(BackendBase):
         while len(self._versions) > self.spec.lag + 1:
             self._versions.popitem(last=False)
 
-    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+    def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue `tasks` as groups of batch_sum.GROUP behind those submitted before."""
         if version not in self._versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")
@@ -414,7 +414,7 @@ class RayBackend(BackendBase):
         group.node = None
 
     def _retry(
-        self, task: EpisodeTask, pending: deque[EpisodeTask], why: str, tb: str | None = None
+        self, task: Task, pending: deque[Task], why: str, tb: str | None = None
     ) -> None:
         what = f"times on Ray actors (last: {why})"
         count = self._retries.again(task, pending, task, lambda n: f"failed {n} {what}", tb)

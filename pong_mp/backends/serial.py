@@ -10,7 +10,7 @@ from threadpoolctl import threadpool_limits
 
 from pong_mp.backends.base import BackendBase, RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
-from pong_mp.episode import EpisodeResult, EpisodeTask
+from pong_mp.episode import EpisodeResult, Task
 from pong_mp.policy import Weights32
 
 
@@ -24,7 +24,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
         """Remember the spec; the env is built by `start`."""
         super().__init__(spec)
         self._versions: OrderedDict[int, Weights32] = OrderedDict()
-        self._queue: deque[tuple[int, EpisodeTask]] = deque()
+        self._queue: deque[tuple[int, Task]] = deque()
 
     def start(self) -> None:
         """Create the env."""
@@ -36,7 +36,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
         while len(self._versions) > self.spec.lag + 1:
             self._versions.popitem(last=False)
 
-    def submit(self, version: int, tasks: list[EpisodeTask]) -> None:
+    def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue `tasks` behind those submitted before."""
         if version not in self._versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")

@@ -31,7 +31,7 @@ from typing import NamedTuple
 from pong_mp.backends.base import RolloutSpec, prepare_worker_process
 from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.backends.shm import BlockShape, SharedGradient, SharedWeights
-from pong_mp.episode import EpisodeStats, EpisodeTask
+from pong_mp.episode import EpisodeStats, Task
 from pong_mp.gradient import gradient_width
 
 
@@ -76,7 +76,7 @@ class Play(NamedTuple):
 
     version: int
     """The weights' version, checked against shared memory."""
-    task: EpisodeTask
+    task: Task
     """The episode to play."""
 
 
@@ -87,7 +87,7 @@ class Stop(NamedTuple):
 def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
     """The shapes of the weights block and of each worker's gradient slot: one rule for the
     coordinator that creates them and the workers that attach to them."""
-    value = spec.baseline == "value"
+    value = spec.value_head
     return (
         BlockShape(spec.hidden, spec.lag + 1, value),
         BlockShape(spec.hidden, gradient_width(spec.advantage), value),
