@@ -202,13 +202,15 @@ def epoch_pass(
     task: ppo.EpochTask,
     settings: ppo.PPOSettings,
     out: np.ndarray | None = None,
+    work: ppo.PassWork | None = None,
 ) -> EpisodeResult:
     """An episode's share of one minibatch's gradient (`ppo.epoch_gradient`) at `weights`,
-    written into `out` (flat float32) when given; its `steps` are the steps it covers."""
+    written into `out` (flat float32) when given; its `steps` are the steps it covers.
+    `work` is the working memory a worker reuses."""
     start = time.perf_counter()
     size = policy.param_count(weights.w2.shape[0], value=True)
     grad = np.empty(size, np.float32) if out is None else out
-    seen = ppo.epoch_gradient(weights, task, settings, grad)
+    seen = ppo.epoch_gradient(weights, task, settings, grad, work)
     stats = EpisodeStats(
         index=task.index,
         reward_sum=0.0,

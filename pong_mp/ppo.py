@@ -240,6 +240,62 @@ class PassStats:
         )
 
 
+class PassWork:
+    """A worker's working memory for gradient passes: a float64 accumulator of the policy's
+    gradient, kept zero between passes (only the rows a pass touched are cleared), and the
+    value head's."""
+
+    def __init__(self, hidden: int) -> None:
+        """Memory for policies of `hidden` units."""
+        self.hidden = hidden
+        size = policy.param_count(hidden)
+        self._sum = np.zeros(size)
+        self._zeros = np.zeros(size)  # `sparse.finish`'s second sum, always zero here
+        self._value = np.zeros(hidden + 1)
+        self._touched = np.zeros(INPUT_SIZE, np.uint8)
+
+    def gradient(
+        self,
+        weights: policy.Weights32,
+        trajectory: Trajectory,
+        steps: np.ndarray,
+        advantage_mean: float,
+        advantage_scale: float,
+        settings: PPOSettings,
+        out: np.ndarray,
+    ) -> PassStats:
+        """See `surrogate_gradient`."""
+        if weights.value is None:
+            raise ValueError("the actor-critic's weights need a value head")
+        hidden = self.hidden
+        count = len(steps)
+        idx, vals, indptr = trajectory.inputs(steps)
+        hs = np.empty((count, hidden), np.float32)
+        logits = np.empty(count)
+        values = np.empty(count)
+        sparse.forward_many(
+            weights.w1t, weights.w2, weights.value, idx, vals, indptr, count, hs, logits, values
+        )
+        advantages = (trajectory.advantages[steps] - advantage_mean) * advantage_scale
+        coef_logit = np.empty(count)
+        coef_value = np.empty(count)
+        clipped, entropy, error, kl = sparse.ppo_coefficients(
+            logits, values, trajectory.up[steps], trajectory.logp_old[steps], advantages,
+            trajectory.returns[steps], settings.clip, settings.value_coef,
+            settings.entropy_coef, coef_logit, coef_value,
+        )
+        sparse.ppo_accumulate(
+            idx, vals, indptr, hs, weights.w2, weights.value, coef_logit, coef_value, count,
+            self._sum, self._value, self._touched,
+        )
+        n = policy.param_count(hidden)
+        # Writes the touched rows and W2 (zeros elsewhere) and clears what it wrote.
+        sparse.finish(self._sum, self._zeros, self._touched, 0.0, 1.0, out[:n])
+        out[n:] = self._value
+        self._value[:] = 0.0
+        return PassStats(count, clipped, entropy, error, kl)
+
+
 def surrogate_gradient(
     weights: policy.Weights32,
     trajectory: Trajectory,
@@ -248,47 +304,17 @@ def surrogate_gradient(
     advantage_scale: float,
     settings: PPOSettings,
     out: np.ndarray,
+    work: PassWork | None = None,
 ) -> PassStats:
     """The gradient of the actor-critic's objective, summed over `steps` of `trajectory`,
     w.r.t. the flat parameters of `weights` (W1 transposed, W2, value head), written into
-    the flat float32 `out`. Advantages are standardised with the batch's mean and scale."""
-    if weights.value is None:
-        raise ValueError("the actor-critic's weights need a value head")
-    hidden = weights.w2.shape[0]
-    count = len(steps)
-    idx, vals, indptr = trajectory.inputs(steps)
-    hs = np.empty((count, hidden), np.float32)
-    logits = np.empty(count)
-    values = np.empty(count)
-    sparse.forward_many(
-        weights.w1t, weights.w2, weights.value, idx, vals, indptr, count, hs, logits, values
+    the flat float32 `out`. Advantages are standardised with the batch's mean and scale.
+    `work` is the working memory a worker reuses (a new one if None)."""
+    if work is None:
+        work = PassWork(weights.w2.shape[0])
+    return work.gradient(
+        weights, trajectory, steps, advantage_mean, advantage_scale, settings, out
     )
-    advantages = (trajectory.advantages[steps] - advantage_mean) * advantage_scale
-    coef_logit = np.empty(count)
-    coef_value = np.empty(count)
-    clipped, entropy, error, kl = sparse.ppo_coefficients(
-        logits, values, trajectory.up[steps], trajectory.logp_old[steps], advantages,
-        trajectory.returns[steps], settings.clip, settings.value_coef, settings.entropy_coef,
-        coef_logit, coef_value,
-    )
-    # d objective / d h_t: through the logit and through the value; relu'd.
-    w2 = weights.w2.astype(np.float64)
-    head = weights.value[:hidden].astype(np.float64)
-    dh = coef_logit[:, None] * w2
-    dh += coef_value[:, None] * head
-    dh[hs <= 0.0] = 0.0
-    w1t_grad = np.zeros(INPUT_SIZE * hidden)
-    touched = np.zeros(INPUT_SIZE, np.uint8)
-    sparse.accumulate_rows(idx, vals, indptr, dh, count, w1t_grad, touched)
-    w2_grad = np.zeros(hidden + 1)
-    sparse.weighted_rows(hs, count, coef_logit, w2_grad)
-    value_grad = np.zeros(hidden + 1)
-    sparse.weighted_rows(hs, count, coef_value, value_grad)
-    n1 = INPUT_SIZE * hidden
-    out[:n1] = w1t_grad
-    out[n1 : n1 + hidden] = w2_grad[:hidden]
-    out[n1 + hidden :] = value_grad
-    return PassStats(count, clipped, entropy, error, kl)
 
 
 @dataclass(frozen=True)
@@ -316,12 +342,16 @@ class EpochTask:
 
 
 def epoch_gradient(
-    weights: policy.Weights32, task: EpochTask, settings: PPOSettings, out: np.ndarray
+    weights: policy.Weights32,
+    task: EpochTask,
+    settings: PPOSettings,
+    out: np.ndarray,
+    work: PassWork | None = None,
 ) -> PassStats:
     """Write into `out` the gradient, summed over the episode's steps in the task's
     minibatch, of the actor-critic's objective at `weights`; return what the pass saw."""
     steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
     return surrogate_gradient(
         weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale, settings,
-        out,
+        out, work,
     )

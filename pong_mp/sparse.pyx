@@ -475,47 +475,68 @@ def ppo_coefficients(
     return clipped, entropy_sum, error_sum, kl_sum
 
 
-def accumulate_rows(
+def ppo_accumulate(
     const int32_t[::1] idx,
     const float[::1] vals,
     const int64_t[::1] indptr,
-    const double[:, ::1] dh,
+    const float[:, ::1] hs,
+    const float[::1] w2,
+    const float[::1] head,
+    const double[::1] coef_logit,
+    const double[::1] coef_value,
     Py_ssize_t count,
     double[::1] out,
+    double[::1] out_value,
     uint8_t[::1] touched,
 ) -> None:
-    """Add sum_t vals * dh[t] over steps t < `count` to the rows of the flat float64 W1
-    gradient `out` (pixels x hidden) of the pixels each step's input holds: the first
-    layer's gradient, given d objective / d (pre-activation) of each step's hidden units.
+    """Add to the flat float64 policy gradient `out` (W1 transposed, then W2) and to the
+    value head's `out_value` (weights, then the bias) the gradient of
+    sum_t coef_logit[t] * logit_t + coef_value[t] * V_t over steps t < `count`, the value
+    reaching the hidden layer as the logit does (a shared trunk).
 
-    As in `accumulate`, each row is summed over its steps in step order and added once;
-    the rows written are marked in `touched`.
+    W1 rows are summed over their steps in step order and added once, as in `accumulate`,
+    and marked in `touched`.
     """
-    cdef Py_ssize_t hidden = dh.shape[1], pixels = touched.shape[0]
+    cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
+    cdef Py_ssize_t base = pixels * hidden
     cdef Py_ssize_t t, k, j, p, q, row, entries
-    cdef double s
+    cdef double cz, cv, hk, s
+    cdef double* dh = NULL
     cdef int64_t* first = NULL
     cdef int64_t* fill = NULL
     cdef int32_t* step_of = NULL
     cdef double* sign = NULL
     cdef double* total = NULL
-    if not (0 <= count <= dh.shape[0] and count < indptr.shape[0]
-            and out.shape[0] == pixels * hidden):
-        raise ValueError("accumulate_rows: arrays of mismatched sizes")
+    if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
+            and head.shape[0] == hidden + 1 and coef_logit.shape[0] >= count
+            and coef_value.shape[0] >= count and out.shape[0] == (pixels + 1) * hidden
+            and out_value.shape[0] == hidden + 1):
+        raise ValueError("ppo_accumulate: arrays of mismatched sizes")
     entries = indptr[count]
     if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("accumulate_rows: indptr points outside idx")
+        raise ValueError("ppo_accumulate: indptr points outside idx")
     for j in range(entries):
         if not 0 <= idx[j] < pixels:
-            raise IndexError(f"accumulate_rows: pixel {idx[j]} out of range")
+            raise IndexError(f"ppo_accumulate: pixel {idx[j]} out of range")
     try:
+        dh = <double*>malloc(max(count * hidden, 1) * sizeof(double))
         first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
         fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
         step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
         sign = <double*>malloc(max(entries, 1) * sizeof(double))
         total = <double*>malloc(max(hidden, 1) * sizeof(double))
-        if not (first and fill and step_of and sign and total):
+        if not (dh and first and fill and step_of and sign and total):
             raise MemoryError()
+        # W2 and the value head: h itself; d objective / d h where the relu lets it through.
+        for t in range(count):
+            cz = coef_logit[t]
+            cv = coef_value[t]
+            for k in range(hidden):
+                hk = hs[t, k]
+                out[base + k] += cz * hk
+                out_value[k] += cv * hk
+                dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
+            out_value[hidden] += cv
         for j in range(entries):
             first[idx[j] + 1] += 1
         for p in range(pixels):
@@ -537,11 +558,12 @@ def accumulate_rows(
                 t = step_of[q]
                 s = sign[q]
                 for k in range(hidden):
-                    total[k] += s * dh[t, k]
+                    total[k] += s * dh[t * hidden + k]
             row = p * hidden
             for k in range(hidden):
                 out[row + k] += total[k]
     finally:
+        free(dh)
         free(first)
         free(fill)
         free(step_of)

@@ -17,7 +17,7 @@ from pong_mp.envs import make_training_env
 from pong_mp.episode import EpisodeResult, Task, epoch_pass, play_episode, play_recorded
 from pong_mp.frames import InputStream
 from pong_mp.gradient import EpisodeGradient
-from pong_mp.ppo import EpochTask, TrajectoryRecorder
+from pong_mp.ppo import EpochTask, PassWork, TrajectoryRecorder
 
 
 class EpisodeWorker:
@@ -30,6 +30,7 @@ class EpisodeWorker:
         self._inputs: InputStream | None = None
         self._work: EpisodeGradient | None = None
         self._recorder: TrajectoryRecorder | None = None
+        self._passes: PassWork | None = None
 
     @property
     def is_open(self) -> bool:
@@ -46,6 +47,7 @@ class EpisodeWorker:
         self._env, self._inputs = env, inputs
         if self.spec.algo == "ppo":
             self._recorder = TrajectoryRecorder(self.spec.hidden)
+            self._passes = PassWork(self.spec.hidden)
             return
         self._work = EpisodeGradient(
             self.spec.hidden,
@@ -65,7 +67,7 @@ class EpisodeWorker:
         if self._env is None or self._inputs is None:
             raise RuntimeError("EpisodeWorker.play() before open()")
         if isinstance(task, EpochTask):
-            return epoch_pass(weights, task, self.spec.ppo, out)
+            return epoch_pass(weights, task, self.spec.ppo, out, self._passes)
         if self._recorder is not None:
             stats = play_recorded(
                 self._env, self._inputs, weights, self.spec.gamma, self.spec.ppo.gae_lambda,
@@ -82,6 +84,6 @@ class EpisodeWorker:
     def close(self) -> None:
         """Close the env; safe to call more than once."""
         env, self._env, self._inputs, self._work = self._env, None, None, None
-        self._recorder = None
+        self._recorder = self._passes = None
         if env is not None:
             env.close()
