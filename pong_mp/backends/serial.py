@@ -6,7 +6,7 @@ from collections import OrderedDict, deque
 from collections.abc import Iterator
 
 import numpy as np
-from threadpoolctl import threadpool_limits
+from threadpoolctl import ThreadpoolController
 
 from pong_mp.backends.base import BackendBase, RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
@@ -25,10 +25,15 @@ class SerialBackend(EpisodeWorker, BackendBase):
         super().__init__(spec)
         self._versions: OrderedDict[int, Weights32] = OrderedDict()
         self._queue: deque[tuple[int, Task]] = deque()
+        # Found once: looking for the BLAS libraries reads /proc/self/maps (~1 ms), which
+        # the actor-critic's many short tasks would pay each time.
+        self._threads: ThreadpoolController | None = None
 
     def start(self) -> None:
         """Create the env."""
         self.open()
+        if self._threads is None:
+            self._threads = ThreadpoolController()
 
     def publish(self, version: int, weights: np.ndarray) -> None:
         """Keep views of `weights` as `version`, and the last spec.lag + 1 versions only."""
@@ -49,11 +54,11 @@ class SerialBackend(EpisodeWorker, BackendBase):
     def results(self) -> Iterator[EpisodeResult]:
         """Play the queued episodes in order, with BLAS on one thread as in the workers
         (same bytes)."""
-        if not self.is_open:
+        if not self.is_open or self._threads is None:
             raise RuntimeError("SerialBackend.start() was not called")
         while self._queue:
             version, task = self._queue[0]
-            with threadpool_limits(limits=1):
+            with self._threads.limit(limits=1):
                 result = self.play(self._versions[version], task)
             self._queue.popleft()  # only once played: an error leaves it queued
             yield result
