@@ -261,8 +261,28 @@ def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -
     )
 
 
+_MACHINE_FIELDS = ("run_dir", "ray_address")
+"""Config fields that name where a run lived: a model file leaves them out."""
+
+
+def _model_provenance(checkpoint_path: Path, config: dict) -> tuple[str, dict]:
+    """(the run's name, its options) as a model file records them: names, not paths.
+
+    The run's name is that of the directory holding the checkpoint (the directory itself
+    when given one); `fork_from` keeps only the name of the run forked from; where the run
+    lived (`run_dir`, `ray_address`) is left out.
+    """
+    path = Path(checkpoint_path).resolve()
+    run = path.name if path.is_dir() else path.parent.name
+    options = {key: value for key, value in config.items() if key not in _MACHINE_FIELDS}
+    if options.get("fork_from"):
+        options["fork_from"] = Path(str(options["fork_from"])).name
+    return run, options
+
+
 def export_model(checkpoint_path: Path, out: Path) -> Path:
-    """Write the policy of a checkpoint as a small float32 model file (W1, W2, config).
+    """Write the policy of a checkpoint as a small float32 model file: W1, W2 and where they
+    come from (the run's name, its update, episodes, env steps and options; no path).
 
     A model file plays (`pong-mp play`) but cannot resume training: it has no optimizer
     state. Written atomically, like checkpoints.
@@ -284,12 +304,15 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
     hidden = int(config["hidden"])
     w1t, w2 = policy.split(state.params, hidden)
+    run, options = _model_provenance(checkpoint_path, config)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
         "W2": w2.astype(np.float32),
-        "config": np.str_(json.dumps(config)),
+        "config": np.str_(json.dumps(options)),
+        "run": np.str_(run),
         "batch": np.int64(state.batch),
         "episodes": np.int64(state.episodes),
+        "steps": np.int64(state.steps),
         "format_version": np.int64(FORMAT_VERSION),
     }
     _write_npz_atomic(out, arrays)

@@ -142,6 +142,30 @@ def test_an_exported_model_is_small_float32_and_plays(tmp_path: Path, fake_check
     assert checkpoint.load_policy(fake_checkpoint)[0].tobytes() == full.params.tobytes()
 
 
+def test_an_exported_model_names_its_run_and_holds_no_path(tmp_path: Path) -> None:
+    run_dir = tmp_path / "runs" / "late-fork"
+    run_dir.mkdir(parents=True)
+    config = {
+        "hidden": HIDDEN,
+        "env": "FakePong-v0",
+        "lr": 5e-4,
+        "run_dir": str(run_dir),
+        "fork_from": str(tmp_path / "runs" / "base"),
+        "ray_address": "10.0.0.1:6379",
+    }
+    checkpoint.save(run_dir / "checkpoint.npz", _state(), HIDDEN, json.dumps(config))
+    for source in (run_dir, run_dir / "checkpoint.npz"):
+        model = checkpoint.export_model(source, tmp_path / "model.npz")
+        with np.load(model, allow_pickle=False) as npz:
+            texts = [str(npz[key]) for key in npz.files if npz[key].dtype.kind == "U"]
+            provenance = {key: npz[key].item() for key in ("run", "batch", "episodes", "steps")}
+            options = json.loads(str(npz["config"]))
+        assert provenance == {"run": "late-fork", "batch": 3, "episodes": 30, "steps": 12345}
+        assert options == {"hidden": HIDDEN, "env": "FakePong-v0", "lr": 5e-4, "fork_from": "base"}
+        assert not [text for text in texts if str(tmp_path) in text or "10.0.0.1" in text]
+        assert checkpoint.load_policy(model)[1]["lr"] == 5e-4  # still a model that plays
+
+
 def test_load_policy_names_bad_files(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         checkpoint.load_policy(tmp_path / "nope.npz")
