@@ -8,7 +8,7 @@ import pytest
 from pong_mp import policy
 from pong_mp.envs import make_env, make_training_env
 from pong_mp.frames import INPUTS, PADDLE_COLUMN, BinaryInputs, PaletteInputs
-from tests.test_frames import expected_input
+from tests.helpers import expected_input
 
 pytestmark = pytest.mark.ale
 

@@ -14,72 +14,16 @@ from pong_mp import policy
 from pong_mp.backends import RolloutSpec, WorkerError, make_backend
 from pong_mp.backends.base import RemoteTraceback
 from pong_mp.batch_sum import BatchSum, GroupSum
-from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
-from tests.conftest import pong_processes
-
-HIDDEN = 16
-GAME = {"points_to_win": 2}
-
-
-def _spec(env_id: str = "FakePong-v0", workers: int = 2, **kwargs) -> RolloutSpec:
-    env_kwargs = {**GAME, **kwargs.pop("env_kwargs", {})}
-    return RolloutSpec(
-        env_id=env_id, hidden=HIDDEN, gamma=0.99, workers=workers, env_kwargs=env_kwargs, **kwargs
-    )
-
-
-def _make(name: str, spec: RolloutSpec):
-    """The backend `name`; skips the test where it needs Ray and Ray is not installed."""
-    if name == "ray":
-        pytest.importorskip("ray")
-    return make_backend(name, spec)
-
-
-def play_batch(backend, params, tasks) -> tuple[bytes, list[tuple[int, int, float]]]:
-    """One batch as the trainer sums it: (the summed gradient's bytes, the episodes'
-    (index, steps, reward) in order). Results come in any order, each exactly once; a
-    gradient is read on arrival (the local backend reuses its worker's slot)."""
-    return sum_batch(backend.run_batch(params, tasks), tasks)
-
-
-def sum_batch(items, tasks) -> tuple[bytes, list[tuple[int, int, float]]]:
-    """What play_batch gives, from the items a backend's run_batch yielded for `tasks`.
-    Items kept in a list must stay valid: Ray's do, the local backend's gradients do not."""
-    summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(HIDDEN)))
-    episodes = []
-    for item in items:
-        summed.add(item)
-        if not isinstance(item, GroupSum):  # an episode, with or without its gradient
-            stats = episode_stats(item)
-            episodes.append((stats.index, stats.steps, stats.reward_sum))
-    assert summed.complete
-    return summed.total.tobytes(), sorted(episodes)
-
-
-def episode_stats(item: EpisodeResult | EpisodeStats) -> EpisodeStats:
-    """The statistics of a backend's episode item, with its gradient or without."""
-    return item.stats if isinstance(item, EpisodeResult) else item
-
-
-def _run(backend_name: str, spec: RolloutSpec, batches: int = 2, batch_size: int = 5):
-    """What `batches` batches give, changing the weights in between."""
-    backend = _make(backend_name, spec)
-    backend.start()
-    try:
-        out = []
-        for b in range(batches):
-            tasks = make_tasks(1, b * batch_size, batch_size)
-            out.append(play_batch(backend, policy.init_params(HIDDEN, b), tasks))
-            assert [e[0] for e in out[-1][1]] == [t.index for t in tasks]
-        return out
-    finally:
-        backend.close()
-
-
-@pytest.fixture(scope="module")
-def reference():
-    """The serial backend's results: what every other backend must reproduce."""
-    return _run("serial", _spec())
+from pong_mp.episode import make_tasks
+from tests.helpers import (
+    SPEC_HIDDEN,
+    episode_stats,
+    fake_spec,
+    new_backend,
+    play_batch,
+    play_batches,
+    pong_processes,
+)
 
 
 @pytest.mark.parametrize(
@@ -89,11 +33,11 @@ def reference():
 def test_same_bytes_on_every_backend_and_worker_count(
     backend: str, workers: int, reference, clean_system
 ) -> None:
-    assert _run(backend, _spec(workers=workers)) == reference
+    assert play_batches(backend, fake_spec(workers=workers)) == reference
 
 
 def test_local_workers_are_named_processes(clean_system) -> None:
-    backend = make_backend("local", _spec(workers=2))
+    backend = make_backend("local", fake_spec(workers=2))
     backend.start()
     try:
         pids = backend.worker_pids()
@@ -112,7 +56,8 @@ BACKENDS_WITH_WORKERS = ["local", pytest.param("ray", marks=pytest.mark.ray)]
 def test_a_killed_worker_is_replaced_and_its_episode_replayed(
     name: str, reference, clean_system
 ) -> None:
-    backend = _make(name, _spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.002}))
+    spec = fake_spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.002})
+    backend = new_backend(name, spec)
     backend.start()
     killed = []
 
@@ -127,7 +72,8 @@ def test_a_killed_worker_is_replaced_and_its_episode_replayed(
         for b in range(2):
             if b == 0:
                 threading.Thread(target=kill_one_mid_episode).start()
-            out.append(play_batch(backend, policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5)))
+            params = policy.init_params(SPEC_HIDDEN, b)
+            out.append(play_batch(backend, params, make_tasks(1, b * 5, 5)))
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
     finally:
@@ -143,24 +89,25 @@ def test_a_failure_inside_an_episode_is_retried(
     name: str, mode: str, reference, clean_system
 ) -> None:
     # Each env instance fails in its second episode; the retry goes through.
-    spec = _spec("CrashingPong-v0", workers=2, env_kwargs={"crash_episodes": (1,), "mode": mode})
-    assert _run(name, spec) == reference
+    crash = {"crash_episodes": (1,), "mode": mode}
+    spec = fake_spec("CrashingPong-v0", workers=2, env_kwargs=crash)
+    assert play_batches(name, spec) == reference
 
 
 def test_a_hung_worker_is_replaced(reference, clean_system) -> None:
-    spec = _spec(
+    spec = fake_spec(
         "CrashingPong-v0",
         workers=2,
         episode_timeout=1.5,
         env_kwargs={"crash_episodes": (2,), "mode": "hang"},
     )
-    assert _run("local", spec) == reference
+    assert play_batches("local", spec) == reference
 
 
 def _slow_starting_spec() -> RolloutSpec:
     """One worker whose env takes 2 s to build and which hangs in its third episode; an
     episode may last 1 s, and is played at most twice."""
-    return _spec(
+    return fake_spec(
         "CrashingPong-v0",
         workers=1,
         episode_timeout=1.0,
@@ -175,7 +122,7 @@ def test_a_replacement_slower_to_start_than_the_episode_timeout_is_not_judged_hu
     # The replacement builds its env for longer than an episode may last: only the episode,
     # from the moment the worker is ready, counts against --episode-timeout.
     spec = _slow_starting_spec()
-    assert _run("local", spec) == reference
+    assert play_batches("local", spec) == reference
 
 
 def test_a_replacement_that_does_not_start_is_replaced_in_turn(
@@ -184,29 +131,29 @@ def test_a_replacement_that_does_not_start_is_replaced_in_turn(
     import pong_mp.backends.local as local
 
     spec = _slow_starting_spec()
-    backend = _make("local", spec)
+    backend = new_backend("local", spec)
     backend.start()
     monkeypatch.setattr(local, "_START_SECONDS", 1.0)  # replacements now start too slowly
     try:
         with pytest.raises(WorkerError, match=r"episode 2 lost its worker 2 times \(last: did"):
-            list(backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4)))
+            list(backend.run_batch(policy.init_params(SPEC_HIDDEN, 0), make_tasks(1, 0, 4)))
     finally:
         backend.close()
 
 
 @pytest.mark.parametrize("name", BACKENDS_WITH_WORKERS)
 def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_system) -> None:
-    spec = _spec(
+    spec = fake_spec(
         "CrashingPong-v0",
         workers=2,
         max_retries=2,
         env_kwargs={"crash_episodes": tuple(range(100))},
     )
-    backend = _make(name, spec)
+    backend = new_backend(name, spec)
     backend.start()
     try:
         with pytest.raises(WorkerError, match=r"episode \d+ failed 3 times") as info:
-            list(backend.run_batch(policy.init_params(HIDDEN, 0), make_tasks(1, 0, 4)))
+            list(backend.run_batch(policy.init_params(SPEC_HIDDEN, 0), make_tasks(1, 0, 4)))
     finally:
         backend.close()
     cause = info.value.__cause__
@@ -217,7 +164,7 @@ def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_sys
 
 
 def test_a_worker_that_cannot_start_reports_why(clean_system) -> None:
-    spec = _spec(env_kwargs={"points_to_win": 0})  # FakePong refuses this
+    spec = fake_spec(env_kwargs={"points_to_win": 0})  # FakePong refuses this
     backend = make_backend("local", spec)
     with pytest.raises(WorkerError, match="failed to start") as info:
         backend.start()  # cleans up after itself: clean_system checks
@@ -225,15 +172,15 @@ def test_a_worker_that_cannot_start_reports_why(clean_system) -> None:
 
 
 def test_close_twice_is_harmless(clean_system) -> None:
-    backend = make_backend("local", _spec(workers=1))
+    backend = make_backend("local", fake_spec(workers=1))
     backend.start()
     backend.close()
     backend.close()
 
 
 def test_a_batch_left_unfinished_leaves_nothing_for_the_next(clean_system) -> None:
-    spec = _spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.001})
-    params = policy.init_params(HIDDEN, 0)
+    spec = fake_spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.001})
+    params = policy.init_params(SPEC_HIDDEN, 0)
     with make_backend("serial", spec) as serial:
         expected = play_batch(serial, params, make_tasks(1, 10, 4))
     with make_backend("local", spec) as backend:
@@ -255,9 +202,8 @@ def _play_in_flight(backend, batches, kill_after: int | None = None):
         backend.submit(version, tasks)
     by_first = {tasks[0].index: [] for _, _, tasks in batches}
     size = len(batches[0][2])
-    summed = {
-        first: BatchSum(first, size, np.empty(policy.param_count(HIDDEN))) for first in by_first
-    }
+    width = policy.param_count(SPEC_HIDDEN)
+    summed = {first: BatchSum(first, size, np.empty(width)) for first in by_first}
     for count, item in enumerate(backend.results(), 1):
         if isinstance(item, GroupSum):
             summed[item.first_index].add(item)
@@ -288,18 +234,18 @@ def test_batches_in_flight_play_with_their_own_weights(
     # The reference batches, played one at a time with weights 0 then 1, submitted at once
     # with a lag of 1: each with its own weights version, whoever plays it, a killed
     # worker included.
-    batches = [(v, policy.init_params(HIDDEN, v), make_tasks(1, v * 5, 5)) for v in (0, 1)]
-    spec = _spec("SlowPong-v0", workers=3, lag=1, env_kwargs={"delay": 0.001})
-    with _make(name, spec) as backend:
+    batches = [(v, policy.init_params(SPEC_HIDDEN, v), make_tasks(1, v * 5, 5)) for v in (0, 1)]
+    spec = fake_spec("SlowPong-v0", workers=3, lag=1, env_kwargs={"delay": 0.001})
+    with new_backend(name, spec) as backend:
         assert _play_in_flight(backend, batches, kill_after) == reference
         if kill_after is not None:
             assert backend.replacements == 1
 
 
 def test_a_lag_keeps_only_its_versions() -> None:
-    spec = _spec(lag=1)
+    spec = fake_spec(lag=1)
     with make_backend("local", spec) as backend:
-        params = policy.init_params(HIDDEN, 0).astype(np.float32)
+        params = policy.init_params(SPEC_HIDDEN, 0).astype(np.float32)
         for version in range(3):
             backend.publish(version, params)
         with pytest.raises(ValueError, match="version 0 was not published"):
@@ -311,8 +257,8 @@ def test_a_lag_keeps_only_its_versions() -> None:
 def test_a_local_worker_goes_on_with_the_next_batch(clean_system) -> None:
     # Two workers, a batch of three episodes, then another: the worker that is free while
     # the first batch's last episode plays takes the second batch's first.
-    spec = _spec("SlowPong-v0", workers=2, lag=1, env_kwargs={"delay": 0.001})
-    params = policy.init_params(HIDDEN, 0).astype(np.float32)
+    spec = fake_spec("SlowPong-v0", workers=2, lag=1, env_kwargs={"delay": 0.001})
+    params = policy.init_params(SPEC_HIDDEN, 0).astype(np.float32)
     with make_backend("local", spec) as backend:
         sent: list[int] = []
         send = backend._send

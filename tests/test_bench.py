@@ -22,7 +22,7 @@ from pong_mp.tools.bench import (
     format_ray_driver_cost,
     ray_driver_cost,
 )
-from tests.test_cli import pong_mp
+from tests.helpers import pong_mp
 
 
 def test_env_rate_counts_steps_across_resets() -> None:

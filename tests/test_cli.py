@@ -14,21 +14,9 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint
-from tests.conftest import METRIC_FIELDS
+from tests.helpers import METRIC_FIELDS, checkpoint_weights, pong_mp
 
 SMALL = "--env FakePong-v0 --batch-size 4 --batches 3 --seed 1 --env-arg points_to_win=3".split()
-
-
-def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run `python -m pong_mp ARGS` and capture its output."""
-    return subprocess.run(
-        [sys.executable, "-m", "pong_mp", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def _weights(run_dir: Path) -> bytes:
-    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
-        return npz["W1"].tobytes() + npz["W2"].tobytes()
 
 
 def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:
@@ -57,7 +45,8 @@ def test_worker_counts_and_serial_give_the_same_bytes(tmp_path: Path, clean_syst
     for name, extra in runs.items():
         done = pong_mp("train", *SMALL, *extra, "--run-dir", str(tmp_path / name))
         assert done.returncode == 0, done.stderr
-    assert _weights(tmp_path / "w1") == _weights(tmp_path / "w3") == _weights(tmp_path / "serial")
+    weights = {name: checkpoint_weights(tmp_path / name) for name in runs}
+    assert weights["w1"] == weights["w3"] == weights["serial"]
 
 
 @pytest.mark.ale

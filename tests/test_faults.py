@@ -9,12 +9,16 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pong_mp import checkpoint
-from tests.conftest import new_blocks, pong_processes, pong_shm_blocks
-from tests.test_cli import pong_mp
+from tests.helpers import (
+    checkpoint_weights,
+    new_blocks,
+    pong_mp,
+    pong_processes,
+    pong_shm_blocks,
+)
 
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
 SLOW = ["--env", "SlowPong-v0", "--env-arg", "points_to_win=2", "--hidden", "8"]
@@ -53,11 +57,6 @@ def workers_of(pid: int) -> list[int]:
     return sorted(found)
 
 
-def weights(run_dir: Path) -> bytes:
-    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
-        return npz["W1"].tobytes() + npz["W2"].tobytes()
-
-
 @pytest.mark.ale
 def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> None:
     args = "train --env ALE/Pong-v5 --workers 2 --batch-size 4 --batches 3 --seed 5".split()
@@ -70,7 +69,7 @@ def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> Non
     assert proc.returncode == 0, err
     assert "replaced" in err and "Traceback" not in err
     assert victim not in pong_processes()
-    assert weights(tmp_path / "killed") == weights(tmp_path / "calm")
+    assert checkpoint_weights(tmp_path / "killed") == checkpoint_weights(tmp_path / "calm")
 
 
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
@@ -241,6 +240,6 @@ def test_resume_through_the_cli_is_bit_identical(tmp_path: Path, clean_system) -
     )
     assert done.returncode == 0, done.stderr
     assert "resuming at update 2" in done.stdout
-    assert weights(tmp_path / "split") == weights(tmp_path / "straight")
+    assert checkpoint_weights(tmp_path / "split") == checkpoint_weights(tmp_path / "straight")
     metrics = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 4

@@ -8,15 +8,7 @@ import pytest
 from pong_mp import policy
 from pong_mp.envs import make_training_env
 from pong_mp.frames import INPUTS, PADDLE_COLUMN, BinaryInputs, input_stream
-
-
-def expected_input(inputs: str, cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
-    """The dense input of `inputs`: the difference, with the paddle column as it is for
-    "diff+paddle"."""
-    dense = cur - prev
-    if inputs == "diff+paddle":
-        dense[PADDLE_COLUMN::80] = cur[PADDLE_COLUMN::80]
-    return dense
+from tests.helpers import expected_input
 
 
 @pytest.mark.parametrize("kind", INPUTS)

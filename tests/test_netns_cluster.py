@@ -13,11 +13,11 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pong_mp import policy
 from pong_mp.batch_sum import group_count
+from tests.helpers import checkpoint_weights
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -81,18 +81,13 @@ def _train(run_dir: Path, *args: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _weights(run_dir: Path) -> bytes:
-    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
-        return npz["W1"].tobytes() + npz["W2"].tobytes()
-
-
 def _reference(run_dir: Path, batches: int) -> bytes:
     done = subprocess.run(
         _train(run_dir, "--env", "FakePong-v0", "--backend", "serial", "--batches", str(batches)),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    return _weights(run_dir)
+    return checkpoint_weights(run_dir)
 
 
 def _driver_rx_bytes() -> int:
@@ -112,7 +107,7 @@ def test_the_cluster_gives_local_bytes_and_the_driver_gets_group_sums(
     )  # fmt: skip
     received = _driver_rx_bytes() - before
     assert done.returncode == 0, done.stderr
-    assert _weights(tmp_path / "ray") == _reference(tmp_path / "serial", batches)
+    assert checkpoint_weights(tmp_path / "ray") == _reference(tmp_path / "serial", batches)
     # Per update the driver fetches one float64 sum per group and the episodes' small
     # results: not one float32 gradient per episode (BATCH times more bytes).
     params = policy.param_count(HIDDEN)
@@ -172,7 +167,7 @@ def test_a_node_whose_link_is_cut_is_replaced_and_the_bytes_stay(
     assert "playing it again" in output or "playing its episodes again" in output
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [line["batch"] for line in lines] == list(range(1, batches + 1))
-    assert _weights(run_dir) == _reference(tmp_path / "serial", batches)
+    assert checkpoint_weights(run_dir) == _reference(tmp_path / "serial", batches)
 
 
 def test_the_script_names_its_usage_in_one_line() -> None:

@@ -15,7 +15,7 @@ from pong_mp.checkpoint import load_policy
 from pong_mp.envs import make_training_env
 from pong_mp.frames import INPUTS, PADDLE_COLUMN
 from pong_mp.tools.play import GameScore, play_games, summary
-from tests.test_cli import pong_mp
+from tests.helpers import pong_mp
 
 GAME = {"points_to_win": 3}
 

@@ -20,7 +20,7 @@ from pong_mp.tools.plot import (
     settings_table,
     within_steps,
 )
-from tests.test_cli import pong_mp
+from tests.helpers import pong_mp
 
 
 def _fake_run(

@@ -18,7 +18,7 @@ from pong_mp.progress import (
     format_update,
     make_reporter,
 )
-from tests.test_cli import pong_mp
+from tests.helpers import pong_mp
 
 RECORD = {
     "batch": 3,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from pong_mp.tools.projection import Costs, format_projection, measure_costs, project, simulate
-from tests.test_cli import pong_mp
+from tests.helpers import pong_mp
 
 
 def _costs(lengths=(100,), sum_seconds=0.0, update_seconds=0.0) -> Costs:

@@ -19,9 +19,7 @@ from pong_mp import policy
 from pong_mp.backends import make_backend
 from pong_mp.batch_sum import GROUP, GroupSum
 from pong_mp.episode import EpisodeStats, make_tasks
-from tests.test_backends import HIDDEN, _spec, play_batch, sum_batch
-from tests.test_backends import reference as reference
-from tests.test_cli import pong_mp
+from tests.helpers import SPEC_HIDDEN, fake_spec, play_batch, pong_mp, sum_batch
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -35,12 +33,12 @@ def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> Non
     try:
         ray.init(address=cluster.address, log_to_driver=False)
         assert len([n for n in ray.nodes() if n["Alive"]]) == 2
-        backend = make_backend("ray", _spec(workers=2))
+        backend = make_backend("ray", fake_spec(workers=2))
         backend.start()
         try:
             assert len(set(backend.actor_nodes())) == 2  # one actor on each node
             out = [
-                play_batch(backend, policy.init_params(HIDDEN, b), make_tasks(1, b * 5, 5))
+                play_batch(backend, policy.init_params(SPEC_HIDDEN, b), make_tasks(1, b * 5, 5))
                 for b in range(2)
             ]
         finally:
@@ -56,9 +54,9 @@ def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> N
 
     # Three groups (30, 30 and 3 episodes) of one-point games, on two nodes.
     count = 2 * GROUP + 3
-    spec = _spec(workers=2, env_kwargs={"points_to_win": 1})
+    spec = fake_spec(workers=2, env_kwargs={"points_to_win": 1})
     tasks = make_tasks(3, 7, count)
-    params = policy.init_params(HIDDEN, 4)
+    params = policy.init_params(SPEC_HIDDEN, 4)
     local = make_backend("local", spec)
     local.start()
     try:
@@ -87,13 +85,13 @@ def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> N
 
 
 def test_a_lost_group_sum_is_played_again(reference, clean_system, caplog) -> None:
-    backend = make_backend("ray", _spec(workers=2))
+    backend = make_backend("ray", fake_spec(workers=2))
     backend.start()
     try:
-        first = play_batch(backend, policy.init_params(HIDDEN, 0), make_tasks(1, 0, 5))
+        first = play_batch(backend, policy.init_params(SPEC_HIDDEN, 0), make_tasks(1, 0, 5))
         for summer in backend._summers.values():  # as if its node had gone
             ray.kill(summer)
-        second = play_batch(backend, policy.init_params(HIDDEN, 1), make_tasks(1, 5, 5))
+        second = play_batch(backend, policy.init_params(SPEC_HIDDEN, 1), make_tasks(1, 5, 5))
     finally:
         backend.close()
     assert [first, second] == reference

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from pong_mp.tools.recording import VideoRecorder
-from tests.test_cli import pong_mp
+from tests.helpers import pong_mp
 
 
 def _steps(stdout: str) -> int:

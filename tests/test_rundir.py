@@ -19,7 +19,6 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint, files
-from pong_mp.config import TrainConfig
 from pong_mp.files import FileError
 from pong_mp.rundir import (
     LOCK_FILE,
@@ -31,7 +30,7 @@ from pong_mp.rundir import (
 )
 from pong_mp.state import TrainState, with_policy_lag
 from pong_mp.trainer import train
-from tests.test_cli import pong_mp
+from tests.helpers import fake_config, pong_mp
 
 SMALL = "--env FakePong-v0 --env-arg points_to_win=2 --batch-size 2 --hidden 8 --workers 1"
 
@@ -248,9 +247,8 @@ def test_a_checkpoint_that_cannot_be_written_ends_the_run_with_its_file_named(
         return real_replace(src, dst)
 
     monkeypatch.setattr(files.os, "replace", fail_second_checkpoint)
-    config = TrainConfig(
-        env="FakePong-v0", env_kwargs={"points_to_win": 2}, backend="serial", batch_size=2,
-        batches=4, hidden=8, checkpoint_every=1, run_dir=str(tmp_path),
+    config = fake_config(
+        tmp_path, backend="serial", batch_size=2, batches=4, hidden=8, checkpoint_every=1
     )
     failed = rf"cannot write {tmp_path}/checkpoint.npz: Input/output error"
     with pytest.raises(FileError, match=failed):

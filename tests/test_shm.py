@@ -25,7 +25,7 @@ from pong_mp.backends.shm import (
     remove_stale_blocks,
 )
 from pong_mp.gradient import gradient_length
-from tests.conftest import new_blocks, pong_shm_blocks
+from tests.helpers import new_blocks, pong_shm_blocks
 
 needs_linux_shm = pytest.mark.skipif(
     not pid_namespace() or not SHM_DIR.is_dir(),

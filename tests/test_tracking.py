@@ -10,6 +10,7 @@ import pytest
 from pong_mp.config import TrainConfig
 from pong_mp.tracking import SCALARS
 from pong_mp.trainer import train
+from tests.helpers import fake_config
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",
@@ -18,11 +19,7 @@ event_accumulator = pytest.importorskip(
 
 
 def _config(run_dir: Path, **overrides) -> TrainConfig:
-    base = dict(
-        env="FakePong-v0", env_kwargs={"points_to_win": 2}, backend="serial", batch_size=2,
-        batches=3, hidden=8, run_dir=str(run_dir), checkpoint_every=2,
-    )
-    return TrainConfig(**{**base, **overrides})
+    return fake_config(run_dir, backend="serial", batch_size=2, hidden=8, **overrides)
 
 
 def _scalars(run_dir: Path) -> dict[str, list[tuple[int, float]]]:

@@ -23,28 +23,7 @@ from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.rundir import RunDirError, prepare_run, read_metrics
 from pong_mp.state import TrainState
 from pong_mp.trainer import NonFiniteError, apply_batch, train
-from tests.conftest import METRIC_FIELDS
-
-
-def _config(run_dir: Path, **overrides) -> TrainConfig:
-    base = dict(
-        env="FakePong-v0",
-        env_kwargs={"points_to_win": 2},
-        workers=2,
-        batch_size=3,
-        batches=3,
-        hidden=16,
-        seed=4,
-        run_dir=str(run_dir),
-        checkpoint_every=2,
-    )
-    return TrainConfig(**{**base, **overrides})
-
-
-def _weights(run_dir: Path) -> bytes:
-    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
-        head = npz["value"].tobytes() if "value" in npz.files else b""  # --baseline value
-        return npz["W1"].tobytes() + npz["W2"].tobytes() + head
+from tests.helpers import METRIC_FIELDS, checkpoint_weights, fake_config
 
 
 def _quiet(_: str) -> None:
@@ -55,21 +34,21 @@ def _quiet(_: str) -> None:
 def serial_weights(tmp_path_factory) -> bytes:
     """The weights after 3 updates on the serial backend: the reference."""
     run_dir = tmp_path_factory.mktemp("serial")
-    train(_config(run_dir, backend="serial"), log=_quiet)
-    return _weights(run_dir)
+    train(fake_config(run_dir, backend="serial"), log=_quiet)
+    return checkpoint_weights(run_dir)
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
 def test_local_backend_matches_serial_bit_for_bit(
     tmp_path: Path, workers: int, serial_weights: bytes, clean_system
 ) -> None:
-    train(_config(tmp_path, workers=workers), log=_quiet)
-    assert _weights(tmp_path) == serial_weights
+    train(fake_config(tmp_path, workers=workers), log=_quiet)
+    assert checkpoint_weights(tmp_path) == serial_weights
 
 
 def test_the_banner_says_when_workers_outnumber_a_batch(tmp_path: Path, clean_system) -> None:
     lines: list[str] = []
-    train(_config(tmp_path, workers=3, batch_size=2, batches=1), log=lines.append)
+    train(fake_config(tmp_path, workers=3, batch_size=2, batches=1), log=lines.append)
     assert lines[0].endswith(
         "only 2 of the 3 workers can be busy (--batch-size 3 would use them all)"
     )
@@ -77,7 +56,7 @@ def test_the_banner_says_when_workers_outnumber_a_batch(tmp_path: Path, clean_sy
 
 def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
     lines: list[str] = []
-    state = train(_config(tmp_path), log=lines.append)
+    state = train(fake_config(tmp_path), log=lines.append)
     assert "can be busy" not in lines[0]  # 2 workers, batches of 3
     names = sorted(p.name for p in tmp_path.iterdir())
     assert [n for n in names if not n.startswith("events.out.tfevents.")] == [
@@ -104,9 +83,9 @@ def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
 
 
 def test_resume_continues_bit_for_bit(tmp_path: Path, serial_weights: bytes, clean_system) -> None:
-    train(_config(tmp_path, batches=2, backend="serial"), log=_quiet)
-    train(_config(tmp_path, batches=3, workers=3), resume=True, log=_quiet)
-    assert _weights(tmp_path) == serial_weights
+    train(fake_config(tmp_path, batches=2, backend="serial"), log=_quiet)
+    train(fake_config(tmp_path, batches=3, workers=3), resume=True, log=_quiet)
+    assert checkpoint_weights(tmp_path) == serial_weights
     records = (tmp_path / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(r)["batch"] for r in records] == [1, 2, 3]
 
@@ -114,11 +93,11 @@ def test_resume_continues_bit_for_bit(tmp_path: Path, serial_weights: bytes, cle
 def test_a_resume_past_its_batches_says_it_has_nothing_to_train(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
-    train(_config(tmp_path, backend="serial"), log=_quiet)
+    train(fake_config(tmp_path, backend="serial"), log=_quiet)
     lines: list[str] = []
-    train(_config(tmp_path, batches=2, backend="serial"), resume=True, log=lines.append)
+    train(fake_config(tmp_path, batches=2, backend="serial"), resume=True, log=lines.append)
     assert "nothing to train (at update 3, past --batches 2); resuming at update 3" in lines[0]
-    assert _weights(tmp_path) == serial_weights
+    assert checkpoint_weights(tmp_path) == serial_weights
     assert len((tmp_path / "metrics.jsonl").read_text().splitlines()) == 3
 
 
@@ -127,7 +106,7 @@ def test_the_policy_entropy_is_logged_with_the_same_bits_on_every_backend(
 ) -> None:
     logged = []
     for name, overrides in (("serial", {"backend": "serial"}), ("local", {"workers": 3})):
-        train(_config(tmp_path / name, **overrides), log=_quiet)
+        train(fake_config(tmp_path / name, **overrides), log=_quiet)
         lines = (tmp_path / name / "metrics.jsonl").read_text().splitlines()
         logged.append([json.loads(line)["entropy"] for line in lines])
     assert logged[0] == logged[1]
@@ -137,28 +116,28 @@ def test_the_policy_entropy_is_logged_with_the_same_bits_on_every_backend(
 def test_resume_drops_metrics_newer_than_the_checkpoint(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
-    train(_config(tmp_path, batches=2, backend="serial"), log=_quiet)
+    train(fake_config(tmp_path, batches=2, backend="serial"), log=_quiet)
     last = json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])
     with open(tmp_path / "metrics.jsonl", "a") as fh:  # as if it died after logging update 3
         fh.write(json.dumps({**last, "batch": 3, "stale": True}) + "\n" + '{"batch": 4, "epi')
-    train(_config(tmp_path, backend="serial"), resume=True, log=_quiet)
+    train(fake_config(tmp_path, backend="serial"), resume=True, log=_quiet)
     records = [json.loads(r) for r in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["batch"] for r in records] == [1, 2, 3] and "stale" not in records[-1]
-    assert _weights(tmp_path) == serial_weights
+    assert checkpoint_weights(tmp_path) == serial_weights
 
 
 def test_a_new_run_never_overwrites_an_old_one(tmp_path: Path) -> None:
-    train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
+    train(fake_config(tmp_path, batches=1, backend="serial"), log=_quiet)
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     with pytest.raises(RunDirError, match="already holds a run"):
-        train(_config(tmp_path, batches=2, backend="serial"), log=_quiet)
+        train(fake_config(tmp_path, batches=2, backend="serial"), log=_quiet)
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> None:
     with pytest.raises(RunDirError, match="nothing to resume"):
         prepare_run(tmp_path, True, {})
-    train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
+    train(fake_config(tmp_path, batches=1, backend="serial"), log=_quiet)
     with pytest.raises(ConfigError, match=r"trained with --lr 0\.001,"):
         prepare_run(tmp_path, True, {"lr": 0.5})
     # An option the run never had is named as such, not as a stored None.
@@ -187,7 +166,7 @@ def test_bad_options_are_refused_before_anything_is_written(
 ) -> None:
     run_dir = tmp_path / "run"
     with pytest.raises(ConfigError, match=message):
-        prepare_run(run_dir, False, {**_config(run_dir).__dict__, option: value})
+        prepare_run(run_dir, False, {**fake_config(run_dir).__dict__, option: value})
     assert not run_dir.exists()
 
 
@@ -203,7 +182,7 @@ def _summed(results: list[EpisodeResult]) -> BatchSum:
 
 
 def test_a_non_finite_gradient_is_refused(tmp_path: Path) -> None:
-    config = _config(tmp_path, hidden=1)
+    config = fake_config(tmp_path, hidden=1)
     n = 6401
     state = TrainState(params=np.zeros(n), cache=np.zeros(n))
     grad = np.ones(n)
@@ -256,7 +235,7 @@ def test_a_non_finite_update_stops_the_run_and_never_reaches_the_checkpoint(
     backend = _PoisonedBackend()
     monkeypatch.setattr("pong_mp.trainer.make_backend", lambda *args: backend)
     with pytest.raises(NonFiniteError, match="update 2"):
-        train(_config(tmp_path, hidden=2, checkpoint_every=100), log=_quiet)
+        train(fake_config(tmp_path, hidden=2, checkpoint_every=100), log=_quiet)
     assert backend.closed
     state, _ = checkpoint.load(tmp_path / "checkpoint.npz")  # validates finiteness too
     assert state.batch == 1
@@ -268,19 +247,19 @@ def test_a_non_finite_update_stops_the_run_and_never_reaches_the_checkpoint(
 def adam_weights(tmp_path_factory) -> bytes:
     """The weights after 3 Adam updates on the serial backend."""
     run_dir = tmp_path_factory.mktemp("adam")
-    train(_config(run_dir, backend="serial", optimizer="adam"), log=_quiet)
-    return _weights(run_dir)
+    train(fake_config(run_dir, backend="serial", optimizer="adam"), log=_quiet)
+    return checkpoint_weights(run_dir)
 
 
 def test_adam_learns_other_weights_and_resumes_bit_for_bit(
     tmp_path: Path, adam_weights: bytes, serial_weights: bytes, clean_system
 ) -> None:
     assert adam_weights != serial_weights
-    train(_config(tmp_path, batches=2, backend="serial", optimizer="adam"), log=_quiet)
+    train(fake_config(tmp_path, batches=2, backend="serial", optimizer="adam"), log=_quiet)
     state, _ = checkpoint.load(tmp_path / "checkpoint.npz")
     assert state.momentum is not None and np.any(state.momentum != 0)
-    train(_config(tmp_path, batches=3, workers=3, optimizer="adam"), resume=True, log=_quiet)
-    assert _weights(tmp_path) == adam_weights
+    train(fake_config(tmp_path, batches=3, workers=3, optimizer="adam"), resume=True, log=_quiet)
+    assert checkpoint_weights(tmp_path) == adam_weights
 
 
 @pytest.fixture(scope="module")
@@ -306,8 +285,8 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
         key = (option, repr(value))
         if key not in made:
             run_dir = tmp_path_factory.mktemp(option)
-            train(_config(run_dir, backend="serial", **{option: value}), log=_quiet)
-            made[key] = _weights(run_dir)
+            train(fake_config(run_dir, backend="serial", **{option: value}), log=_quiet)
+            made[key] = checkpoint_weights(run_dir)
         return made[key]
 
     return weights
@@ -336,10 +315,10 @@ def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
     reference = option_weights(option, value)
     assert reference != serial_weights  # not the default's run
     run_dir = tmp_path / backend
-    train(_config(run_dir, backend=backend, batches=2, **{option: value}), log=_quiet)
-    resumed = _config(run_dir, backend=backend, workers=3, **{option: value})
+    train(fake_config(run_dir, backend=backend, batches=2, **{option: value}), log=_quiet)
+    resumed = fake_config(run_dir, backend=backend, workers=3, **{option: value})
     train(resumed, resume=True, log=_quiet)
-    assert _weights(run_dir) == reference
+    assert checkpoint_weights(run_dir) == reference
     assert json.loads((run_dir / "config.json").read_text())[option] == value
     flag = "--" + option.replace("_", "-")
     with pytest.raises(ConfigError, match=re.escape(f"trained with {flag} {value!r}")):
@@ -349,7 +328,7 @@ def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
 def test_each_update_uses_the_scheduled_rate_of_the_steps_before_its_batch(
     tmp_path: Path, clean_system
 ) -> None:
-    train(_config(tmp_path, backend="serial", lr=0.01, lr_half_life=200.0), log=_quiet)
+    train(fake_config(tmp_path, backend="serial", lr=0.01, lr_half_life=200.0), log=_quiet)
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     before = [record["total_steps"] - record["steps"] for record in records]
     assert before[0] == 0 and before[-1] > 200  # the rate fell by half or more
@@ -357,7 +336,7 @@ def test_each_update_uses_the_scheduled_rate_of_the_steps_before_its_batch(
 
 
 def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
-    train(_config(tmp_path, batches=1, backend="serial"), log=_quiet)
+    train(fake_config(tmp_path, batches=1, backend="serial"), log=_quiet)
     with pytest.raises(ConfigError, match="trained with --optimizer 'rmsprop'"):
         prepare_run(tmp_path, True, {"optimizer": "adam"})
 
@@ -365,7 +344,7 @@ def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
 def test_target_reward_stops_the_run_once_reached(tmp_path: Path, clean_system) -> None:
     # The running reward of this run after each update, from a run without a target.
     full = tmp_path / "full"
-    train(_config(full, batches=6, backend="serial"), log=_quiet)
+    train(fake_config(full, batches=6, backend="serial"), log=_quiet)
     lines = (full / "metrics.jsonl").read_text().splitlines()
     running = [json.loads(line)["running_reward"] for line in lines]
     target = sorted(running)[len(running) // 2]  # reached somewhere before the end
@@ -373,14 +352,14 @@ def test_target_reward_stops_the_run_once_reached(tmp_path: Path, clean_system) 
     assert first < 6
     run_dir = tmp_path / "target"
     state = train(
-        _config(run_dir, batches=6, backend="serial", target_reward=target), log=_quiet
+        fake_config(run_dir, batches=6, backend="serial", target_reward=target), log=_quiet
     )
     assert state.batch == first
     saved, _ = checkpoint.load(run_dir / "checkpoint.npz")
     assert saved.batch == first
     # Resumed with the target already reached, the run plays nothing more.
     state = train(
-        _config(run_dir, batches=6, backend="serial", target_reward=target), resume=True,
+        fake_config(run_dir, batches=6, backend="serial", target_reward=target), resume=True,
         log=_quiet,
     )
     assert state.batch == first
@@ -390,8 +369,8 @@ def test_target_reward_stops_the_run_once_reached(tmp_path: Path, clean_system) 
 def lag_weights(tmp_path_factory) -> bytes:
     """The weights after 4 updates with --policy-lag 1 on the serial backend."""
     run_dir = tmp_path_factory.mktemp("lag")
-    train(_config(run_dir, backend="serial", policy_lag=1, batches=4), log=_quiet)
-    return _weights(run_dir)
+    train(fake_config(run_dir, backend="serial", policy_lag=1, batches=4), log=_quiet)
+    return checkpoint_weights(run_dir)
 
 
 @pytest.mark.parametrize(
@@ -403,35 +382,35 @@ def test_policy_lag_gives_the_same_bytes_everywhere(
 ) -> None:
     if backend == "ray":
         pytest.importorskip("ray")
-    config = _config(tmp_path, backend=backend, workers=workers, policy_lag=1, batches=4)
+    config = fake_config(tmp_path, backend=backend, workers=workers, policy_lag=1, batches=4)
     train(config, log=_quiet)
-    assert _weights(tmp_path) == lag_weights
+    assert checkpoint_weights(tmp_path) == lag_weights
 
 
 def test_policy_lag_plays_older_weights_and_resumes_bit_for_bit(
     tmp_path: Path, lag_weights: bytes, clean_system
 ) -> None:
     synchronous = tmp_path / "lag0"
-    train(_config(synchronous, backend="serial", batches=4), log=_quiet)
-    assert _weights(synchronous) != lag_weights
+    train(fake_config(synchronous, backend="serial", batches=4), log=_quiet)
+    assert checkpoint_weights(synchronous) != lag_weights
     run_dir = tmp_path / "lag1"
     # Stopped after update 1 (its lagged weights are update 0's) and after update 3.
     for batches, workers in ((1, 2), (3, 3), (4, 1)):
-        config = _config(run_dir, policy_lag=1, batches=batches, workers=workers)
+        config = fake_config(run_dir, policy_lag=1, batches=batches, workers=workers)
         train(config, resume=batches > 1, log=_quiet)
         state, _ = checkpoint.load(run_dir / "checkpoint.npz")
         assert len(state.lagged) == 1 and state.lagged[0].dtype == np.float32
-    assert _weights(run_dir) == lag_weights
+    assert checkpoint_weights(run_dir) == lag_weights
 
 
 def test_a_lagged_checkpoint_carries_the_weights_in_flight(tmp_path: Path) -> None:
     # After update 3 with a lag of 2, batches 4 and 5 play with the weights of updates 1
     # and 2: the checkpoint holds exactly those (float32).
     states = []
-    train(_config(tmp_path, backend="serial", policy_lag=2, batches=1), log=_quiet)
+    train(fake_config(tmp_path, backend="serial", policy_lag=2, batches=1), log=_quiet)
     for batches in (2, 3):
         states.append(checkpoint.load(tmp_path / "checkpoint.npz")[0].params)
-        train(_config(tmp_path, backend="serial", policy_lag=2, batches=batches), resume=True,
+        train(fake_config(tmp_path, backend="serial", policy_lag=2, batches=batches), resume=True,
               log=_quiet)
     state, _ = checkpoint.load(tmp_path / "checkpoint.npz")
     assert [w.tobytes() for w in state.lagged] == [
@@ -449,7 +428,7 @@ def test_a_config_from_before_policy_lag_resumes_without_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Whatever the default becomes, a stored run keeps the algorithm it was trained with.
-    stored = json.loads(_config(tmp_path, policy_lag=3).to_json())
+    stored = json.loads(fake_config(tmp_path, policy_lag=3).to_json())
     del stored["policy_lag"]
     monkeypatch.setitem(config_module.OLDER_RUN_DEFAULTS, "policy_lag", 2)
     assert TrainConfig.from_dict(stored).policy_lag == 2
@@ -457,7 +436,7 @@ def test_a_config_from_before_policy_lag_resumes_without_it(
 
 
 def test_a_config_from_before_inputs_resumes_with_frame_differences(tmp_path: Path) -> None:
-    stored = json.loads(_config(tmp_path, inputs="diff+paddle").to_json())
+    stored = json.loads(fake_config(tmp_path, inputs="diff+paddle").to_json())
     assert config_module.stored_option(stored, "inputs") == "diff+paddle"
     del stored["inputs"]
     assert TrainConfig.from_dict(stored).inputs == "diff"
@@ -468,26 +447,26 @@ def test_a_fork_continues_its_run_bit_for_bit_and_only_reads_it(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=2, backend="serial"), log=_quiet)
+    train(fake_config(source, batches=2, backend="serial"), log=_quiet)
     before = {p.name: p.read_bytes() for p in source.iterdir()}
     fork = tmp_path / "fork"
     lines: list[str] = []
-    train(_config(fork, fork_from=str(source), workers=3), log=lines.append)
+    train(fake_config(fork, fork_from=str(source), workers=3), log=lines.append)
     assert lines[0].endswith(f"new run forked from {source} at update 2 in {fork}")
-    assert _weights(fork) == serial_weights  # what the run itself would have become
+    assert checkpoint_weights(fork) == serial_weights  # what the run itself would have become
     assert {p.name: p.read_bytes() for p in source.iterdir()} == before
     records = [json.loads(r) for r in (fork / "metrics.jsonl").read_text().splitlines()]
     assert records[:2] == [json.loads(r) for r in before["metrics.jsonl"].splitlines()]
     assert [r["batch"] for r in records] == [1, 2, 3]
     assert json.loads((fork / "config.json").read_text())["fork_from"] == str(source)
     other = tmp_path / "lr"
-    train(_config(other, fork_from=str(source), backend="serial", lr=0.01), log=_quiet)
-    assert _weights(other) != serial_weights
+    train(fake_config(other, fork_from=str(source), backend="serial", lr=0.01), log=_quiet)
+    assert checkpoint_weights(other) != serial_weights
 
 
 def test_a_fork_takes_its_runs_algorithm_unless_told_otherwise(tmp_path: Path) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=2, backend="serial", lr=0.002, seed=7), log=_quiet)
+    train(fake_config(source, batches=2, backend="serial", lr=0.002, seed=7), log=_quiet)
     config, state = prepare_run(tmp_path / "fork", False, {"fork_from": str(source), "lr": 5e-4})
     algorithm = (config.env_kwargs, config.seed, config.hidden, config.batch_size, config.lr)
     assert algorithm == ({"points_to_win": 2}, 7, 16, 3, 5e-4)
@@ -499,7 +478,7 @@ def test_a_fork_takes_its_runs_algorithm_unless_told_otherwise(tmp_path: Path) -
 
 def test_a_fork_is_refused_where_its_checkpoint_does_not_fit(tmp_path: Path) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=1, backend="serial"), log=_quiet)
+    train(fake_config(source, batches=1, backend="serial"), log=_quiet)
     fork = {"fork_from": str(source)}
     refusals = [
         ({**fork, "hidden": 8}, ConfigError, r"may widen the hidden layer .*\(16 units\), not"),
@@ -524,14 +503,14 @@ def test_a_fork_resumes_and_keeps_where_it_came_from(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=1, backend="serial"), log=_quiet)
+    train(fake_config(source, batches=1, backend="serial"), log=_quiet)
     fork = tmp_path / "fork"
-    train(_config(fork, fork_from=str(source), batches=2, backend="serial"), log=_quiet)
+    train(fake_config(fork, fork_from=str(source), batches=2, backend="serial"), log=_quiet)
     with pytest.raises(ConfigError, match="trained with --fork-from"):
         prepare_run(fork, True, {"fork_from": str(tmp_path / "other")})
     # The same command again with --resume continues the fork.
-    train(_config(fork, fork_from=str(source), backend="serial"), resume=True, log=_quiet)
-    assert _weights(fork) == serial_weights
+    train(fake_config(fork, fork_from=str(source), backend="serial"), resume=True, log=_quiet)
+    assert checkpoint_weights(fork) == serial_weights
     (fork / "checkpoint.npz").unlink()
     with pytest.raises(RunDirError, match="a fork that stopped before its first checkpoint"):
         prepare_run(fork, True, {})
@@ -541,28 +520,30 @@ def test_a_fork_may_change_its_policy_lag(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=2, backend="serial"), log=_quiet)
+    train(fake_config(source, batches=2, backend="serial"), log=_quiet)
     lagged = {}
     for name, overrides in (("serial", {"backend": "serial"}), ("local", {"workers": 3})):
-        fork = _config(tmp_path / name, fork_from=str(source), policy_lag=1, **overrides)
+        fork = fake_config(tmp_path / name, fork_from=str(source), policy_lag=1, **overrides)
         train(fork, log=_quiet)
         # Batch 3 is played with update 2's weights with either lag: update 3 is the run's own.
-        assert _weights(tmp_path / name) == serial_weights
+        assert checkpoint_weights(tmp_path / name) == serial_weights
         train(dataclasses.replace(fork, batches=5), resume=True, log=_quiet)
-        lagged[name] = _weights(tmp_path / name)
+        lagged[name] = checkpoint_weights(tmp_path / name)
     assert lagged["serial"] == lagged["local"]
-    plain = _config(tmp_path / "plain", fork_from=str(source), batches=5, backend="serial")
+    plain = fake_config(tmp_path / "plain", fork_from=str(source), batches=5, backend="serial")
     train(plain, log=_quiet)
-    assert _weights(tmp_path / "plain") != lagged["serial"]  # batch 4 played with update 3's
+    # Batch 4 played with update 3's weights.
+    assert checkpoint_weights(tmp_path / "plain") != lagged["serial"]
     back = tmp_path / "back"
-    train(_config(back, fork_from=str(tmp_path / "serial"), policy_lag=0, batches=6), log=_quiet)
+    unlagged = fake_config(back, fork_from=str(tmp_path / "serial"), policy_lag=0, batches=6)
+    train(unlagged, log=_quiet)
     state, _ = checkpoint.load(back / "checkpoint.npz")
     assert (state.batch, state.lagged) == (6, ())
 
 
 def test_a_fork_may_widen_the_hidden_layer(tmp_path: Path, clean_system) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=2, backend="serial", policy_lag=1), log=_quiet)
+    train(fake_config(source, batches=2, backend="serial", policy_lag=1), log=_quiet)
     before, _ = checkpoint.load(source / "checkpoint.npz")
     config, state = prepare_run(tmp_path / "wide", False, {"fork_from": str(source), "hidden": 24})
     assert config.hidden == 24
@@ -577,16 +558,16 @@ def test_a_fork_may_widen_the_hidden_layer(tmp_path: Path, clean_system) -> None
         assert np.array_equal(w1t[:, 16:], np.broadcast_to(added, (6400, 8)))
     wide: dict[str, bytes] = {}
     for name, overrides in (("serial", {"backend": "serial"}), ("local", {"workers": 3})):
-        run = _config(tmp_path / name, fork_from=str(source), hidden=24, batches=4, **overrides)
+        run = fake_config(tmp_path / name, fork_from=str(source), hidden=24, batches=4, **overrides)
         train(run, log=_quiet)
-        wide[name] = _weights(tmp_path / name)
+        wide[name] = checkpoint_weights(tmp_path / name)
         train(dataclasses.replace(run, batches=5), resume=True, log=_quiet)
     assert wide["serial"] == wide["local"]
     learned, _ = checkpoint.load(tmp_path / "serial" / "checkpoint.npz")
     assert policy.split(learned.params, 24)[1][16:].any()  # the new units learn from the start
     # They play as the run did until they have learned: batches 3 and 4 (update 1's and 2's
     # weights, with lag 1) are the games the run itself would play.
-    train(_config(tmp_path / "same", fork_from=str(source), batches=4, backend="serial"),
+    train(fake_config(tmp_path / "same", fork_from=str(source), batches=4, backend="serial"),
           log=_quiet)
     games = [[(r["steps"], r["reward_mean"]) for r in read_metrics(run / "metrics.jsonl")[2:4]]
              for run in (tmp_path / "serial", tmp_path / "same")]
@@ -595,7 +576,7 @@ def test_a_fork_may_widen_the_hidden_layer(tmp_path: Path, clean_system) -> None
 
 def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path: Path) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=2, backend="serial"), log=_quiet)
+    train(fake_config(source, batches=2, backend="serial"), log=_quiet)
     fork = tmp_path / "fork"
     seen: list[int] = []
 
@@ -603,7 +584,7 @@ def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path:
         if line.startswith("batch"):  # update 3 is done; the next checkpoint is at 100
             seen.append(checkpoint.load(fork / "checkpoint.npz")[0].batch)
 
-    config = _config(fork, fork_from=str(source), backend="serial", checkpoint_every=100)
+    config = fake_config(fork, fork_from=str(source), backend="serial", checkpoint_every=100)
     train(config, log=log)
     assert seen == [2]
 
@@ -612,16 +593,16 @@ def test_a_value_baseline_learns_its_head_and_resumes_with_a_policy_lag(
     tmp_path: Path, clean_system
 ) -> None:
     reference = tmp_path / "reference"
-    train(_config(reference, backend="serial", baseline="value", policy_lag=1), log=_quiet)
+    train(fake_config(reference, backend="serial", baseline="value", policy_lag=1), log=_quiet)
     state, _ = checkpoint.load(reference / "checkpoint.npz")
     n = len(state.params) - 17  # hidden 16: 16 weights and a bias
     assert np.any(state.params[n:] != 0) and np.any(state.cache[n:] != 0)
     assert [len(w) for w in state.lagged] == [len(state.params)]
     run_dir = tmp_path / "local"
     for batches, resume in ((1, False), (3, True)):
-        config = _config(run_dir, baseline="value", policy_lag=1, batches=batches, workers=3)
+        config = fake_config(run_dir, baseline="value", policy_lag=1, batches=batches, workers=3)
         train(config, resume=resume, log=_quiet)
-    assert _weights(run_dir) == _weights(reference)
+    assert checkpoint_weights(run_dir) == checkpoint_weights(reference)
     with np.load(reference / "checkpoint.npz") as npz:
         arrays = dict(npz)
     del arrays["lag_value"]
@@ -632,7 +613,7 @@ def test_a_value_baseline_learns_its_head_and_resumes_with_a_policy_lag(
 
 def test_a_fork_may_add_a_value_head_or_drop_it(tmp_path: Path, clean_system) -> None:
     source = tmp_path / "source"
-    train(_config(source, batches=1, backend="serial", policy_lag=1), log=_quiet)
+    train(fake_config(source, batches=1, backend="serial", policy_lag=1), log=_quiet)
     before, _ = checkpoint.load(source / "checkpoint.npz")
     with_head = tmp_path / "value"
     _, state = prepare_run(with_head, False, {"fork_from": str(source), "baseline": "value"})
@@ -640,7 +621,7 @@ def test_a_fork_may_add_a_value_head_or_drop_it(tmp_path: Path, clean_system) ->
     for old, new in ((before.params, state.params), (before.cache, state.cache),
                      (before.lagged[0], state.lagged[0])):
         assert new[:n].tobytes() == old.tobytes() and len(new) == n + 17 and not new[n:].any()
-    train(_config(with_head, fork_from=str(source), baseline="value", policy_lag=1), log=_quiet)
+    train(fake_config(with_head, fork_from=str(source), baseline="value", policy_lag=1), log=_quiet)
     learned, _ = checkpoint.load(with_head / "checkpoint.npz")
     assert learned.params[n:].any()
     _, state = prepare_run(tmp_path / "none", False, {"fork_from": str(with_head),

@@ -1,0 +1,238 @@
+"""What several test modules share: running the command, a small FakePong run, a run's
+weights, playing a batch on any backend, and finding pong-mp's leftovers (shared memory,
+worker processes). Fixtures that use them are in conftest.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from pong_mp import policy
+from pong_mp.backends import Backend, RolloutSpec, make_backend
+from pong_mp.backends.shm import block_creator, pid_namespace
+from pong_mp.batch_sum import BatchSum, GroupSum
+from pong_mp.config import TrainConfig
+from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
+from pong_mp.frames import PADDLE_COLUMN
+
+METRIC_FIELDS = frozenset(
+    {"batch", "episodes", "steps", "reward_mean", "running_reward", "seconds", "steps_per_sec"}
+)
+"""Fields every metrics.jsonl line must have: the contract in DESIGN.md."""
+
+
+# -- the command and its runs ------------------------------------------------------------------
+
+
+def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m pong_mp ARGS` and capture its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "pong_mp", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def fake_config(run_dir: Path, **overrides: Any) -> TrainConfig:
+    """A small FakePong run's config (2-point games, 16 hidden units, 3 updates of 3 episodes
+    on 2 local workers, seed 4, a checkpoint every 2 updates); `overrides` replace any
+    option."""
+    base: dict[str, Any] = dict(
+        env="FakePong-v0",
+        env_kwargs={"points_to_win": 2},
+        workers=2,
+        batch_size=3,
+        batches=3,
+        hidden=16,
+        seed=4,
+        run_dir=str(run_dir),
+        checkpoint_every=2,
+    )
+    return TrainConfig(**{**base, **overrides})
+
+
+def checkpoint_weights(run_dir: Path) -> bytes:
+    """The bytes of the weights in a run directory's checkpoint: W1, W2 and, with --baseline
+    value, the value head."""
+    with np.load(Path(run_dir) / "checkpoint.npz", allow_pickle=False) as npz:
+        head = npz["value"].tobytes() if "value" in npz.files else b""
+        return npz["W1"].tobytes() + npz["W2"].tobytes() + head
+
+
+# -- backends ------------------------------------------------------------------------------------
+
+SPEC_HIDDEN = 16
+"""Hidden units of `fake_spec`'s policy."""
+
+
+def fake_spec(env_id: str = "FakePong-v0", workers: int = 2, **kwargs: Any) -> RolloutSpec:
+    """A rollout spec of 2-point games and SPEC_HIDDEN units; `kwargs` go to RolloutSpec, and
+    its env_kwargs add to the game's."""
+    env_kwargs = {"points_to_win": 2, **kwargs.pop("env_kwargs", {})}
+    return RolloutSpec(
+        env_id=env_id,
+        hidden=SPEC_HIDDEN,
+        gamma=0.99,
+        workers=workers,
+        env_kwargs=env_kwargs,
+        **kwargs,
+    )
+
+
+def new_backend(name: str, spec: RolloutSpec) -> Backend:
+    """The backend `name`; skips the test where it needs Ray and Ray is not installed."""
+    if name == "ray":
+        pytest.importorskip("ray")
+    return make_backend(name, spec)
+
+
+def episode_stats(item: EpisodeResult | EpisodeStats) -> EpisodeStats:
+    """The statistics of a backend's episode item, with its gradient or without."""
+    return item.stats if isinstance(item, EpisodeResult) else item
+
+
+Episodes = list[tuple[int, int, float]]
+"""A batch's episodes as (index, steps, reward), in index order."""
+
+
+def play_batch(
+    backend: Backend, params: np.ndarray, tasks: list[EpisodeTask]
+) -> tuple[bytes, Episodes]:
+    """One batch as the trainer sums it: (the summed gradient's bytes, the episodes'
+    (index, steps, reward) in order). Results come in any order, each exactly once; a
+    gradient is read on arrival (the local backend reuses its worker's slot)."""
+    return sum_batch(backend.run_batch(params, tasks), tasks)
+
+
+def sum_batch(
+    items: Iterable[EpisodeResult | EpisodeStats | GroupSum], tasks: list[EpisodeTask]
+) -> tuple[bytes, Episodes]:
+    """What play_batch gives, from the items a backend's run_batch yielded for `tasks`.
+    Items kept in a list must stay valid: Ray's do, the local backend's gradients do not."""
+    summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(SPEC_HIDDEN)))
+    episodes = []
+    for item in items:
+        summed.add(item)
+        if not isinstance(item, GroupSum):  # an episode, with or without its gradient
+            stats = episode_stats(item)
+            episodes.append((stats.index, stats.steps, stats.reward_sum))
+    assert summed.complete
+    return summed.total.tobytes(), sorted(episodes)
+
+
+def play_batches(
+    backend_name: str, spec: RolloutSpec, batches: int = 2, batch_size: int = 5
+) -> list[tuple[bytes, Episodes]]:
+    """What `batches` batches give on a new backend, with other weights for each."""
+    backend = new_backend(backend_name, spec)
+    backend.start()
+    try:
+        out = []
+        for b in range(batches):
+            tasks = make_tasks(1, b * batch_size, batch_size)
+            out.append(play_batch(backend, policy.init_params(SPEC_HIDDEN, b), tasks))
+            assert [e[0] for e in out[-1][1]] == [t.index for t in tasks]
+        return out
+    finally:
+        backend.close()
+
+
+# -- inputs ------------------------------------------------------------------------------------
+
+
+def expected_input(inputs: str, cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
+    """The dense input of `inputs`: the difference, with the paddle column as it is for
+    "diff+paddle"."""
+    dense = cur - prev
+    if inputs == "diff+paddle":
+        dense[PADDLE_COLUMN::80] = cur[PADDLE_COLUMN::80]
+    return dense
+
+
+# -- leftovers: shared memory and worker processes -------------------------------------------
+
+SHM = Path("/dev/shm")
+
+
+def pong_shm_blocks() -> set[str]:
+    """Names of pong-mp shared-memory blocks that exist now."""
+    if not SHM.is_dir():
+        return set()
+    return {p.name for p in SHM.iterdir() if p.name.startswith("pong-mp-")}
+
+
+def pong_processes() -> set[int]:
+    """Pids of live processes whose OS name is pong-mp-worker-* (zombies excluded)."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if fields.get("Name", "").strip().startswith("pong-mp-worker") and not fields.get(
+            "State", ""
+        ).strip().startswith("Z"):
+            pids.add(int(entry.name))
+    return pids
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _runs_pong_mp(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return b"pong_mp" in cmdline or b"pong-mp" in cmdline  # python -m, or the script
+    except OSError:
+        return False
+
+
+def stray_workers() -> set[int]:
+    """Workers that nothing will clean up: children of this test process, or orphans (their
+    parent is not a pong-mp coordinator). Workers of other pong-mp runs are not counted."""
+    return {
+        pid
+        for pid in pong_processes()
+        if _parent(pid) == os.getpid() or not _runs_pong_mp(_parent(pid))
+    }
+
+
+def _other_runs_block(name: str) -> bool:
+    """Whether a block belongs to another pong-mp run on this machine (its creator is alive,
+    runs pong-mp, and is neither this test process nor its child), which a test must not be
+    blamed for: training in the background while the tests run is normal."""
+    creator = block_creator(name)
+    if creator is None or creator[1] != pid_namespace():
+        return False
+    pid = creator[0]
+    return pid != os.getpid() and _parent(pid) != os.getpid() and _runs_pong_mp(pid)
+
+
+def new_blocks(before: set[str]) -> set[str]:
+    """The pong-mp blocks that exist now and not in `before`, other runs' left out."""
+    return {name for name in pong_shm_blocks() - before if not _other_runs_block(name)}
+
+
+def wait_until_clean(before_shm: set[str], timeout: float = 10.0) -> tuple[set[str], set[int]]:
+    """Wait up to `timeout` s for new shm blocks and worker processes to vanish; the leftovers
+    (other runs' blocks and workers are not counted)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        shm = new_blocks(before_shm)
+        procs = stray_workers()
+        if (not shm and not procs) or time.monotonic() > deadline:
+            return shm, procs
+        time.sleep(0.1)
