@@ -15,6 +15,13 @@ from tests.helpers import fake_config, fake_spec, play_batches, pong_shm_blocks,
 # Ray, where tests start it, must not try to send usage reports from a machine without a
 # network.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Child processes (the command, scripts, Ray's workers and nodes) make the fault envs by
+# their module path, tests.fault_envs: it must be importable wherever they start.
+_ROOT = str(Path(__file__).resolve().parents[1])
+if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p
+    )
 
 
 @pytest.fixture

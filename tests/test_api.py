@@ -18,6 +18,7 @@ from pong_mp import checkpoint, policy
 from pong_mp.config import ConfigError
 from pong_mp.envs import make_env
 from pong_mp.frames import PADDLE_COLUMN
+from tests.fault_envs import SLOW_PONG
 
 SMALL = dict(env="FakePong-v0", env_arg={"points_to_win": 2}, batch_size=2, hidden=8)
 
@@ -96,7 +97,7 @@ def test_ctrl_c_saves_the_checkpoint_and_raises_keyboard_interrupt(
         import pong_mp
         if __name__ == "__main__":
             try:
-                pong_mp.train({str(run_dir)!r}, env="SlowPong-v0",
+                pong_mp.train({str(run_dir)!r}, env={SLOW_PONG!r},
                               env_arg={{"delay": 0.002, "points_to_win": 3}}, batch_size=2,
                               hidden=8, workers=1, checkpoint_every=1000, progress=False)
             except KeyboardInterrupt as exc:

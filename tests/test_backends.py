@@ -15,6 +15,7 @@ from pong_mp.backends import RolloutSpec, WorkerError, make_backend
 from pong_mp.backends.base import RemoteTraceback
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.episode import make_tasks
+from tests.fault_envs import CRASHING_PONG, SLOW_PONG
 from tests.helpers import (
     SPEC_HIDDEN,
     episode_stats,
@@ -56,7 +57,7 @@ BACKENDS_WITH_WORKERS = ["local", pytest.param("ray", marks=pytest.mark.ray)]
 def test_a_killed_worker_is_replaced_and_its_episode_replayed(
     name: str, reference, clean_system
 ) -> None:
-    spec = fake_spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.002})
+    spec = fake_spec(SLOW_PONG, workers=2, env_kwargs={"delay": 0.002})
     backend = new_backend(name, spec)
     backend.start()
     killed = []
@@ -90,13 +91,13 @@ def test_a_failure_inside_an_episode_is_retried(
 ) -> None:
     # Each env instance fails in its second episode; the retry goes through.
     crash = {"crash_episodes": (1,), "mode": mode}
-    spec = fake_spec("CrashingPong-v0", workers=2, env_kwargs=crash)
+    spec = fake_spec(CRASHING_PONG, workers=2, env_kwargs=crash)
     assert play_batches(name, spec) == reference
 
 
 def test_a_hung_worker_is_replaced(reference, clean_system) -> None:
     spec = fake_spec(
-        "CrashingPong-v0",
+        CRASHING_PONG,
         workers=2,
         episode_timeout=1.5,
         env_kwargs={"crash_episodes": (2,), "mode": "hang"},
@@ -108,7 +109,7 @@ def _slow_starting_spec() -> RolloutSpec:
     """One worker whose env takes 2 s to build and which hangs in its third episode; an
     episode may last 1 s, and is played at most twice."""
     return fake_spec(
-        "CrashingPong-v0",
+        CRASHING_PONG,
         workers=1,
         episode_timeout=1.0,
         max_retries=1,
@@ -144,7 +145,7 @@ def test_a_replacement_that_does_not_start_is_replaced_in_turn(
 @pytest.mark.parametrize("name", BACKENDS_WITH_WORKERS)
 def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_system) -> None:
     spec = fake_spec(
-        "CrashingPong-v0",
+        CRASHING_PONG,
         workers=2,
         max_retries=2,
         env_kwargs={"crash_episodes": tuple(range(100))},
@@ -158,7 +159,7 @@ def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_sys
         backend.close()
     cause = info.value.__cause__
     assert isinstance(cause, RemoteTraceback)
-    assert "fake_pong.py" in cause.tb  # the frames of the worker's own stack
+    assert "fault_envs.py" in cause.tb  # the frames of the worker's own stack
     assert "RuntimeError: CrashingPong: planned failure" in cause.tb
     assert "\x1b[" not in cause.tb  # plain text, fit for a log
 
@@ -179,7 +180,7 @@ def test_close_twice_is_harmless(clean_system) -> None:
 
 
 def test_a_batch_left_unfinished_leaves_nothing_for_the_next(clean_system) -> None:
-    spec = fake_spec("SlowPong-v0", workers=2, env_kwargs={"delay": 0.001})
+    spec = fake_spec(SLOW_PONG, workers=2, env_kwargs={"delay": 0.001})
     params = policy.init_params(SPEC_HIDDEN, 0)
     with make_backend("serial", spec) as serial:
         expected = play_batch(serial, params, make_tasks(1, 10, 4))
@@ -235,7 +236,7 @@ def test_batches_in_flight_play_with_their_own_weights(
     # with a lag of 1: each with its own weights version, whoever plays it, a killed
     # worker included.
     batches = [(v, policy.init_params(SPEC_HIDDEN, v), make_tasks(1, v * 5, 5)) for v in (0, 1)]
-    spec = fake_spec("SlowPong-v0", workers=3, lag=1, env_kwargs={"delay": 0.001})
+    spec = fake_spec(SLOW_PONG, workers=3, lag=1, env_kwargs={"delay": 0.001})
     with new_backend(name, spec) as backend:
         assert _play_in_flight(backend, batches, kill_after) == reference
         if kill_after is not None:
@@ -257,7 +258,7 @@ def test_a_lag_keeps_only_its_versions() -> None:
 def test_a_local_worker_goes_on_with_the_next_batch(clean_system) -> None:
     # Two workers, a batch of three episodes, then another: the worker that is free while
     # the first batch's last episode plays takes the second batch's first.
-    spec = fake_spec("SlowPong-v0", workers=2, lag=1, env_kwargs={"delay": 0.001})
+    spec = fake_spec(SLOW_PONG, workers=2, lag=1, env_kwargs={"delay": 0.001})
     params = policy.init_params(SPEC_HIDDEN, 0).astype(np.float32)
     with make_backend("local", spec) as backend:
         sent: list[int] = []

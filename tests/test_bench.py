@@ -22,6 +22,7 @@ from pong_mp.tools.bench import (
     format_ray_driver_cost,
     ray_driver_cost,
 )
+from tests.fault_envs import SLOW_PONG
 from tests.helpers import pong_mp
 
 
@@ -44,22 +45,22 @@ def test_dense_reference_rate_survives_the_time_running_out_in_a_reset(monkeypat
 
 
 def test_compare_envs_alternates_rounds() -> None:
-    rates = compare_envs(("FakePong-v0", "SlowPong-v0"), seconds=0.05, rounds=2)
-    assert list(rates) == ["FakePong-v0", "SlowPong-v0"]
+    rates = compare_envs(("FakePong-v0", SLOW_PONG), seconds=0.05, rounds=2)
+    assert list(rates) == ["FakePong-v0", SLOW_PONG]
     assert all(len(r) == 2 for r in rates.values())
     # SlowPong sleeps 10 ms a step: it cannot reach 200 steps/s, FakePong easily does.
-    assert max(rates["SlowPong-v0"]) < 200 < min(rates["FakePong-v0"])
+    assert max(rates[SLOW_PONG]) < 200 < min(rates["FakePong-v0"])
 
 
 def test_the_env_comparison_is_one_command_of_pong_mp_bench() -> None:
     done = pong_mp(
-        "bench", "--compare-envs", "--env", "SlowPong-v0", "--seconds", "1", "--rounds", "1",
+        "bench", "--compare-envs", "--env", SLOW_PONG, "--seconds", "1", "--rounds", "1",
         "--json",
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     rates = json.loads(done.stdout)
-    assert list(rates) == ["SlowPong-v0", "FakePong-v0"] and len(rates["FakePong-v0"]) == 1
-    assert rates["SlowPong-v0"][0] < 200 < rates["FakePong-v0"][0]
+    assert list(rates) == [SLOW_PONG, "FakePong-v0"] and len(rates["FakePong-v0"]) == 1
+    assert rates[SLOW_PONG][0] < 200 < rates["FakePong-v0"][0]
     same = pong_mp("bench", "--compare-envs", "--env", "FakePong-v0")
     assert same.returncode == 2 and "name another" in same.stderr
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint
+from tests.fault_envs import SLOW_PONG
 from tests.helpers import METRIC_FIELDS, checkpoint_weights, pong_mp
 
 SMALL = "--env FakePong-v0 --batch-size 4 --batches 3 --seed 1 --env-arg points_to_win=3".split()
@@ -207,7 +208,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path, clean_system) ->
             "pong_mp",
             "train",
             "--env",
-            "SlowPong-v0",
+            SLOW_PONG,
             "--env-arg",
             "delay=0.001",
             "--env-arg",

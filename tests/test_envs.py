@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import gymnasium as gym
 import pytest
 
 import pong_mp  # noqa: F401  (registers FakePong-v0)
-from pong_mp.envs import UnknownEnvError, check_env_id, make_env
+from pong_mp.envs import UnknownEnvError, check_env, check_env_id, is_pong, make_env
+from tests.fault_envs import SLOW_PONG
 
 
 def test_importing_pong_mp_registers_fake_pong() -> None:
@@ -20,6 +24,27 @@ def test_unknown_env_id_is_a_short_clear_error() -> None:
         make_env("Nope-v0")
     with pytest.raises(UnknownEnvError):
         check_env_id("ALE/NoSuchGame-v5")
+
+
+def test_the_package_registers_no_fault_env() -> None:
+    registered = subprocess.run(
+        [sys.executable, "-c", "import gymnasium, pong_mp; print(sorted(gymnasium.registry))"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "'FakePong-v0'" in registered
+    assert "SlowPong" not in registered and "CrashingPong" not in registered
+
+
+def test_an_env_named_with_its_module_is_the_users_word() -> None:
+    # The tests' fault envs are Pong to pong-mp only by their module path ("module:EnvId").
+    check_env(SLOW_PONG, {"delay": 0.0})
+    assert not is_pong(SLOW_PONG) and not is_pong("SlowPong-v0")
+    with pytest.raises(UnknownEnvError, match="SlowPong-v0 is not Pong"):
+        check_env("SlowPong-v0", {})
+    with pytest.raises(UnknownEnvError, match="cannot import no_such_module"):
+        check_env_id("no_such_module:Pong-v0")
+    with pytest.raises(UnknownEnvError, match=r"unknown env id 'tests\.fault_envs:Nope-v0'"):
+        check_env_id("tests.fault_envs:Nope-v0")
 
 
 @pytest.mark.ale

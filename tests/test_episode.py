@@ -10,6 +10,7 @@ from pong_mp import policy
 from pong_mp.envs import make_training_env
 from pong_mp.episode import EpisodeTask, episode_seed, make_tasks, play_episode
 from pong_mp.gradient import EpisodeGradient, Moments
+from tests.fault_envs import CRASHING_PONG
 
 HIDDEN = 16
 
@@ -254,7 +255,7 @@ def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one(
     params[policy.param_count(HIDDEN) :] = 0.1  # a head that estimates something
     weights = policy.Weights32.from_params(params, HIDDEN)
     crashing = make_training_env(
-        "CrashingPong-v0", crash_episodes=(0,), crash_at_step=60, points_to_win=2
+        CRASHING_PONG, crash_episodes=(0,), crash_at_step=60, points_to_win=2
     )
     # small blocks: folds happen before the failure
     work = EpisodeGradient(HIDDEN, block=8, entropy_bonus=entropy_bonus, baseline=baseline)

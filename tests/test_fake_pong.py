@@ -7,6 +7,7 @@ import pytest
 
 from pong_mp.envs import fake_pong as fp
 from pong_mp.envs import make_env
+from tests.fault_envs import CRASHING_PONG
 
 
 def _play(env, policy, seed: int, max_steps: int = 100_000):
@@ -118,7 +119,7 @@ def test_the_opponent_can_be_beaten_but_not_by_chance() -> None:
 
 
 def test_crashing_pong_fails_where_told() -> None:
-    env = make_env("CrashingPong-v0", crash_episodes=(1,), crash_at_step=3)
+    env = make_env(CRASHING_PONG, crash_episodes=(1,), crash_at_step=3)
     _play(env, _random, seed=0, max_steps=10)  # episode 0: fine
     env.reset(seed=0)
     env.step(2)

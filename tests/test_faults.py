@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from pong_mp import checkpoint
+from tests.fault_envs import CRASHING_PONG, SLOW_PONG
 from tests.helpers import (
     checkpoint_weights,
     new_blocks,
@@ -21,7 +22,7 @@ from tests.helpers import (
 )
 
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
-SLOW = ["--env", "SlowPong-v0", "--env-arg", "points_to_win=2", "--hidden", "8"]
+SLOW = ["--env", SLOW_PONG, "--env-arg", "points_to_win=2", "--hidden", "8"]
 
 
 def start(*args: str) -> subprocess.Popen:
@@ -100,7 +101,7 @@ def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
 ) -> None:
     # Long episodes: the first Ctrl-C lands in the middle of the first batch.
     proc = start(
-        *"train --env SlowPong-v0 --env-arg delay=0.01 --hidden 8".split(),
+        "train", "--env", SLOW_PONG, *"--env-arg delay=0.01 --hidden 8".split(),
         *"--workers 2 --batch-size 2 --run-dir".split(),
         str(tmp_path),
     )
@@ -203,7 +204,7 @@ def test_an_episode_that_keeps_failing_stops_the_run_cleanly(tmp_path: Path, cle
     done = pong_mp(
         "train",
         "--env",
-        "CrashingPong-v0",
+        CRASHING_PONG,
         "--env-arg",
         crash,
         "--env-arg",

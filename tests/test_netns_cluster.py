@@ -17,6 +17,7 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.batch_sum import group_count
+from tests.fault_envs import SLOW_PONG
 from tests.helpers import checkpoint_weights
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -141,7 +142,7 @@ def test_a_node_whose_link_is_cut_is_replaced_and_the_bytes_stay(
     batches = 6
     run_dir = tmp_path / "cut"
     # SlowPong: FakePong's bytes, slow enough that the cut lands mid-run.
-    train = _train(run_dir, "--env", "SlowPong-v0", "--env-arg", "delay=0.002",
+    train = _train(run_dir, "--env", SLOW_PONG, "--env-arg", "delay=0.002",
                    "--ray-address", cluster, "--workers", "2", "--batches", str(batches),
                    "--episode-timeout", "30")  # fmt: skip
     run = subprocess.Popen(_in_head(*train), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -15,6 +15,7 @@ from pong_mp.checkpoint import load_policy
 from pong_mp.envs import make_training_env
 from pong_mp.frames import INPUTS, PADDLE_COLUMN
 from pong_mp.tools.play import GameScore, play_games, summary
+from tests.fault_envs import SLOW_PONG
 from tests.helpers import pong_mp
 
 GAME = {"points_to_win": 3}
@@ -170,10 +171,10 @@ def test_a_failed_recording_leaves_no_file(
 
 
 def test_cli_play_warns_when_the_env_is_not_the_one_trained_on(fake_checkpoint: Path) -> None:
-    done = pong_mp("play", str(fake_checkpoint), "--env", "SlowPong-v0", "--episodes", "1")
+    done = pong_mp("play", str(fake_checkpoint), "--env", SLOW_PONG, "--episodes", "1")
     assert done.returncode == 0, done.stderr
     assert done.stderr == (
-        "pong-mp: warning: this policy was trained on FakePong-v0, not SlowPong-v0; "
+        f"pong-mp: warning: this policy was trained on FakePong-v0, not {SLOW_PONG}; "
         "expect it to play badly\n"
     )
 

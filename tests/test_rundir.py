@@ -30,6 +30,7 @@ from pong_mp.rundir import (
 )
 from pong_mp.state import TrainState, with_policy_lag
 from pong_mp.trainer import train
+from tests.fault_envs import SLOW_PONG
 from tests.helpers import fake_config, pong_mp
 
 SMALL = "--env FakePong-v0 --env-arg points_to_win=2 --batch-size 2 --hidden 8 --workers 1"
@@ -64,7 +65,7 @@ def _start_slow_run(run_dir: Path) -> subprocess.Popen:
     # SlowPong dawdles every step: the run is still going while the test pokes at it.
     return subprocess.Popen(
         [
-            sys.executable, "-m", "pong_mp", "train", "--env", "SlowPong-v0",
+            sys.executable, "-m", "pong_mp", "train", "--env", SLOW_PONG,
             "--env-arg", "delay=0.002", "--env-arg", "points_to_win=3", "--batch-size", "2",
             "--hidden", "8", "--workers", "1", "--checkpoint-every", "1", "--run-dir",
             str(run_dir),

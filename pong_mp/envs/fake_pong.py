@@ -12,7 +12,6 @@ canvas, each step returns a copy of it, and the hot path avoids numpy scalar cal
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -207,64 +206,3 @@ def _clamp(value: int, low: int, high: int) -> int:
 
 def _overlap(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
     return a[0] < b[1] and b[0] < a[1] and a[2] < b[3] and b[2] < a[3]
-
-
-class CrashingPong(FakePong):
-    """FakePong that fails inside chosen episodes, for fault-tolerance tests.
-
-    The episodes are counted per env instance (0 = the first reset of this instance), so a
-    retried episode, played by a fresh or another worker, goes through. `mode` "raise"
-    raises RuntimeError; "kill" kills the whole process with SIGKILL, like a segfault;
-    "hang" sleeps for an hour, like a stuck emulator. `start_seconds` makes the env that long
-    to build, like an emulator loading on a busy machine.
-    """
-
-    def __init__(
-        self,
-        crash_episodes: tuple[int, ...] = (0,),
-        crash_at_step: int = 5,
-        mode: str = "raise",
-        start_seconds: float = 0.0,
-        **kwargs: Any,
-    ) -> None:
-        """See the class docstring; other arguments go to FakePong."""
-        super().__init__(**kwargs)
-        time.sleep(start_seconds)
-        if mode not in ("raise", "kill", "hang"):
-            raise ValueError("mode must be 'raise', 'kill' or 'hang'")
-        self.crash_episodes = tuple(crash_episodes)
-        self.crash_at_step = crash_at_step
-        self.mode = mode
-        self._resets = 0
-
-    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
-        """Count the episode, then reset as FakePong."""
-        self._resets += 1
-        return super().reset(**kwargs)
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """Step as FakePong, but fail at `crash_at_step` of a chosen episode."""
-        if self._resets - 1 in self.crash_episodes and self.steps + 1 == self.crash_at_step:
-            if self.mode == "kill":
-                import os
-                import signal
-
-                os.kill(os.getpid(), signal.SIGKILL)
-            if self.mode == "hang":
-                time.sleep(3600)
-            raise RuntimeError(f"CrashingPong: planned failure in episode {self._resets - 1}")
-        return super().step(action)
-
-
-class SlowPong(FakePong):
-    """FakePong that sleeps `delay` seconds per step, for interrupt and timeout tests."""
-
-    def __init__(self, delay: float = 0.01, **kwargs: Any) -> None:
-        """`delay` is the sleep per step; other arguments go to FakePong."""
-        super().__init__(**kwargs)
-        self.delay = delay
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        """Sleep, then step as FakePong."""
-        time.sleep(self.delay)
-        return super().step(action)

@@ -4,13 +4,12 @@ without importing the package that imports it."""
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import gymnasium as gym
 
 FAKE_PONG_ID = "FakePong-v0"
-FAULT_ENV_IDS = {"CrashingPong-v0": "CrashingPong", "SlowPong-v0": "SlowPong"}
-"""FakePong variants that fail or dawdle on purpose, for fault-tolerance tests and demos."""
 
 
 class UnknownEnvError(ValueError):
@@ -18,16 +17,15 @@ class UnknownEnvError(ValueError):
 
 
 def register_fake_pong() -> None:
-    """Register FakePong-v0 and its fault-injecting variants with gymnasium (idempotent)."""
-    for env_id, cls in {FAKE_PONG_ID: "FakePong", **FAULT_ENV_IDS}.items():
-        if env_id not in gym.registry:
-            # No checker or order wrappers: they cost more per step than FakePong itself.
-            gym.register(
-                id=env_id,
-                entry_point=f"pong_mp.envs.fake_pong:{cls}",
-                disable_env_checker=True,
-                order_enforce=False,
-            )
+    """Register FakePong-v0 with gymnasium (idempotent)."""
+    if FAKE_PONG_ID not in gym.registry:
+        # No checker or order wrappers: they cost more per step than FakePong itself.
+        gym.register(
+            id=FAKE_PONG_ID,
+            entry_point="pong_mp.envs.fake_pong:FakePong",
+            disable_env_checker=True,
+            order_enforce=False,
+        )
 
 
 def _register_ale() -> None:
@@ -39,10 +37,20 @@ def _register_ale() -> None:
 
 
 def check_env_id(env_id: str) -> None:
-    """Raise UnknownEnvError, with a short message, if `env_id` is not a known env."""
-    if env_id.startswith("ALE/"):
+    """Raise UnknownEnvError, with a short message, if `env_id` is not a known env.
+
+    An id may name the module that registers its env, in gymnasium's "module:EnvId" form;
+    the module is imported here, as gymnasium.make does.
+    """
+    module, _, name = env_id.rpartition(":")
+    if module:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise UnknownEnvError(f"env id {env_id!r}: cannot import {module} ({exc})") from None
+    if name.startswith("ALE/"):
         _register_ale()
-    if env_id not in gym.registry:
+    if name not in gym.registry:
         raise UnknownEnvError(f"unknown env id {env_id!r}; use {SUPPORTED}")
 
 
@@ -52,7 +60,7 @@ SUPPORTED = f"ALE/Pong-v5 (gymnasium's Atari Pong, any ALE/Pong version) or {FAK
 
 def is_pong(env_id: str) -> bool:
     """Whether `env_id` is a Pong whose frames and actions the policy understands."""
-    return env_id.startswith("ALE/Pong-") or env_id == FAKE_PONG_ID or env_id in FAULT_ENV_IDS
+    return env_id.startswith("ALE/Pong-") or env_id == FAKE_PONG_ID
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:

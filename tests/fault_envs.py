@@ -1,0 +1,90 @@
+"""FakePongs that fail or dawdle on purpose, for the fault-tolerance tests.
+
+They are FakePong's game (the same bytes while nothing goes wrong) and are not part of the
+package: a test names one by its module path, in gymnasium's "module:EnvId" form
+(`CRASHING_PONG`, `SLOW_PONG`), which makes gymnasium import this module, and so register
+them, wherever the env is made: in the test process, in a spawned worker process, in a Ray
+actor. conftest.py puts the repository on PYTHONPATH so that child processes can import it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from pong_mp.envs.fake_pong import FakePong
+
+CRASHING_PONG = "tests.fault_envs:CrashingPong-v0"
+"""The env id of `CrashingPong`, with the module that registers it."""
+SLOW_PONG = "tests.fault_envs:SlowPong-v0"
+"""The env id of `SlowPong`, with the module that registers it."""
+
+
+class CrashingPong(FakePong):
+    """FakePong that fails inside chosen episodes, for fault-tolerance tests.
+
+    The episodes are counted per env instance (0 = the first reset of this instance), so a
+    retried episode, played by a fresh or another worker, goes through. `mode` "raise"
+    raises RuntimeError; "kill" kills the whole process with SIGKILL, like a segfault;
+    "hang" sleeps for an hour, like a stuck emulator. `start_seconds` makes the env that long
+    to build, like an emulator loading on a busy machine.
+    """
+
+    def __init__(
+        self,
+        crash_episodes: tuple[int, ...] = (0,),
+        crash_at_step: int = 5,
+        mode: str = "raise",
+        start_seconds: float = 0.0,
+        **kwargs: Any,
+    ) -> None:
+        """See the class docstring; other arguments go to FakePong."""
+        super().__init__(**kwargs)
+        time.sleep(start_seconds)
+        if mode not in ("raise", "kill", "hang"):
+            raise ValueError("mode must be 'raise', 'kill' or 'hang'")
+        self.crash_episodes = tuple(crash_episodes)
+        self.crash_at_step = crash_at_step
+        self.mode = mode
+        self._resets = 0
+
+    def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
+        """Count the episode, then reset as FakePong."""
+        self._resets += 1
+        return super().reset(**kwargs)
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Step as FakePong, but fail at `crash_at_step` of a chosen episode."""
+        if self._resets - 1 in self.crash_episodes and self.steps + 1 == self.crash_at_step:
+            if self.mode == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.mode == "hang":
+                time.sleep(3600)
+            raise RuntimeError(f"CrashingPong: planned failure in episode {self._resets - 1}")
+        return super().step(action)
+
+
+class SlowPong(FakePong):
+    """FakePong that sleeps `delay` seconds per step, for interrupt and timeout tests."""
+
+    def __init__(self, delay: float = 0.01, **kwargs: Any) -> None:
+        """`delay` is the sleep per step; other arguments go to FakePong."""
+        super().__init__(**kwargs)
+        self.delay = delay
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        """Sleep, then step as FakePong."""
+        time.sleep(self.delay)
+        return super().step(action)
+
+
+for _name, _cls in (("CrashingPong-v0", CrashingPong), ("SlowPong-v0", SlowPong)):
+    if _name not in gym.registry:
+        # As FakePong is registered: no checker or order wrappers, which cost more per step
+        # than the game itself.
+        gym.register(id=_name, entry_point=_cls, disable_env_checker=True, order_enforce=False)
