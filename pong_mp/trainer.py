@@ -387,9 +387,12 @@ def ppo_updates(
                     for task in tasks
                 ]
                 summed = BatchSum(first, config.batch_size, total)
-                for stats in _round(backend, version, epoch_tasks, summed):
-                    if stats.ppo_pass is not None:
-                        seen += stats.ppo_pass
+                passes = {
+                    stats.index: stats.ppo_pass
+                    for stats in _round(backend, version, epoch_tasks, summed)
+                }
+                for task in tasks:  # added in episode order: the same bits every time
+                    seen += passes.get(task.index) or PassStats()
                 arrived = time.perf_counter()
                 grad = summed.total / max(1, summed.steps)  # the minibatch's mean
                 grad_norm = l2_norm(grad)

@@ -3,11 +3,17 @@ surrogate's gradient against a dense float64 reference."""
 
 from __future__ import annotations
 
+import json
+import math
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from pong_mp import policy, ppo
 from pong_mp.frames import INPUT_SIZE
+from pong_mp.trainer import train
+from tests.helpers import checkpoint_weights, fake_config, pong_mp
 
 HIDDEN = 6
 
@@ -161,3 +167,104 @@ def test_at_the_playing_weights_no_step_is_clipped_and_the_ratio_is_one() -> Non
     )
     assert stats.clipped == 0
     assert stats.kl == 0.0
+
+
+# -- training with --algo ppo ---------------------------------------------------------------
+
+PPO = {"algo": "ppo", "optimizer": "adam", "lr": 1e-3, "epochs": 2, "minibatches": 2}
+"""A small actor-critic: 2 passes of 2 minibatches over each batch."""
+
+TIMING = {"seconds", "steps_per_sec", "update_seconds", "elapsed", "time", "workers"}
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [{k: v for k, v in json.loads(line).items() if k not in TIMING} for line in lines]
+
+
+@pytest.fixture(scope="module")
+def ppo_serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[dict]]:
+    """The weights and metrics of 3 actor-critic updates on the serial backend."""
+    run_dir = tmp_path_factory.mktemp("ppo-serial")
+    train(fake_config(run_dir, backend="serial", **PPO), log=_quiet)
+    return checkpoint_weights(run_dir), _metrics(run_dir)
+
+
+@pytest.mark.parametrize(("backend", "workers"), [("local", 1), ("local", 3), ("ray", 2)])
+def test_the_actor_critic_gives_the_same_bits_on_every_backend(
+    tmp_path: Path, backend: str, workers: int, ppo_serial, clean_system
+) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray")
+    train(fake_config(tmp_path, backend=backend, workers=workers, **PPO), log=_quiet)
+    assert checkpoint_weights(tmp_path) == ppo_serial[0]
+    assert _metrics(tmp_path) == ppo_serial[1]
+
+
+def test_the_actor_critic_resumes_bit_for_bit(tmp_path: Path, ppo_serial, clean_system) -> None:
+    train(fake_config(tmp_path, batches=2, **PPO), log=_quiet)
+    train(fake_config(tmp_path, batches=3, backend="serial", **PPO), resume=True, log=_quiet)
+    assert checkpoint_weights(tmp_path) == ppo_serial[0]
+    assert _metrics(tmp_path) == ppo_serial[1]
+
+
+def test_the_actor_critic_learns_a_value_and_logs_its_passes(
+    tmp_path: Path, ppo_serial, clean_system
+) -> None:
+    records = ppo_serial[1]
+    for record in records:
+        assert record["value_loss"] > 0
+        assert 0 <= record["clip_fraction"] < 1
+        assert math.isfinite(record["approx_kl"])
+    # The value head starts at zero and moves; the weights differ from pg's on the same seed.
+    state = train(fake_config(tmp_path, backend="serial", **PPO), log=_quiet)
+    head = policy.value_head(state.params, 16)
+    assert head is not None and np.any(head != 0)
+    pg = train(fake_config(tmp_path / "pg", backend="serial"), log=_quiet)
+    assert not np.array_equal(pg.params, state.params[: len(pg.params)])
+    # Every optimizer step of the update moved the weights: more passes, another result.
+    more = train(fake_config(tmp_path / "more", backend="serial", **{**PPO, "epochs": 3}),
+                 log=_quiet)
+    assert not np.array_equal(more.params, state.params)
+
+
+def test_an_actor_critic_checkpoint_plays(tmp_path: Path, ppo_serial, clean_system) -> None:
+    train(fake_config(tmp_path, backend="serial", **PPO), log=_quiet)
+    done = pong_mp("play", str(tmp_path), "--episodes", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["games"] == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--policy-lag", "1"], "--algo ppo works with --policy-lag 0"),
+        (["--baseline", "value"], "--baseline and --advantage are pg's options"),
+        (["--advantage", "batch"], "--baseline and --advantage are pg's options"),
+        (["--clip", "0"], "--clip must be in (0, 1)"),
+        (["--epochs", "0"], "--epochs must be between 1 and 100"),
+        (["--gae-lambda", "1.5"], "--gae-lambda must be in [0, 1]"),
+    ],
+)
+def test_options_the_actor_critic_cannot_take_are_one_line(
+    tmp_path: Path, options: list[str], message: str
+) -> None:
+    done = pong_mp(
+        "train", "--env", "FakePong-v0", "--algo", "ppo", *options, "--run-dir", str(tmp_path)
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [f"pong-mp: error: {message}"] or (
+        message in done.stderr and "Traceback" not in done.stderr
+    )
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_the_karpathy_preset_is_pg_whatever_the_learner_asked() -> None:
+    from pong_mp.config import apply_preset
+
+    assert apply_preset("karpathy", {"algo": "ppo"})["algo"] == "pg"
+    assert apply_preset("karpathy", {"algo": "ppo"}, {"algo"})["algo"] == "ppo"
