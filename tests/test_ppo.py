@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import signal
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pong_mp import policy, ppo
+from pong_mp.backends import RolloutSpec
+from pong_mp.batch_sum import BatchSum
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.trainer import train
-from tests.helpers import checkpoint_weights, fake_config, pong_mp
+from tests.helpers import checkpoint_weights, fake_config, new_backend, pong_mp
 
 HIDDEN = 6
 
@@ -268,3 +274,62 @@ def test_the_karpathy_preset_is_pg_whatever_the_learner_asked() -> None:
 
     assert apply_preset("karpathy", {"algo": "ppo"})["algo"] == "pg"
     assert apply_preset("karpathy", {"algo": "ppo"}, {"algo"})["algo"] == "ppo"
+
+
+def _synthetic(steps: int, seed: int) -> ppo.Trajectory:
+    # A long made-up episode: ~25 pixels a step, a point every 60 steps.
+    rng = np.random.default_rng(seed)
+    counts = rng.integers(15, 35, steps)
+    indptr = np.zeros(steps + 1, np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    rewards = np.where(np.arange(steps) % 60 == 59, rng.choice([-1.0, 1.0], steps), 0.0)
+    values = rng.standard_normal(steps) * 0.1
+    advantages, returns = ppo.gae(rewards, values, 0.99, 0.95)
+    return ppo.Trajectory(
+        pixels=rng.integers(0, INPUT_SIZE, indptr[-1]).astype(np.uint16),
+        signs=rng.choice([-1, 1], indptr[-1]).astype(np.int8),
+        indptr=indptr,
+        up=rng.integers(0, 2, steps).astype(np.uint8),
+        logp_old=np.log(rng.uniform(0.3, 0.7, steps)),
+        values=values,
+        rewards=rewards,
+        advantages=advantages,
+        returns=returns,
+    )
+
+
+def test_a_worker_killed_mid_pass_changes_no_bit(clean_system) -> None:
+    # The local backend's; Ray's replaces an actor whatever the task it held (test_backends).
+    hidden = 200
+    spec = RolloutSpec("FakePong-v0", hidden, 0.99, workers=2, algo="ppo")
+    params = policy.init_params(hidden, 3, value=True)
+    params[policy.param_count(hidden) :] = 0.01
+    tasks = [
+        ppo.EpochTask(i, 100 + i, _synthetic(40_000, i), 0, 0, 1, 0.1, 0.9) for i in range(4)
+    ]
+
+    def summed(items) -> bytes:
+        total = BatchSum(0, len(tasks), np.empty(len(params)))
+        for item in items:
+            total.add(item)
+        assert total.complete
+        return total.total.tobytes()
+
+    serial = new_backend("serial", spec)
+    with serial:
+        expected = summed(serial.run_batch(params, tasks))
+    backend = new_backend("local", spec)
+    killed = []
+
+    def kill_one_mid_pass() -> None:
+        time.sleep(0.2)  # each pass over 40,000 steps takes longer than this
+        pid = backend.worker_pids()[0]
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    with backend:
+        threading.Thread(target=kill_one_mid_pass).start()
+        got = summed(backend.run_batch(params, tasks))
+        assert killed and killed[0] not in backend.worker_pids()
+        assert backend.replacements == 1
+    assert got == expected
