@@ -375,8 +375,9 @@ ALGORITHM_FIELDS = (
 FORK_KEEPS = ("env", "inputs", "optimizer")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights and
 optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
-drop one, and change the policy lag: see state.with_hidden, state.with_value_head and
-state.with_policy_lag.)"""
+drop one, change the policy lag, and switch the learner, whose optimizer state then starts
+anew: see state.with_hidden, state.with_value_head, state.with_policy_lag and
+state.with_new_optimizer_state.)"""
 
 
 PRESETS: dict[str, dict[str, Any]] = {

@@ -38,6 +38,7 @@ from pong_mp.state import (
     TrainState,
     initial_state,
     with_hidden,
+    with_new_optimizer_state,
     with_policy_lag,
     with_value_head,
 )
@@ -407,10 +408,15 @@ def _prepare_fork(
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
     if config.hidden != stored.hidden:
         state = with_hidden(state, stored.hidden, config.hidden, config.seed)
-    if config.baseline != stored.baseline:
+    if config.value_head != stored.value_head:
+        # --baseline value added or dropped, or a switch of learner (the actor-critic has one)
         state = with_value_head(state, config.hidden, config.value_head)
     if config.policy_lag != stored.policy_lag:
         state = with_policy_lag(state, config.policy_lag)
+    if config.algo != stored.algo:
+        # pg's step is a sum over a batch, the actor-critic's a mean per step: the optimizer's
+        # running scale of the one would hold the other back for hundreds of updates.
+        state = with_new_optimizer_state(state)
     return config, state
 
 

@@ -71,6 +71,12 @@ def with_hidden(state: TrainState, hidden: int, new_hidden: int, seed: int) -> T
     return _reshaped(state, weights, zeros)
 
 
+def with_new_optimizer_state(state: TrainState) -> TrainState:
+    """`state` with the optimizer's state at zero, as a new run's (the weights kept)."""
+    momentum = None if state.momentum is None else np.zeros_like(state.momentum)
+    return dataclasses.replace(state, cache=np.zeros_like(state.cache), momentum=momentum)
+
+
 def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
     """`state` with a new value head (zeros, and zero optimizer state) added to every
     parameter-sized vector, or with its value head dropped."""

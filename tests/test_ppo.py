@@ -18,6 +18,7 @@ from pong_mp import policy, ppo
 from pong_mp.backends import RolloutSpec
 from pong_mp.batch_sum import BatchSum
 from pong_mp.frames import INPUT_SIZE
+from pong_mp.rundir import prepare_run
 from pong_mp.trainer import train
 from tests.helpers import checkpoint_weights, fake_config, new_backend, pong_mp
 
@@ -333,3 +334,21 @@ def test_a_worker_killed_mid_pass_changes_no_bit(clean_system) -> None:
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
     assert got == expected
+
+
+def test_a_pg_run_forks_into_the_actor_critic(tmp_path: Path, clean_system) -> None:
+    train(fake_config(tmp_path / "pg", backend="serial", batches=2), log=_quiet)
+    learner = {"algo": "ppo", "epochs": 2, "minibatches": 2}  # the run's RMSProp, kept
+    given = {"fork_from": str(tmp_path / "pg"), "backend": "serial", **learner}
+    config, state = prepare_run(tmp_path / "ppo", False, given)
+    assert config.algo == "ppo" and state.batch == 2
+    assert np.all(policy.value_head(state.params, 16) == 0)  # a new head
+    assert not np.any(state.cache)  # and the optimizer's state anew
+    fork = train(fake_config(tmp_path / "ppo", batches=3, **given), log=_quiet)
+    assert np.any(policy.value_head(fork.params, 16) != 0)  # which learned
+    # The fork's first batch is played with the run's weights: the same games as pg's third.
+    pg_on = train(fake_config(tmp_path / "pg", backend="serial", batches=3), resume=True,
+                  log=_quiet)
+    assert pg_on.steps == fork.steps
+    records = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").open()]
+    assert [r["batch"] for r in records] == [1, 2, 3] and "value_loss" in records[-1]
