@@ -19,7 +19,7 @@ The rules that keep results reproducible:
   weights and hidden units, float64 sums.
 """
 
-from libc.math cimport exp, fabs, log1p
+from libc.math cimport exp, fabs, log1p, sqrt
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
@@ -569,3 +569,64 @@ def ppo_accumulate(
         free(step_of)
         free(sign)
         free(total)
+
+
+# -- the coordinator's loops over the flat parameters (optim.py, batch_sum.py) ---------------
+# Each does, element by element, the very operations of the numpy code it replaces, in the
+# same order (so the same bits), in one pass over memory instead of one per operation.
+
+
+def rmsprop(
+    const double[::1] params,
+    const double[::1] cache,
+    const double[::1] grad,
+    double lr,
+    double decay,
+    double eps,
+    double[::1] new_params,
+    double[::1] new_cache,
+) -> None:
+    """cache' = decay * cache + (1 - decay) * grad^2;
+    params' = params + lr * grad / (sqrt(cache') + eps), as `optim.rmsprop_step`'s numpy."""
+    cdef Py_ssize_t n = params.shape[0], i
+    cdef double g, c, keep = 1.0 - decay
+    if not (cache.shape[0] == n and grad.shape[0] == n and new_params.shape[0] == n
+            and new_cache.shape[0] == n):
+        raise ValueError("rmsprop: arrays of mismatched sizes")
+    for i in range(n):
+        g = grad[i]
+        c = cache[i] * decay + (g * g) * keep
+        new_cache[i] = c
+        new_params[i] = params[i] + (g / (sqrt(c) + eps)) * lr
+
+
+def adam(
+    const double[::1] params,
+    const double[::1] momentum,
+    const double[::1] cache,
+    const double[::1] grad,
+    double lr,
+    double beta1,
+    double beta2,
+    double eps,
+    double correction1,
+    double correction2,
+    double[::1] new_params,
+    double[::1] new_momentum,
+    double[::1] new_cache,
+) -> None:
+    """Adam's step as `optim.adam_step`'s numpy writes it, with correction1 = 1 - beta1^step
+    and correction2 = 1 - beta2^step."""
+    cdef Py_ssize_t n = params.shape[0], i
+    cdef double g, m, v, keep1 = 1.0 - beta1, keep2 = 1.0 - beta2
+    if not (momentum.shape[0] == n and cache.shape[0] == n and grad.shape[0] == n
+            and new_params.shape[0] == n and new_momentum.shape[0] == n
+            and new_cache.shape[0] == n):
+        raise ValueError("adam: arrays of mismatched sizes")
+    for i in range(n):
+        g = grad[i]
+        m = momentum[i] * beta1 + keep1 * g
+        v = cache[i] * beta2 + keep2 * (g * g)
+        new_momentum[i] = m
+        new_cache[i] = v
+        new_params[i] = ((m / correction1) / (sqrt(v / correction2) + eps)) * lr + params[i]

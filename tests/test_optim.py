@@ -115,3 +115,43 @@ def test_a_rate_given_to_a_step_replaces_the_optimizer_own(name: str) -> None:
     )
     assert np.array_equal(given[0], stepped[1][0])
     assert not np.array_equal(given[0], stepped[0][0])
+
+
+def _numpy_rmsprop(params, cache, grad, lr, decay, eps):
+    # The update as numpy writes it, operation by operation: the bits the compiled pass keeps.
+    scratch = grad * grad
+    scratch *= 1.0 - decay
+    new_cache = cache * decay
+    new_cache += scratch
+    scratch = np.sqrt(new_cache)
+    scratch += eps
+    scratch = grad / scratch
+    scratch *= lr
+    return params + scratch, new_cache
+
+
+def _numpy_adam(params, m, v, grad, step, lr, beta1=0.9, beta2=0.999, eps=1e-8):
+    new_m = m * beta1
+    new_m += (1.0 - beta1) * grad
+    new_v = v * beta2
+    new_v += (1.0 - beta2) * np.square(grad)
+    denom = np.sqrt(new_v / (1.0 - beta2**step))
+    denom += eps
+    new_p = new_m / (1.0 - beta1**step)
+    new_p /= denom
+    new_p *= lr
+    new_p += params
+    return new_p, new_m, new_v
+
+
+def test_the_compiled_steps_keep_numpy_bits() -> None:
+    rng = np.random.default_rng(0)
+    params, grad = rng.standard_normal(10_001), rng.standard_normal(10_001) * 1e-3
+    cache, momentum = rng.random(10_001) * 1e-4, rng.standard_normal(10_001) * 1e-3
+    got = rmsprop_step(params, cache, grad, lr=1e-3, decay=0.99)
+    want = _numpy_rmsprop(params, cache, grad, 1e-3, 0.99, 1e-5)
+    assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
+    for step in (1, 7, 1000):
+        got = adam_step(params, momentum, cache, grad, step=step, lr=3e-4)
+        want = _numpy_adam(params, momentum, cache, grad, step, 3e-4)
+        assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
