@@ -376,7 +376,7 @@ def ppo_updates(
         seen = PassStats()
         grad_norm = 0.0
         lr = scheduled_lr(config.lr, config.lr_half_life, state.steps)
-        arrived = applied = time.perf_counter()
+        coordinator = 0.0  # the workers wait on the coordinator between minibatches
         for epoch in range(config.epochs):
             for part in range(config.minibatches):
                 epoch_tasks = [
@@ -408,9 +408,9 @@ def ppo_updates(
                     raise NonFiniteError(
                         f"update {state.batch + 1}: the new weights would not be finite"
                     )
-                applied = time.perf_counter()
                 version += 1
                 backend.publish(version, params.astype(np.float32))
+                coordinator += time.perf_counter() - arrived
         running = state.running_reward
         for reward in played.episode_rewards:
             running = (
@@ -443,7 +443,7 @@ def ppo_updates(
         now = time.perf_counter()
         seconds, last = now - last, now
         new_state.elapsed = state.elapsed + seconds
-        yield new_state, _record(config, new_state, stats_out, seconds, applied - arrived)
+        yield new_state, _record(config, new_state, stats_out, seconds, coordinator)
         state = new_state
 
 
