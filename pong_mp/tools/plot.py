@@ -308,7 +308,7 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
     return Path(out)
 
 
-THRESHOLDS = (-20.0, -15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 18.0)
+THRESHOLDS = (-20.0, -15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 18.0, 20.0)
 
 
 def milestones(
