@@ -187,12 +187,27 @@ class TrainConfig:
                 "each worker is a process of ~100 MB",
             ),
             (self.batch_size >= 1, "--batch-size must be >= 1"),
+            (
+                self.batch_size <= MAX_BATCH_SIZE,
+                f"--batch-size must be at most {MAX_BATCH_SIZE:,} episodes (one update of "
+                "more would show no progress for hours)",
+            ),
             (self.batches is None or self.batches >= 0, "--batches must be >= 0"),
             (self.lr > 0, "--lr must be > 0"),
+            (
+                self.lr <= MAX_LR,
+                f"--lr must be at most {MAX_LR:g} (larger steps overflow the weights; the "
+                "default is 1e-3, Karpathy's 1e-4)",
+            ),
             (self.lr_half_life >= 0, "--lr-half-life must be >= 0 (0: constant)"),
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
             (self.entropy_bonus >= 0, "--entropy-bonus must be >= 0 (0: none)"),
+            (
+                self.entropy_bonus <= MAX_ENTROPY_BONUS,
+                f"--entropy-bonus must be at most {MAX_ENTROPY_BONUS:g} (0.01 to 0.03 are "
+                "the values tried)",
+            ),
             (
                 self.entropy_bonus == 0 or self.advantage == "episode",
                 "--entropy-bonus works with --advantage episode only",
@@ -221,7 +236,11 @@ class TrainConfig:
                 f"--policy-lag must be between 0 and {MAX_POLICY_LAG}",
             ),
             (self.checkpoint_every >= 1, "--checkpoint-every must be >= 1"),
-            (self.episode_timeout > 0, "--episode-timeout must be > 0"),
+            (
+                self.episode_timeout >= MIN_EPISODE_TIMEOUT,
+                f"--episode-timeout must be at least {MIN_EPISODE_TIMEOUT:g} s (shorter "
+                "would judge every episode hung)",
+            ),
             (self.seed >= 0, "--seed must be >= 0"),
             (self.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}"),
             (
@@ -267,6 +286,22 @@ def max_local_workers() -> int:
     More only wait for a core, and each costs ~100 MB of memory."""
     return max(64, 4 * default_workers())
 
+
+MAX_BATCH_SIZE = 10_000
+"""The most episodes in one update: each is 1,000 to 6,000 env steps of real Pong, so one
+update of 10,000 already takes hours on a few cores, with no progress shown meanwhile (and
+the coordinator holds every episode's task)."""
+
+MIN_EPISODE_TIMEOUT = 1.0
+"""The shortest --episode-timeout: the worker's answer needs a pipe and a poll (up to 1 s
+apart), so anything shorter would kill healthy workers."""
+
+MAX_LR = 1.0
+"""The largest learning rate: RMSProp and Adam move each weight by about lr per update, and
+the weights are about 0.01; far larger steps overflow (1e308 does at once)."""
+
+MAX_ENTROPY_BONUS = 10.0
+"""The largest entropy bonus: the standardised returns it is added to are about 1."""
 
 MAX_POLICY_LAG = 8
 """The most batches one update's weights may lag behind: each lag step keeps one more weights
