@@ -17,9 +17,12 @@ import fcntl
 import json
 import math
 import os
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pong_mp import checkpoint
 from pong_mp.backends.base import refuse_in_a_starting_worker
@@ -45,6 +48,9 @@ from pong_mp.state import (
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
+DAMAGED_METRICS_FILE = "metrics.jsonl.damaged"
+"""Where `train --resume` moves the lines of metrics.jsonl that are not valid records (they
+are appended, as they were, one per line)."""
 LOCK_FILE = ".lock"
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE)
 """The files that make a directory hold a run."""
@@ -248,9 +254,21 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def _parse_metrics(path: Path, data: bytes) -> list[dict[str, Any]]:
     # read_metrics's rules, on the bytes of `path`.
+    records, damaged = _scan_metrics(data)
+    if damaged:
+        number, _, problem = damaged[0]
+        raise RunDirError(f"{path}, line {number}: damaged metrics record ({problem})")
+    return records
+
+
+def _scan_metrics(data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, bytes, str]]]:
+    # The valid records of a metrics file's bytes, and its damaged lines as (line number,
+    # bytes, problem). A last line without its newline (a write cut off by a crash) is
+    # neither; a record whose update does not follow the one before is damaged.
     lines = data.split(b"\n")
     complete, tail = lines[:-1], lines[-1]
-    records = []
+    records: list[dict[str, Any]] = []
+    damaged = []
     for number, raw in enumerate(complete + ([tail] if tail.strip() else []), 1):
         cut_off = number == len(complete) + 1
         if not raw.strip() and not cut_off:
@@ -260,28 +278,84 @@ def _parse_metrics(path: Path, data: bytes) -> list[dict[str, Any]]:
             problem = _check_record(record)
         except (UnicodeDecodeError, ValueError):
             problem = "not UTF-8 JSON"
+        if problem is None and records and record["batch"] <= records[-1]["batch"]:
+            problem = f"update {record['batch']} after update {records[-1]['batch']}"
         if problem is not None:
-            if cut_off:
-                continue  # a write cut off by a crash
-            raise RunDirError(f"{path}, line {number}: damaged metrics record ({problem})")
+            if not cut_off:
+                damaged.append((number, raw, problem))
+            continue
         records.append(record)
-    return records
+    return records, damaged
 
 
-def keep_metrics_until(path: Path, last_batch: int) -> None:
-    """Rewrite metrics.jsonl atomically with only the records up to `last_batch` (those the
-    checkpoint holds): later ones describe updates that are played again. Writes nothing if
-    there is nothing to drop."""
+def scan_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
+    """The valid records of a metrics.jsonl and the numbers of its damaged lines (what
+    `keep_metrics_until` will move aside); ([], []) if the file does not exist. Raises
+    FileError if it cannot be read."""
     path = Path(path)
     if not path.exists():
-        return
+        return [], []
+    with file_io(path, "read"):
+        records, damaged = _scan_metrics(path.read_bytes())
+    return records, [number for number, _, _ in damaged]
+
+
+def keep_metrics_until(path: Path, last_batch: int) -> str | None:
+    """Rewrite metrics.jsonl atomically with only the records up to `last_batch` (those the
+    checkpoint holds): later ones describe updates that are played again. Writes nothing if
+    there is nothing to drop.
+
+    Damaged lines (not UTF-8 JSON, fields missing, an update out of order) are appended to
+    metrics.jsonl.damaged beside it first, so that nothing is lost and the log again holds
+    one valid record per update; the line returned says so (None when none were).
+    """
+    path = Path(path)
+    if not path.exists():
+        return None
     with file_io(path, "read"):
         data = path.read_bytes()
-    records = _parse_metrics(path, data)
+    records, damaged = _scan_metrics(data)
     kept = [r for r in records if r["batch"] <= last_batch]
-    if (len(kept) == len(records) and data.endswith(b"\n")) or not data:
-        return
+    if (len(kept) == len(records) and data.endswith(b"\n") and not damaged) or not data:
+        return None
+    aside = path.with_name(DAMAGED_METRICS_FILE)
+    if damaged:
+        # Durable before the log loses them: a crash in between leaves them in both.
+        with file_io(aside, "write"), open(aside, "ab") as fh:
+            fh.write(b"".join(raw + b"\n" for _, raw, _ in damaged))
+            fh.flush()
+            os.fsync(fh.fileno())
     write_text_atomic(path, "".join(json.dumps(r) + "\n" for r in kept))
+    if not damaged:
+        return None
+    numbers = [number for number, _, _ in damaged]
+    shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
+    have = {r["batch"] for r in kept}
+    missing = [batch for batch in range(1, last_batch + 1) if batch not in have]
+    lost = (
+        f"; updates {_ranges(missing)} have no record left (the damage replaced them)"
+        if missing
+        else ""
+    )
+    more = ", ..." if len(numbers) > 1 else ""
+    return (
+        f"{path}: damaged line{'s' * (len(numbers) != 1)} {shown} ({damaged[0][2]}{more}) "
+        f"moved to {aside}{lost}"
+    )
+
+
+def _ranges(numbers: list[int]) -> str:
+    # "3, 7 to 9" for [3, 7, 8, 9].
+    parts: list[str] = []
+    start = prev = numbers[0]
+    for n in [*numbers[1:], None]:
+        if n is not None and n == prev + 1:
+            prev = n
+            continue
+        parts.append(str(start) if start == prev else f"{start} to {prev}")
+        if n is not None:
+            start = prev = n
+    return ", ".join(parts)
 
 
 class MetricsLog:
@@ -351,7 +425,9 @@ def prepare_run(
             )
         else:
             state = initial_state(config)  # stopped before its first checkpoint
-        read_metrics(run_dir / METRICS_FILE)  # a damaged file is refused before anything runs
+        # Damaged lines are no reason to stop: the log is a record, the checkpoint is the
+        # state. They are moved aside once the run has started (keep_metrics_until).
+        scan_metrics(run_dir / METRICS_FILE)
     else:
         existing = holds_run(run_dir)
         if existing:
@@ -493,6 +569,37 @@ def open_run(
         yield prepare_run(run_dir, resume, given, build_env=False)
     finally:
         lock.release(remove_if_unused=True)
+
+
+def checkpoint_on_disk(run_dir: Path) -> int | None:
+    """The update of the checkpoint in `run_dir` as it is on disk now (None: there is none,
+    or none readable): what a stop message names, whatever the run meant to save."""
+    try:
+        with np.load(Path(run_dir) / CHECKPOINT_FILE, allow_pickle=False) as npz:
+            return int(npz["batch"])
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
+    """What a stopped run left in `run_dir`, read from the disk, for its stop message (the
+    run had reached update `reached`; None: it never started), and whether `--resume`
+    continues it."""
+    on_disk = checkpoint_on_disk(run_dir)
+    if on_disk is None:
+        if (Path(run_dir) / CONFIG_FILE).exists():
+            return f"no checkpoint in {run_dir} yet; --resume starts the run from its start", True
+        return f"nothing was written in {run_dir}", False
+    if reached is None or on_disk >= reached:
+        return f"checkpoint saved at update {on_disk} in {run_dir}", True
+    lost = f"updates {on_disk + 1} to {reached} were"
+    if reached == on_disk + 1:
+        lost = f"update {reached} was"
+    return (
+        f"the checkpoint in {run_dir} is at update {on_disk} ({lost} not saved and will be "
+        "played again)",
+        True,
+    )
 
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:

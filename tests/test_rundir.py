@@ -346,7 +346,7 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
     "damage",
     [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b'{"batch": 1}\n', b'{"batch": "1"}\n'],
 )
-def test_damaged_metrics_are_refused_by_resume_and_plot(
+def test_damaged_metrics_are_refused_by_plot_and_set_aside_by_resume(
     tmp_path: Path, finished_run: Path, damage: bytes
 ) -> None:
     run_dir = tmp_path / "R"
@@ -354,11 +354,17 @@ def test_damaged_metrics_are_refused_by_resume_and_plot(
     metrics = run_dir / "metrics.jsonl"
     metrics.write_bytes(damage + metrics.read_bytes())
     before = _snapshot(run_dir)
-    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
-    _one_line_error(done, 2, f"{metrics}, line 1: damaged metrics record")
     done = pong_mp("plot", str(run_dir), "--milestones")
     _one_line_error(done, 2, f"{metrics}, line 1: damaged metrics record")
     assert _snapshot(run_dir) == before
+    # The log is a record, the checkpoint the state: a resume goes on.
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    aside = run_dir / "metrics.jsonl.damaged"
+    assert done.stderr == f"pong-mp: {metrics}: damaged line 1 (" + done.stderr.split("(", 1)[1]
+    assert f"moved to {aside}\n" in done.stderr and done.stderr.count("\n") == 1
+    assert aside.read_bytes() == damage
+    assert [r["batch"] for r in read_metrics(metrics)] == [1, 2, 3]
 
 
 def test_a_metrics_line_cut_off_by_a_crash_is_skipped(tmp_path: Path) -> None:
