@@ -54,7 +54,7 @@ def train(
     from pong_mp import trainer
     from pong_mp.config import ConfigError
     from pong_mp.progress import NotebookReporter, QuietReporter
-    from pong_mp.rundir import open_run
+    from pong_mp.rundir import open_run, where_it_stands
 
     # run_dir is the first argument, and env arguments are env_arg, as on the command line.
     allowed = {f.name for f in dataclasses.fields(TrainConfig)} - {"run_dir", "env_kwargs"}
@@ -78,10 +78,9 @@ def train(
         try:
             return trainer.run(config, state, resumed=resume, reporter=reporter)
         except Interrupted as exc:
-            raise KeyboardInterrupt(
-                f"stopped by {exc}; checkpoint saved at update {exc.saved_batch} in {run_dir}: "
-                f"continue with pong_mp.train({str(run_dir)!r}, resume=True)"
-            ) from None
+            where, resumable = where_it_stands(Path(run_dir), exc.reached)
+            how = f": continue with pong_mp.train({str(run_dir)!r}, resume=True)"
+            raise KeyboardInterrupt(f"stopped by {exc}; {where}{how * resumable}") from None
 
 
 class Agent:

@@ -6,11 +6,13 @@ not fit) is one line on stderr and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import math
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -23,6 +25,8 @@ from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import (
     BASELINES,
+    MAX_BATCH_SIZE,
+    MAX_ENTROPY_BONUS,
     MAX_POLICY_LAG,
     PRESETS,
     ConfigError,
@@ -35,7 +39,7 @@ from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.frames import INPUTS
 from pong_mp.progress import make_reporter
-from pong_mp.rundir import RunDirError, open_run
+from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.signals import STOP_SIGNALS, Interrupted, stop_signals_raise
 from pong_mp.tools.bench import (
     TrainingSetup,
@@ -70,22 +74,40 @@ EXIT_ERROR = 1
 """A run that failed (a worker error, non-finite numbers)."""
 EXIT_USAGE = 2
 """Bad input: an option, the run directory or a checkpoint."""
+EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
+"""Standard output was closed under a command (`pong-mp train | head -1`): what death by
+SIGPIPE gives, after the command's cleanup (a run's checkpoint saved)."""
+
+
+def _say(line: str) -> None:
+    # A last line on stderr; a terminal that hung up must not turn an exit into a traceback.
+    with contextlib.suppress(OSError):
+        click.echo(line, err=True)
 
 
 def _fail(message: str, code: int) -> None:
-    click.echo(f"pong-mp: error: {message}", err=True)
+    _say(f"pong-mp: error: {message}")
     sys.exit(code)
+
+
+def _detach_stdout() -> None:
+    """Point stdout at /dev/null: the reader is gone, and what Python still holds for it
+    would fail again, with a warning, when the interpreter flushes it on exit."""
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
 
 
 class _FiniteRange(click.FloatRange):
     """click.FloatRange that also refuses nan and inf (which compare false with any bound)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        """The float, or a usage error for a non-finite one."""
-        number = super().convert(value, param, ctx)
+        """The float, or a usage error for a non-finite one (said before any range)."""
+        number = click.FLOAT.convert(value, param, ctx)
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
-        return number
+        return super().convert(number, param, ctx)
 
 
 def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
@@ -118,6 +140,10 @@ class _OneLineErrors(click.Group):
             sys.exit(0)
         except click.exceptions.Abort:
             _fail("aborted", 130)
+        except BrokenPipeError:
+            # Standard output was closed (`| head -1`): quiet, with SIGPIPE's status.
+            _detach_stdout()
+            sys.exit(EXIT_OUTPUT_CLOSED)
         except click.UsageError as exc:
             _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
         except click.ClickException as exc:
@@ -139,6 +165,14 @@ def main() -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+def _kept(run_dir: Path) -> str:
+    """What a failed run keeps, as its error line ends: the checkpoint on disk."""
+    on_disk = checkpoint_on_disk(run_dir)
+    if on_disk is None:
+        return where_it_stands(run_dir, None)[0]
+    return f"the last good checkpoint, update {on_disk}, is kept in {run_dir}"
 
 
 def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -238,28 +272,30 @@ def train_command(
                 state = run(config, state, resumed=resume, reporter=reporter)
             except FileError as exc:
                 # The run had started: it failed (exit 1), its last good checkpoint is kept.
-                _fail(f"{exc}; the last good checkpoint in {run_dir} is kept", EXIT_ERROR)
+                _fail(f"{exc}; {_kept(run_dir)}", EXIT_ERROR)
             except MemoryError:
                 _fail(f"out of memory (--hidden {config.hidden} may be too large)", EXIT_ERROR)
     except (ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
+    except KeyboardInterrupt:
+        # Ctrl-C while the options and the run directory were checked: before the run.
+        _say(f"pong-mp: stopped by SIGINT; {where_it_stands(run_dir, None)[0]}")
+        sys.exit(128 + signal.SIGINT)
     except Interrupted as exc:
         # Everything is saved and closed: a further Ctrl-C must not turn this clean exit
         # into a death by signal.
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
-        at = "" if exc.saved_batch is None else f" at update {exc.saved_batch}"
-        click.echo(
-            f"pong-mp: stopped by {exc}; checkpoint saved{at} in {options['run_dir']}, "
-            "continue with --resume",
-            err=True,
-        )
+        # Named from the disk: a second Ctrl-C may have cut the last save short, and a stop
+        # while the workers start has saved nothing.
+        where, resumable = where_it_stands(run_dir, exc.reached)
+        _say(f"pong-mp: stopped by {exc}; {where}{', continue with --resume' * resumable}")
+        if exc.exit_code == EXIT_OUTPUT_CLOSED:
+            _detach_stdout()
         sys.exit(exc.exit_code)
     except (WorkerError, NonFiniteError) as exc:
         cause = f"\n{exc.__cause__}" if exc.__cause__ is not None else ""
-        click.echo(
-            f"pong-mp: error: {exc}; last good state saved in {options['run_dir']}{cause}", err=True
-        )
+        _say(f"pong-mp: error: {exc}; {_kept(run_dir)}{cause}")
         sys.exit(EXIT_ERROR)
     running = "n/a" if state.running_reward is None else f"{state.running_reward:.2f}"
     reached = f"target {config.target_reward:g} reached; " if reached_target(config, state) else ""
@@ -537,6 +573,15 @@ def plot_command(
         # Read once: a live run's plot and table then show the same updates.
         runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
         check_output(output)
+        for run_dir, records in runs:
+            nulls = sum(r["running_reward"] is None for r in records)
+            if nulls:
+                # A valid record (no episode had finished yet), but no trainer writes one
+                # today: worth a word, not a refusal.
+                _say(
+                    f"pong-mp: note: {run_dir}: {nulls} update{'s' * (nulls != 1)} with a null "
+                    "running reward (no episode finished yet), drawn as a gap"
+                )
         tables = [
             milestones_table(records, title=None if len(runs) == 1 else str(run_dir), rate=rate)
             for run_dir, records in runs
@@ -588,7 +633,7 @@ def plot_command(
 )
 @click.option(
     "--batch-size",
-    type=click.IntRange(min=1),
+    type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
     default=TrainConfig.batch_size,
     show_default=True,
     help="Episodes per update of the training runs.",
@@ -619,7 +664,7 @@ def plot_command(
 )
 @click.option(
     "--entropy-bonus",
-    type=_FiniteRange(min=0),
+    type=_FiniteRange(min=0, max=MAX_ENTROPY_BONUS),
     default=TrainConfig.entropy_bonus,
     show_default=True,
     metavar="BETA",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Callable
@@ -131,6 +132,42 @@ class NotebookReporter(BarReporter):
     def __init__(self, start: int, total: int | None) -> None:
         """A bar from update `start` to `total` (None: open-ended)."""
         super().__init__(start, total, sys.stderr, notebook=True)
+
+
+class GuardedReporter:
+    """Passes everything on to `inner` until its output is closed (a pipe whose reader is
+    gone, a terminal hung up), then nothing: `closed` tells the trainer, which stops the run
+    as SIGPIPE would, after saving. Progress is never worth a lost update or a traceback."""
+
+    def __init__(self, inner: Reporter) -> None:
+        """Guard `inner`."""
+        self._inner = inner
+        self.closed = False
+        """Whether a write failed: the output is gone."""
+
+    def _call(self, write: Callable[[], None]) -> None:
+        if self.closed:
+            return
+        try:
+            write()
+        except (BrokenPipeError, ConnectionResetError):
+            self.closed = True
+        except OSError as exc:
+            if exc.errno != errno.EIO:  # EIO: a terminal that hung up
+                raise
+            self.closed = True
+
+    def banner(self, text: str) -> None:
+        """The banner, unless the output is closed."""
+        self._call(lambda: self._inner.banner(text))
+
+    def update(self, record: dict[str, Any]) -> None:
+        """The update, unless the output is closed."""
+        self._call(lambda: self._inner.update(record))
+
+    def close(self) -> None:
+        """Close `inner`, unless the output is closed."""
+        self._call(self._inner.close)
 
 
 def make_reporter(

@@ -1,4 +1,11 @@
-"""SIGINT and SIGTERM as an exception in the coordinator, and a section they cannot split."""
+"""Stop signals as an exception in the coordinator, and a section they cannot split.
+
+SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal or SSH session closed: what a logout
+sends, with SIGTERM from a session manager) all stop a run the same way: the last complete
+update is saved, workers and shared memory go, and the process exits 128 + the signal's
+number (130, 143, 129). A standard output closed under a run (`pong-mp train | head -1`)
+stops it the same way, as SIGPIPE would (141).
+"""
 
 from __future__ import annotations
 
@@ -7,22 +14,34 @@ import signal
 from collections.abc import Iterator
 from types import FrameType
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+WORKER_IGNORES = (signal.SIGINT, signal.SIGHUP)
+"""What worker processes ignore from their first instruction on: a terminal sends these to
+the whole process group, and the coordinator stops its workers itself, after saving."""
 
 
 class Interrupted(Exception):
-    """The user asked the run to stop (Ctrl-C or SIGTERM)."""
+    """The user asked the run to stop (a stop signal, or its output was closed)."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
+    def __init__(self, signum: int, why: str = "") -> None:
+        """A stop by signal `signum`; `why` says what stands for it (an output closed)."""
+        name = signal.Signals(signum).name
+        super().__init__(f"{name} ({why})" if why else name)
         self.signum = signum
-        self.saved_batch: int | None = None
-        """The update whose state was saved on the way out (set by the trainer)."""
+        self.reached: int | None = None
+        """The last update the run completed (set by the trainer; None: it never started).
+        What is on disk may be older: a second signal can cut the last save short."""
 
     @property
     def exit_code(self) -> int:
         """The shell convention for death by this signal: 128 + its number."""
         return 128 + self.signum
+
+
+def output_closed() -> Interrupted:
+    """The stop of a run whose standard output was closed (a pipe's reader gone, or the
+    terminal hung up): handled as SIGPIPE, exit code 141."""
+    return Interrupted(signal.SIGPIPE, "standard output closed")
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
@@ -31,7 +50,7 @@ def _raise(signum: int, frame: FrameType | None) -> None:
 
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
-    """Inside, SIGINT and SIGTERM raise Interrupted in the main thread."""
+    """Inside, the stop signals raise Interrupted in the main thread."""
     previous = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
     try:
         yield
@@ -42,7 +61,7 @@ def stop_signals_raise() -> Iterator[None]:
 
 @contextlib.contextmanager
 def stop_signals_deferred() -> Iterator[None]:
-    """Inside, SIGINT and SIGTERM are held back; the first one is raised on leaving.
+    """Inside, the stop signals are held back; the first one is raised on leaving.
 
     Used around the commit of an update (swap in the new weights, append its metrics line,
     maybe checkpoint) so that an interrupt lands before it or after it, never inside.
@@ -58,3 +77,42 @@ def stop_signals_deferred() -> Iterator[None]:
             signal.signal(s, handler)
     if caught:
         raise Interrupted(caught[0])
+
+
+@contextlib.contextmanager
+def worker_signals_blocked() -> Iterator[None]:
+    """Inside, this thread holds back the signals workers ignore, and processes started
+    here inherit that mask through exec: a Ctrl-C to the process group while a worker
+    imports finds it deaf, not in a traceback. What reaches this process meanwhile is
+    delivered on leaving."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_in_worker() -> None:
+    """In a worker process: ignore what the coordinator handles for it (a pending one is
+    dropped), and take signals again."""
+    for s in WORKER_IGNORES:
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORES)
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker with SIGHUP ignored (it already ignores SIGINT
+    and SIGTERM): a closed terminal hangs up the whole process group, and a tracker killed
+    then would print warnings about blocks the coordinator unlinks itself a moment later.
+    An ignored disposition is the one thing a process inherits through exec."""
+    import threading
+    from multiprocessing import resource_tracker
+
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()  # only the main thread may set dispositions
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)

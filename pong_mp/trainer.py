@@ -21,6 +21,7 @@ Data flow of one update (`updates`, committed by `run`; L is --policy-lag):
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import time
@@ -40,7 +41,7 @@ from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
 from pong_mp.optim import Optimizer, scheduled_lr
 from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
-from pong_mp.progress import LineReporter, Reporter
+from pong_mp.progress import GuardedReporter, LineReporter, Reporter
 from pong_mp.rundir import (
     CHECKPOINT_FILE,
     METRICS_FILE,
@@ -50,9 +51,16 @@ from pong_mp.rundir import (
     open_run,
     write_config,
 )
-from pong_mp.signals import Interrupted, stop_signals_deferred, stop_signals_raise
+from pong_mp.signals import (
+    Interrupted,
+    output_closed,
+    stop_signals_deferred,
+    stop_signals_raise,
+)
 from pong_mp.state import TrainState, with_policy_lag
 from pong_mp.tracking import TensorBoardLog
+
+log = logging.getLogger("pong_mp")
 
 RUNNING_DECAY = 0.99
 """Weight of the old value in the running reward, updated once per episode (Karpathy's)."""
@@ -194,12 +202,13 @@ def run(
 
     The caller holds the run directory (`rundir.open_run`). The run's files are written
     once the backend has started, so a backend that cannot start leaves the run directory
-    as it was. Raises Interrupted after saving a checkpoint when SIGINT or SIGTERM arrives;
-    on any exit after the start the last complete update is saved (unless saving is what
-    failed: FileError), and the backend is always closed.
+    as it was. Raises Interrupted, with the last update reached, when a stop signal
+    arrives or the reporter's output is closed (after saving that update, unless a second
+    signal cuts the save short); on any exit after the start the last complete update is
+    saved (unless saving is what failed: FileError), and the backend is always closed.
     """
     run_dir = Path(config.run_dir)
-    reporter = reporter or LineReporter()
+    reporter = GuardedReporter(reporter or LineReporter())
     reporter.banner(_banner(config, state, resumed))
     backend = make_backend(config.backend, rollout_spec(config), config.ray_address)
     saved_batch = state.batch if resumed else -1
@@ -207,52 +216,64 @@ def run(
     metrics: MetricsLog | None = None
     events: TensorBoardLog | None = None
     file_failed = False
-    with stop_signals_raise():
-        try:
-            backend.start()
-            # Metrics lines newer than the checkpoint (and a line cut off by a crash)
-            # describe updates that are played again; keeping them would record them twice.
-            write_config(run_dir, config)
-            if config.fork_from is not None and not resumed:
-                # From here on the fork needs nothing of the run it came from: a fork
-                # killed before its first update resumes from this checkpoint.
-                copy_fork_metrics(config, state.batch)
-                _save(run_dir, state, config)
-                saved_batch = state.batch
-            keep_metrics_until(run_dir / METRICS_FILE, state.batch)
-            metrics = MetricsLog(run_dir / METRICS_FILE)
-            if config.tensorboard:
-                events = TensorBoardLog(run_dir, purge_from=state.steps + 1 if resumed else None)
-            started = True
-            learner = ppo_updates if config.algo == "ppo" else updates
-            for new_state, record in learner(config, state, backend):
-                # The commit: an interrupt lands before it or after it, never inside.
-                with stop_signals_deferred():
-                    state = new_state
-                    metrics.write(record)
-                    if events is not None:
-                        events.write(record)
-                    reporter.update(record)
-                    if state.batch % config.checkpoint_every == 0:
-                        _save(run_dir, state, config)
-                        saved_batch = state.batch
-        except FileError:
-            file_failed = True  # the disk refused a write: the last good checkpoint stays
-            raise
-        except Interrupted as exc:
-            exc.saved_batch = state.batch  # saved just below, on the way out
-            raise
-        finally:
+    try:
+        with stop_signals_raise():
             try:
-                if started and state.batch != saved_batch and not file_failed:
+                if reporter.closed:  # nobody reads: stop before anything is written
+                    raise output_closed()
+                backend.start()
+                write_config(run_dir, config)
+                if config.fork_from is not None and not resumed:
+                    # From here on the fork needs nothing of the run it came from: a fork
+                    # killed before its first update resumes from this checkpoint.
+                    copy_fork_metrics(config, state.batch)
                     _save(run_dir, state, config)
+                    saved_batch = state.batch
+                # Metrics lines newer than the checkpoint (and a line cut off by a crash)
+                # describe updates that are played again; keeping them would record them
+                # twice. Damaged lines are moved aside.
+                set_aside = keep_metrics_until(run_dir / METRICS_FILE, state.batch)
+                if set_aside is not None:
+                    log.warning(set_aside)
+                metrics = MetricsLog(run_dir / METRICS_FILE)
+                if config.tensorboard:
+                    events = TensorBoardLog(
+                        run_dir, purge_from=state.steps + 1 if resumed else None
+                    )
+                started = True
+                learner = ppo_updates if config.algo == "ppo" else updates
+                for new_state, record in learner(config, state, backend):
+                    # The commit: an interrupt lands before it or after it, never inside.
+                    with stop_signals_deferred():
+                        state = new_state
+                        metrics.write(record)
+                        if events is not None:
+                            events.write(record)
+                        reporter.update(record)
+                        if state.batch % config.checkpoint_every == 0:
+                            _save(run_dir, state, config)
+                            saved_batch = state.batch
+                    if reporter.closed:
+                        raise output_closed()
+            except FileError:
+                file_failed = True  # the disk refused a write: the last good checkpoint stays
+                raise
             finally:
-                if metrics is not None:
-                    metrics.close()
-                if events is not None:
-                    events.close()
-                backend.close()
-                reporter.close()
+                try:
+                    if started and state.batch != saved_batch and not file_failed:
+                        _save(run_dir, state, config)
+                finally:
+                    if metrics is not None:
+                        metrics.close()
+                    if events is not None:
+                        events.close()
+                    backend.close()
+                    reporter.close()
+    except Interrupted as exc:
+        # The first stop, or a second one that cut the save above short: either way the
+        # run reached this update (what is on disk, the caller reads from the disk).
+        exc.reached = state.batch
+        raise
     return state
 
 

@@ -150,6 +150,10 @@ def test_a_null_running_reward_plots_as_a_gap(tmp_path: Path) -> None:
     done = pong_mp("plot", str(tmp_path / "R"), "--milestones")
     assert done.returncode == 0, done.stderr
     assert "| >= -5 | 2 | 20 |" in done.stdout  # update 1 has no running reward
+    assert done.stderr == (
+        f"pong-mp: note: {tmp_path / 'R'}: 1 update with a null running reward (no episode "
+        "finished yet), drawn as a gap\n"
+    )
 
 
 def test_the_settings_table_averages_seeds_and_counts_those_that_reached(tmp_path: Path) -> None:

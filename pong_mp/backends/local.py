@@ -1,7 +1,8 @@
 """The local backend: a pool of persistent worker processes on this machine.
 
 Each worker is a spawned process named `pong-mp-worker-N` that builds its env once, pins BLAS
-to one thread and ignores SIGINT (the coordinator owns Ctrl-C); its loop and the messages it
+to one thread and ignores SIGINT and SIGHUP from its start (the coordinator owns Ctrl-C and
+a closed terminal, and stops its workers after saving); its loop and the messages it
 exchanges with the pool are in `worker_process.py`. The weights go out through
 one shared-memory block with a slot per version kept (--policy-lag + 1); each worker has its
 own duplex pipe for tasks and results, so the coordinator always knows which episode a
@@ -31,6 +32,7 @@ Data flow of one batch:
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import multiprocessing as mp
 import os
@@ -46,6 +48,7 @@ import numpy as np
 from pong_mp.backends.base import (
     MAIN_GUARD_EXIT,
     BackendBase,
+    BackendUnavailable,
     Retries,
     RolloutSpec,
     WorkerError,
@@ -55,7 +58,10 @@ from pong_mp.backends.base import (
 from pong_mp.backends.shm import (
     SharedGradient,
     SharedWeights,
+    check_room,
+    free_bytes,
     remove_stale_blocks,
+    room_error,
 )
 from pong_mp.backends.worker_process import (
     Done,
@@ -67,6 +73,7 @@ from pong_mp.backends.worker_process import (
     worker_main,
 )
 from pong_mp.episode import EpisodeResult, Task
+from pong_mp.signals import start_resource_tracker, worker_signals_blocked
 
 log = logging.getLogger("pong_mp")
 
@@ -118,11 +125,23 @@ class LocalBackend(BackendBase):
         Raises WorkerError, with the worker's traceback, if one cannot start.
         """
         remove_stale_blocks()
+        start_resource_tracker()
         weights_shape, grad_shape = block_shapes(self.spec)
-        self._weights = SharedWeights.create(weights_shape)
+        slots = range(self.spec.workers)
+        needed = SharedWeights.size(weights_shape) + len(slots) * SharedGradient.size(grad_shape)
+        what = f"the weights and a gradient slot for each of {len(slots)} workers"
+        check_room(needed, what)  # before anything is made, and before the workers start
         try:
-            slots = range(self.spec.workers)
-            self._grads = [SharedGradient.create(grad_shape) for _ in slots]
+            try:
+                self._weights = SharedWeights.create(weights_shape)
+                self._grads = [SharedGradient.create(grad_shape) for _ in slots]
+            except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.ENOMEM):
+                    # The room was there a moment ago, or a limit other than the size bit.
+                    raise room_error(needed, what, free_bytes()) from exc
+                raise BackendUnavailable(
+                    f"cannot create shared memory in /dev/shm: {exc.strerror or exc}"
+                ) from exc
             self._workers = [self._spawn(slot) for slot in slots]
             self._await_ready()
         except BaseException:
@@ -160,7 +179,8 @@ class LocalBackend(BackendBase):
             args=(self.spec, self._weights.name, grad.name, theirs, os.getpid()),
             daemon=True,
         )
-        process.start()
+        with worker_signals_blocked():
+            process.start()
         theirs.close()
         return _Worker(slot=slot, process=process, conn=ours, grad=grad)
 

@@ -10,6 +10,11 @@ Only the creator unlinks. A creator killed together with its resource tracker (a
 group or container killed at once) cannot, so the local backend's start removes the blocks of
 creators that are gone: `remove_stale_blocks`. The pid namespace in the name keeps it from
 taking a live run's block where containers share /dev/shm but not their pids.
+
+/dev/shm is a tmpfs of its own size (Docker's default is 64 MB), and its blocks are sparse
+files: a write into a page the tmpfs has no room for kills the writer with SIGBUS. So every
+block is reserved in full when it is made (`posix_fallocate`, an error where there is no
+room), and the local backend checks the room for all of them first (`check_room`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Self
 import numpy as np
 
 from pong_mp import policy
+from pong_mp.backends.base import BackendUnavailable
 from pong_mp.files import pid_alive
 from pong_mp.gradient import gradient_length
 
@@ -82,6 +88,42 @@ def remove_stale_blocks(directory: Path = SHM_DIR) -> list[str]:
     return removed
 
 
+class SharedMemoryFull(BackendUnavailable):
+    """/dev/shm cannot hold the blocks a run needs; the message says how to give it more."""
+
+
+def free_bytes(directory: Path = SHM_DIR) -> int | None:
+    """Bytes free for this user in `directory`'s file system; None where it cannot tell."""
+    try:
+        stats = os.statvfs(directory)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB" if size >= 100_000 else f"{size / 1e3:,.0f} kB"
+
+
+def room_error(needed: int, what: str, free: int | None) -> SharedMemoryFull:
+    """The one-line error for a /dev/shm without room for `needed` bytes (`what` names
+    them)."""
+    has = "" if free is None else f" has {_mb(free)} free:"
+    return SharedMemoryFull(
+        f"{SHM_DIR}{has} too little shared memory for this run, which needs {_mb(needed)} "
+        f"({what}); give it more (docker run --shm-size=1g; elsewhere, as root, mount -o "
+        f"remount,size=1G {SHM_DIR}), or use fewer --workers"
+    )
+
+
+def check_room(needed: int, what: str) -> None:
+    """Raise SharedMemoryFull unless /dev/shm has `needed` bytes free (`what` names them);
+    nothing is created. Where /dev/shm is not a directory (not Linux) nothing is checked."""
+    free = free_bytes() if SHM_DIR.is_dir() else None
+    if free is not None and free < needed:
+        raise room_error(needed, what, free)
+
+
 class StaleWeightsError(RuntimeError):
     """A worker was asked for a weights version that is not the one in shared memory."""
 
@@ -120,8 +162,20 @@ class _Block:
 
     @classmethod
     def create(cls, shape: BlockShape) -> Self:
-        """A new block, owned (and later unlinked) by the caller."""
-        shm = shared_memory.SharedMemory(name=block_name(), create=True, size=cls.size(shape))
+        """A new block, owned (and later unlinked) by the caller, its memory reserved in
+        full. Raises OSError (ENOSPC where /dev/shm has no room), leaving no block."""
+        size = cls.size(shape)
+        shm = shared_memory.SharedMemory(name=block_name(), create=True, size=size)
+        reserve = getattr(os, "posix_fallocate", None)  # Linux; elsewhere sized only
+        if reserve is not None:
+            try:
+                # Written now, not sized only: a page found missing later would be a SIGBUS.
+                reserve(shm._fd, 0, size)
+            except OSError:
+                shm.close()
+                with contextlib.suppress(FileNotFoundError):
+                    shm.unlink()
+                raise
         return cls(shm, shape, owner=True)
 
     @classmethod

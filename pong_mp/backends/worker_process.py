@@ -1,10 +1,10 @@
 """The local backend's worker process: its main loop and the messages it exchanges with the
 pool (`local.py`) over its own duplex pipe.
 
-A worker is a spawned process named `pong-mp-worker-N`. It ignores SIGINT (the coordinator
-owns Ctrl-C), ends itself if the coordinator dies, attaches to the shared weights block and
-to its own gradient slot, and plays episodes with one EpisodeWorker (`episode_worker.py`)
-until it is told to stop:
+A worker is a spawned process named `pong-mp-worker-N`. It ignores SIGINT and SIGHUP from
+its start (the coordinator owns Ctrl-C and a closed terminal), ends itself if the
+coordinator dies, attaches to the shared weights block and to its own gradient slot, and
+plays episodes with one EpisodeWorker (`episode_worker.py`) until it is told to stop:
 
     coordinator -> worker   Play(version, task) | Stop()
     worker -> coordinator   Ready() once set up, then Done(stats) or Failed(index, traceback)
@@ -20,7 +20,6 @@ import contextlib
 import ctypes
 import multiprocessing as mp
 import os
-import signal
 import sys
 import threading
 import time
@@ -33,6 +32,7 @@ from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.backends.shm import BlockShape, SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeStats, Task
 from pong_mp.gradient import gradient_width
+from pong_mp.signals import ignore_in_worker
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
@@ -103,7 +103,7 @@ def worker_main(
     for each episode (Failed with no index if it cannot set up). The env is closed on every
     exit path.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ignore_in_worker()
     _set_os_process_name(mp.current_process().name)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
     worker = EpisodeWorker(spec)
