@@ -13,7 +13,9 @@ Data flow of one update (`updates`, committed by `run`; L is --policy-lag):
                                  │ summed gradient
                                  v
                              Optimizer.step (optim.py)  ──> TrainState k+1
-                                 │
+                                 │ publish k+1, submit the next batch: workers play on
+                                 v
+                             the update's norms; then, while the workers play,
     run(): commit (signals deferred) ──> metrics.jsonl, TensorBoard, progress,
                                          checkpoint.npz every --checkpoint-every
 """
@@ -137,20 +139,41 @@ def apply_batch(
     Raises NonFiniteError, and changes no state, if the gradient or the new weights are not
     finite.
     """
+    new_state, grad, lr = step_batch(config, state, summed, optimizer)
+    return new_state, update_stats(state, new_state, summed, grad, lr)
+
+
+def step_batch(
+    config: TrainConfig,
+    state: TrainState,
+    summed: BatchSum,
+    optimizer: Optimizer | None = None,
+) -> tuple[TrainState, np.ndarray, float]:
+    """The state after one update from a batch's summed gradients, with the gradient and
+    the rate it was applied with (for `update_stats`): what the next batch waits for.
+
+    `optimizer` is the run's (it reuses its arrays across updates); a new one if None.
+    Raises NonFiniteError, and changes no state, if the gradient or the new weights are not
+    finite.
+    """
     grad = summed.total
     if config.advantage == "batch":
         grad = batch_advantage_gradient(grad, summed.return_moments())
-    if not np.isfinite(grad.sum()):  # a sum is NaN/inf iff some element is (or it overflows)
-        raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
-    if optimizer is None:
-        optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
-    # The rate at the env steps played before this batch: update 1 uses --lr itself.
-    lr = scheduled_lr(config.lr, config.lr_half_life, state.steps)
-    params, cache, momentum = optimizer.step(
-        state.params, state.cache, state.momentum, grad, state.batch + 1, lr
-    )
-    if not np.isfinite(params.sum()):
-        raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
+    # An overflow is no warning to print: the sums below tell, and the update is refused.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if not np.isfinite(grad.sum()):  # NaN/inf iff some element is (or it overflows)
+            raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
+        if optimizer is None:
+            optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
+        # The rate at the env steps played before this batch: update 1 uses --lr itself.
+        lr = scheduled_lr(config.lr, config.lr_half_life, state.steps)
+        params, cache, momentum = optimizer.step(
+            state.params, state.cache, state.momentum, grad, state.batch + 1, lr
+        )
+        if not np.isfinite(params.sum()):
+            raise NonFiniteError(
+                f"update {state.batch + 1}: the new weights would not be finite"
+            )
     running = state.running_reward
     for reward in summed.episode_rewards:
         running = (
@@ -168,18 +191,26 @@ def apply_batch(
         steps=state.steps + summed.steps,
         running_reward=running,
     )
-    stats = {
-        "reward_mean": float(np.mean(summed.episode_rewards)),
-        "steps": summed.steps,
-        # Update statistics, for watching (TensorBoard): a few ms on 1.3 M parameters.
-        "grad_norm": l2_norm(grad),
-        "weight_norm": l2_norm(params),
-        "step_norm": l2_norm(params - state.params),
-        "lr": lr,
-        # Mean entropy per step (nats; ln 2 = 0.69 is a coin toss): how settled the policy is.
-        "entropy": summed.entropy / summed.steps if summed.steps else None,
-    }
-    return new_state, stats
+    return new_state, grad, lr
+
+
+def update_stats(
+    state: TrainState, new_state: TrainState, summed: BatchSum, grad: np.ndarray, lr: float
+) -> dict[str, Any]:
+    """The statistics of the update from `state` to `new_state` (`step_batch`'s): a few ms
+    on 1.3 M parameters, for watching (TensorBoard), done while the next batch plays."""
+    with np.errstate(over="ignore"):  # huge but finite weights: an inf norm says enough
+        return {
+            "reward_mean": float(np.mean(summed.episode_rewards)),
+            "steps": summed.steps,
+            "grad_norm": l2_norm(grad),
+            "weight_norm": l2_norm(new_state.params),
+            "step_norm": l2_norm(new_state.params - state.params),
+            "lr": lr,
+            # Mean entropy per step (nats; ln 2 = 0.69 is a coin toss): how settled the
+            # policy is.
+            "entropy": summed.entropy / summed.steps if summed.steps else None,
+        }
 
 
 def train(
@@ -328,20 +359,28 @@ def updates(
         backend.publish(version, versions[version])
     in_flight: dict[int, BatchSum] = {}  # by the batch's first episode
     submitted = state.batch
-    last = time.perf_counter()
-    while (config.batches is None or state.batch < config.batches) and not reached_target(
-        config, state
-    ):
+
+    def more(state: TrainState) -> bool:
+        return (config.batches is None or state.batch < config.batches) and not reached_target(
+            config, state
+        )
+
+    def submit_ahead(state: TrainState) -> None:
+        # Keep L + 1 batches in flight past `state`, up to --batches.
+        nonlocal submitted
         while submitted < state.batch + 1 + lag and (
             config.batches is None or submitted < config.batches
         ):
             submitted += 1
             first = state.episodes + (submitted - state.batch - 1) * config.batch_size
-            in_flight[first] = BatchSum(
-                first, config.batch_size, sums[submitted % (lag + 1)]
-            )
+            in_flight[first] = BatchSum(first, config.batch_size, sums[submitted % (lag + 1)])
             tasks = make_tasks(config.seed, first, config.batch_size)
             backend.submit(batch_weights_version(submitted, lag), tasks)
+
+    if more(state):
+        submit_ahead(state)
+    last = time.perf_counter()
+    while more(state):
         summed = in_flight[state.episodes]
         arrived = time.perf_counter()
         for item in backend.results():
@@ -352,13 +391,21 @@ def updates(
         if not summed.complete:
             raise RuntimeError("the backend ended a batch before every episode was summed")
         del in_flight[state.episodes]
-        new_state, stats = apply_batch(config, state, summed, optimizer)
-        applied = time.perf_counter()  # the broadcast is timed by the backend (bench)
+        new_state, grad, lr = step_batch(config, state, summed, optimizer)
+        # The critical path: the workers wait for these weights and their next episodes.
+        # The rest of the update's work (its norms here, the caller's metrics line,
+        # TensorBoard, progress and checkpoint) is done while they play. (The sum that
+        # `grad` may be is the next batch's too, but results are only added to it in the
+        # next `backend.results()`.)
         backend.publish(new_state.batch, new_state.params.astype(np.float32))
+        if more(new_state):
+            submit_ahead(new_state)
+        handed_out = time.perf_counter()
+        stats = update_stats(state, new_state, summed, grad, lr)
         now = time.perf_counter()
         seconds, last = now - last, now
         new_state.elapsed = state.elapsed + seconds
-        yield new_state, _record(config, new_state, stats, seconds, applied - arrived)
+        yield new_state, _record(config, new_state, stats, seconds, handed_out - arrived)
         state = new_state
 
 
@@ -516,7 +563,8 @@ def _record(
         "running_reward": state.running_reward,
         "seconds": seconds,
         "steps_per_sec": stats["steps"] / seconds,
-        # The coordinator's critical path: from the last result to the new weights.
+        # The coordinator's critical path: from the batch's last result until the new
+        # weights and the next episodes are out.
         "update_seconds": update_seconds,
         "grad_norm": stats["grad_norm"],
         "weight_norm": stats["weight_norm"],

@@ -216,6 +216,25 @@ def test_training_rate_starts_from_a_model_with_its_lag(
     assert (hidden, lag, inputs) == (8, 1, "diff") and np.array_equal(start, params)
     assert rate["updates"] >= 1 and rate["steps_per_sec"] > 0
     assert 0 < rate["workers_busy"] <= 1.1  # approximate at the window's ends
+    shares = rate["idle_shares"]
+    assert set(shares) == {"barrier", "coordinator", "pipes", "other"}
+    assert all(0 <= share <= 1 for share in shares.values())
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["pipes"] > 0  # every episode's round trip takes some time
+
+
+def test_the_bench_says_where_idle_time_goes() -> None:
+    from pong_mp.tools import bench
+
+    results = {
+        "workers_busy": 0.9,
+        "idle_shares": {"barrier": 0.6, "coordinator": 0.25, "pipes": 0.1, "other": 0.05},
+    }
+    assert bench._idle_line(results) == [
+        "workers idle 10.0% of the time: batch barrier 60%, coordinator 25%, pipes 10%, "
+        "other 5% of it"
+    ]
+    assert bench._idle_line({"workers_busy": 0.9}) == []  # results of older versions
 
 
 def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:

@@ -92,6 +92,8 @@ class _Worker:
     since: float = 0.0  # when the current job was sent, or when the worker became ready
     ready: bool = False  # it has built its env: its job's clock runs from then
     abandoned: bool = False  # stopped with its episode dropped: replaced at the next results
+    sent: float = 0.0  # perf_counter when its job was sent (for the pipes' share)
+    idle_since: float | None = None  # perf_counter since when it waits for a job, if it does
 
 
 class LocalBackend(BackendBase):
@@ -115,6 +117,16 @@ class LocalBackend(BackendBase):
         self.busy_seconds = 0.0
         """Total time workers spent playing the episodes whose results came back (for
         `pong-mp bench`: the rest of their time they waited)."""
+        # Where the workers' waiting goes (for `pong-mp bench`), summed over workers:
+        self.barrier_seconds = 0.0
+        """Done with their part of a batch while others still played its last episodes."""
+        self.coordinator_seconds = 0.0
+        """Waiting for the coordinator: from the batch's last result (or their own) until it
+        sent them their next episode (the update's step, publish and hand-out)."""
+        self.pipe_seconds = 0.0
+        """An episode's round trip less its play: the pipes, the weights' lookup, and the
+        coordinator's delay in reading a result."""
+        self._last_result = 0.0  # perf_counter of the latest result received
 
     # lifecycle
 
@@ -224,14 +236,36 @@ class LocalBackend(BackendBase):
         start = time.perf_counter()
         self._weights.write(weights, version)
         self.broadcast_seconds += time.perf_counter() - start
+        # New weights: a batch is complete. Those who waited for its last results did so
+        # at the barrier; from the last result on, they wait for the coordinator.
+        for w in self._workers:
+            if w.job is None and w.idle_since is not None:
+                self.barrier_seconds += max(0.0, self._last_result - w.idle_since)
+                w.idle_since = max(w.idle_since, self._last_result)
 
     def submit(self, version: int, tasks: list[Task]) -> None:
-        """Queue `tasks` behind those submitted before, to be played with `version`."""
+        """Queue `tasks` behind those submitted before, to be played with `version`; idle
+        workers get theirs at once, so they play while the coordinator does its
+        bookkeeping."""
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
         if version not in self._weights.versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")
         self._pending.extend(Play(version, task) for task in tasks)
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Replace the workers stopped by `cancel` or dead while idle, and hand the next
+        episodes to idle workers."""
+        for w in list(self._workers):
+            if w.abandoned:
+                w.conn.close()
+                self._workers[self._workers.index(w)] = self._spawn(w.slot)
+            elif w.job is None and w.process.exitcode is not None:
+                self._replace(w, "died while idle")
+        for w in self._workers:
+            if w.job is None and self._pending:
+                self._send(w, self._pending.popleft())
 
     def cancel(self) -> None:
         """Drop the episodes not yet yielded. Workers still playing one are stopped: their
@@ -252,17 +286,9 @@ class LocalBackend(BackendBase):
         """
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
-        for w in list(self._workers):
-            if w.abandoned:
-                w.conn.close()
-                self._workers[self._workers.index(w)] = self._spawn(w.slot)
+        self._dispatch()
         while self._pending or any(w.job is not None for w in self._workers):
-            for w in list(self._workers):
-                if w.job is None and w.process.exitcode is not None:
-                    self._replace(w, "died while idle")
-            for w in self._workers:
-                if w.job is None and self._pending:
-                    self._send(w, self._pending.popleft())
+            self._dispatch()
             busy = [w for w in self._workers if w.job is not None]
             ready = wait(
                 [w.conn for w in busy] + [w.process.sentinel for w in busy],
@@ -283,7 +309,10 @@ class LocalBackend(BackendBase):
                     self._replace(w, f"did not start within {_START_SECONDS:.0f} s")
 
     def _send(self, w: _Worker, job: Play) -> None:
-        w.job, w.since = job, time.monotonic()
+        w.job, w.since, w.sent = job, time.monotonic(), time.perf_counter()
+        if w.idle_since is not None:
+            self.coordinator_seconds += w.sent - w.idle_since
+            w.idle_since = None
         # If it died, sending fails or goes nowhere; its sentinel reports the death next wait.
         with contextlib.suppress(OSError, ValueError):
             w.conn.send(job)
@@ -306,7 +335,10 @@ class LocalBackend(BackendBase):
             return None
         if isinstance(message, Done):
             w.job = None
+            received = time.perf_counter()
             self.busy_seconds += message.stats.seconds
+            self.pipe_seconds += max(0.0, received - w.sent - message.stats.seconds)
+            w.idle_since = self._last_result = received
             self._retries.forget(message.stats.index)
             # A view of the worker's slot: valid until this worker gets its next episode.
             return EpisodeResult(message.stats, w.grad.array)

@@ -6,7 +6,8 @@ All figures come from one run on one machine, and the ones that matter are ratio
 - reference: the serial loop of Ray's example (dense float64 numpy, Karpathy's code path) in one
   process, against one raw process;
 - training: pong-mp's local backend with N workers training for real;
-- the coordinator's share of each update's wall time, the workers' peak RSS, and the peak
+- the coordinator's share of each update's wall time, where the workers' idle time goes
+  (the batch barrier, the coordinator, the pipes), the workers' peak RSS, and the peak
   RSS of a worker process playing one 1,000-step and one 10,000-step episode.
 `pong-mp bench --compare-envs` compares FakePong's raw speed with ALE's, and `pong-mp bench
 --ray-driver` measures what one large update costs the driver of a Ray cluster.
@@ -199,28 +200,38 @@ def training_rate(
         records = []
         stream = updates(config, TrainState(params=params, cache=np.zeros_like(params)), backend)
         next(stream)  # warm-up: first touches of memory and caches
-        broadcast_before = backend.broadcast_seconds
-        busy_before = backend.busy_seconds
+        counters = ("busy_seconds", "barrier_seconds", "coordinator_seconds", "pipe_seconds")
+        before = {name: getattr(backend, name) for name in counters}
         start = time.perf_counter()
         for _, record in stream:
             records.append(record)
             if time.perf_counter() - start >= seconds:
                 break
-        broadcast = backend.broadcast_seconds - broadcast_before
-        busy = backend.busy_seconds - busy_before
+        spent = {name: getattr(backend, name) - before[name] for name in counters}
         rss = [_rss_mb(pid) for pid in backend.worker_pids()]
     finally:
         backend.close()
     wall = sum(r["seconds"] for r in records)
-    coordinator = sum(r["update_seconds"] for r in records) + broadcast
+    # From each batch's last result until the new weights and the next episodes are out.
+    coordinator = sum(r["update_seconds"] for r in records)
+    # Episodes still playing at either end of the window make these approximate, by at
+    # most one episode per worker; where the parts then add up to more than the idle time
+    # the episodes' own clocks leave, they are the idle time.
+    parts = {
+        "barrier": spent["barrier_seconds"],
+        "coordinator": spent["coordinator_seconds"],
+        "pipes": spent["pipe_seconds"],
+    }
+    idle = max(workers * wall - spent["busy_seconds"], sum(parts.values()), 1e-12)
+    parts["other"] = idle - sum(parts.values())
+    shares = {part: seconds / idle for part, seconds in parts.items()}
     return {
         "inputs": inputs,
         "steps_per_sec": sum(r["steps"] for r in records) / wall,
         "updates": len(records),
         "coordinator_share": coordinator / wall,
-        # Episodes still playing at either end of the window make this approximate, by
-        # at most one episode per worker.
-        "workers_busy": busy / (workers * wall),
+        "workers_busy": spent["busy_seconds"] / (workers * wall),
+        "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
     }
 
@@ -309,6 +320,7 @@ def run_bench(
         "train_ratio": training["steps_per_sec"] / raw,
         "train_updates": training["updates"],
         "workers_busy": training["workers_busy"],
+        "idle_shares": training.get("idle_shares"),
         **setup.describe(),
         "inputs": training["inputs"],
         "coordinator_share": training["coordinator_share"],
@@ -342,8 +354,9 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r['reference_steps_per_sec']:,.0f} steps/s"
         f" = {r['reference_ratio']:.2f}x one raw process "
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
-        f"coordinator (sum, RMSProp, broadcast): {100 * r['coordinator_share']:.2f}% of each "
-        "update's wall time",
+        f"coordinator (sum, RMSProp, broadcast, hand-out): {100 * r['coordinator_share']:.2f}% "
+        "of each update's wall time",
+        *_idle_line(r),
         "peak worker RSS: " + ("n/a" if rss is None else f"{rss:.0f} MB"),
     ]
     short, long = r["episode_memory_mb_1k_steps"], r["episode_memory_mb_10k_steps"]
@@ -382,6 +395,7 @@ def run_scaling(
                 "train_ratio": training["steps_per_sec"] / raw,
                 "coordinator_share": training["coordinator_share"],
                 "workers_busy": training["workers_busy"],
+                "idle_shares": training.get("idle_shares"),
             }
         )
     return rows
@@ -401,6 +415,20 @@ def format_scaling(rows: list[dict[str, Any]]) -> str:
             f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x |"
         )
     return "\n".join(lines)
+
+
+def _idle_line(r: dict[str, Any]) -> list[str]:
+    # Where the workers' idle time went, as shares of it (bench results of older versions
+    # have none).
+    shares = r.get("idle_shares")
+    if not shares:
+        return []
+    idle = 1 - r["workers_busy"]
+    return [
+        f"workers idle {100 * idle:.1f}% of the time: batch barrier "
+        f"{100 * shares['barrier']:.0f}%, coordinator {100 * shares['coordinator']:.0f}%, "
+        f"pipes {100 * shares['pipes']:.0f}%, other {100 * shares['other']:.0f}% of it"
+    ]
 
 
 def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, Any]:
