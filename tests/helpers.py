@@ -21,6 +21,7 @@ from pong_mp.backends.shm import block_creator, pid_namespace
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.config import TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
+from pong_mp.files import pid_alive
 from pong_mp.frames import PADDLE_COLUMN
 
 METRIC_FIELDS = frozenset(
@@ -211,14 +212,15 @@ def stray_workers() -> set[int]:
 
 
 def _other_runs_block(name: str) -> bool:
-    """Whether a block belongs to another pong-mp run on this machine (its creator is alive,
-    runs pong-mp, and is neither this test process nor its child), which a test must not be
-    blamed for: training in the background while the tests run is normal."""
+    """Whether a block belongs to another live process on this machine (neither this test
+    process nor its child: another run, or another checkout's tests, whose command line
+    need not name pong-mp), which a test must not be blamed for: training or testing in
+    the background while the tests run is normal. A leaked block's creator is gone."""
     creator = block_creator(name)
     if creator is None or creator[1] != pid_namespace():
         return False
     pid = creator[0]
-    return pid != os.getpid() and _parent(pid) != os.getpid() and _runs_pong_mp(pid)
+    return pid != os.getpid() and _parent(pid) != os.getpid() and pid_alive(pid)
 
 
 def new_blocks(before: set[str]) -> set[str]:
