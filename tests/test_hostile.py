@@ -1,0 +1,399 @@
+"""Hostile cases, one class at a time: signals at odd moments, stopped (not killed) processes,
+exhausted shared memory, odd paths, one run directory reached by two paths, concurrent
+readers and degenerate numbers. Each must end in one line with the documented exit code,
+lose nothing (a resume gives the bytes of a run never disturbed) and leave nothing behind
+(no shared memory, no worker: the `clean_system` fixture)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pong_mp import checkpoint, signals
+from pong_mp.backends.base import RolloutSpec
+from pong_mp.backends.local import LocalBackend
+from pong_mp.backends.shm import SharedMemoryFull
+from pong_mp.batch_sum import BatchSum
+from pong_mp.config import TrainConfig
+from pong_mp.episode import EpisodeResult, EpisodeStats
+from pong_mp.gradient import Moments
+from pong_mp.rundir import checkpoint_on_disk, open_run, where_it_stands
+from pong_mp.signals import Interrupted
+from pong_mp.state import initial_state
+from pong_mp.trainer import NonFiniteError, apply_batch, run, train
+
+GAME = {"points_to_win": 3}
+FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
+RUN = [*FAKE, "--workers", "2", "--batch-size", "2", "--seed", "3", "--checkpoint-every", "1000"]
+
+
+def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run `python -m pong_mp ARGS` to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "pong_mp", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start(*args: str, group: bool = False) -> subprocess.Popen:
+    """Start `python -m pong_mp ARGS`; with `group`, in a process group of its own, as a
+    terminal starts a command (the test can then signal the whole group)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "pong_mp", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=group,
+    )
+
+
+def children(pid: int) -> list[int]:
+    """Pids of the worker processes (named pong-mp-worker-*) whose parent is `pid`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
+        if fields.get("Name", "").startswith("pong-mp-worker") and fields.get(
+            "PPid", ""
+        ).strip() == str(pid):
+            found.append(int(entry.name))
+    return sorted(found)
+
+
+def wait_for(what: object, proc: subprocess.Popen, timeout: float = 120) -> None:
+    """Block until `what()` is true; the process must stay alive meanwhile."""
+    deadline = time.monotonic() + timeout
+    while not what():  # type: ignore[operator]
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "it never happened"
+        time.sleep(0.02)
+
+
+def updates_logged(run_dir: Path) -> int:
+    """The complete lines of run_dir's metrics.jsonl."""
+    try:
+        return (run_dir / "metrics.jsonl").read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def weights(run_dir: Path) -> bytes:
+    """W1 and W2 of run_dir's checkpoint."""
+    with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
+        return npz["W1"].tobytes() + npz["W2"].tobytes()
+
+
+def undisturbed(tmp_path: Path, batches: int, seed: int = 3) -> bytes:
+    """The weights of a run of RUN's options never disturbed (serial: the same bytes)."""
+    run_dir = tmp_path / f"calm-{batches}"
+    config = TrainConfig(
+        env="FakePong-v0", env_kwargs=GAME, hidden=8, batch_size=2, seed=seed,
+        backend="serial", batches=batches, run_dir=str(run_dir), tensorboard=False,
+    )  # fmt: skip
+    train(config, log=lambda line: None)
+    return weights(run_dir)
+
+
+def one_line(err: str) -> str:
+    """The one line a command printed on stderr (asserting there is just one, and no
+    traceback or warning of Python's)."""
+    assert "Traceback" not in err and "Warning" not in err and "leaked" not in err, err
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+# -- signals at odd moments ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGHUP, False), (signal.SIGHUP, True), (signal.SIGTERM, True)],
+    ids=["SIGHUP", "SIGHUP-to-group", "SIGTERM-to-group"],
+)
+def test_a_hangup_saves_the_last_update_and_resumes_exactly(
+    tmp_path: Path, signum: int, to_group: bool, clean_system
+) -> None:
+    run_dir = tmp_path / "R"
+    proc = start("train", *RUN, "--run-dir", str(run_dir), group=True)
+    wait_for(lambda: updates_logged(run_dir) >= 2, proc)
+    os.killpg(proc.pid, signum) if to_group else os.kill(proc.pid, signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signum, err
+    reached = checkpoint.load(run_dir / "checkpoint.npz")[0].batch
+    assert reached == updates_logged(run_dir) >= 2
+    name = signal.Signals(signum).name
+    assert one_line(err) == (
+        f"pong-mp: stopped by {name}; checkpoint saved at update {reached} in {run_dir}, "
+        "continue with --resume"
+    )
+    done = pong_mp("train", "--resume", "--run-dir", str(run_dir), "--batches", str(reached + 1))
+    assert done.returncode == 0, done.stderr
+    assert weights(run_dir) == undisturbed(tmp_path, reached + 1)
+
+
+@pytest.mark.parametrize("after", ["checks", "workers"])
+def test_ctrl_c_to_the_group_while_workers_start_is_one_true_line(
+    tmp_path: Path, after: str, clean_system
+) -> None:
+    run_dir = tmp_path / "R"
+    proc = start("train", *RUN, "--run-dir", str(run_dir), group=True)
+    if after == "checks":
+        # The lock is taken: the options and the run directory are being checked. (Earlier,
+        # the signal would land in the interpreter's own imports, before pong-mp runs.)
+        wait_for(lambda: (run_dir / ".lock").exists(), proc)
+    else:
+        wait_for(lambda: children(proc.pid), proc)  # a worker is importing pong-mp
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    line = one_line(err.replace("KeyboardInterrupt", "Traceback"))
+    # The line says what is on disk, whatever that is.
+    on_disk = checkpoint_on_disk(run_dir)
+    if on_disk is None:
+        assert f"nothing was written in {run_dir}" in line  # a stop before the start
+    else:
+        assert f"checkpoint saved at update {on_disk} in {run_dir}" in line
+
+
+def test_a_second_signal_that_cuts_the_save_short_names_the_older_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    run_dir = tmp_path / "R"
+    given = {
+        "env": "FakePong-v0", "env_kwargs": GAME, "hidden": 8, "batch_size": 2,
+        "backend": "serial", "checkpoint_every": 2, "tensorboard": False,
+    }  # fmt: skip
+
+    class FirstSignal:
+        # The first Ctrl-C, once update 3 is logged (saved: update 2).
+        def banner(self, text: str) -> None: ...
+        def close(self) -> None: ...
+        def update(self, record: dict) -> None:
+            if record["batch"] == 3:
+                raise Interrupted(signal.SIGINT)
+
+    from pong_mp import trainer
+
+    saves = trainer._save
+
+    def second_signal(run_dir: Path, state: object, config: object) -> None:
+        if state.batch == 3:  # type: ignore[attr-defined]
+            raise Interrupted(signal.SIGINT)  # the second Ctrl-C, inside the last save
+        saves(run_dir, state, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(trainer, "_save", second_signal)
+    with pytest.raises(Interrupted) as stop, open_run(run_dir, False, given) as (config, state):
+        run(config, state, reporter=FirstSignal())
+    assert stop.value.reached == 3 and checkpoint_on_disk(run_dir) == 2
+    assert where_it_stands(run_dir, stop.value.reached) == (
+        f"the checkpoint in {run_dir} is at update 2 (update 3 was not saved and will be "
+        "played again)",
+        True,
+    )
+
+
+def test_a_closed_stdout_stops_the_run_as_sigpipe_would(tmp_path: Path, clean_system) -> None:
+    # pong-mp train | head -1: the reader goes once it has the banner.
+    run_dir = tmp_path / "R"
+    proc = start("train", *RUN, "--run-dir", str(run_dir))
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("pong-mp: FakePong-v0")
+    proc.stdout.close()
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    assert proc.wait(timeout=60) == 141, err
+    reached = checkpoint.load(run_dir / "checkpoint.npz")[0].batch
+    assert reached == updates_logged(run_dir)
+    assert one_line(err) == (
+        f"pong-mp: stopped by SIGPIPE (standard output closed); checkpoint saved at update "
+        f"{reached} in {run_dir}, continue with --resume"
+    )
+
+
+# -- stopped, not killed -------------------------------------------------------------------------
+
+
+def test_a_stopped_coordinator_and_a_stopped_worker_change_nothing(
+    tmp_path: Path, clean_system
+) -> None:
+    run_dir = tmp_path / "R"
+    # In a session of its own: a process group holding a stopped process gets SIGHUP from the
+    # kernel when it is orphaned, and that must not be the test suite's.
+    proc = start(
+        "train", *RUN, "--batches", "30", "--episode-timeout", "2", "--run-dir", str(run_dir),
+        group=True,
+    )
+    wait_for(lambda: updates_logged(run_dir) >= 1, proc)
+    os.kill(proc.pid, signal.SIGSTOP)  # Ctrl-Z: the workers wait, and must not leave
+    time.sleep(1.5)
+    workers = children(proc.pid)
+    assert len(workers) == 2
+    os.kill(workers[0], signal.SIGSTOP)  # a stopped worker is a hung one
+    os.kill(proc.pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err and "hung for 2 s: replaced" in err, err
+    assert weights(run_dir) == undisturbed(tmp_path, 30)
+
+
+# -- exhausted shared memory ---------------------------------------------------------------------
+
+
+def _in_a_small_dev_shm(size: str, *args: str) -> subprocess.CompletedProcess:
+    # `pong-mp ARGS` in a mount namespace of its own whose /dev/shm is a tmpfs of `size`.
+    script = f'mount -t tmpfs -o size={size} tmpfs /dev/shm && exec "$0" -m pong_mp "$@"'
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+         sys.executable, *args],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("size", ["64k", "1m", "12m"])
+def test_too_little_shared_memory_is_one_line_and_writes_nothing(
+    tmp_path: Path, size: str
+) -> None:
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("a /dev/shm of its own needs root and unshare(1)")
+    probe = _in_a_small_dev_shm("64k", "--version")
+    if probe.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs on /dev/shm here: {probe.stderr.strip()}")
+    run_dir = tmp_path / "R"
+    # 200 hidden units and 2 workers: 15.4 MB of weights and gradient slots.
+    done = _in_a_small_dev_shm(
+        size, "train", "--env", "FakePong-v0", "--workers", "2", "--run-dir", str(run_dir)
+    )
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert line.startswith("pong-mp: error: /dev/shm has ") and " free: " in line, line
+    assert "needs 15.4 MB" in line and "docker run --shm-size" in line
+    assert not run_dir.exists()
+
+
+def test_shared_memory_that_runs_out_while_reserved_leaves_nothing(
+    monkeypatch, clean_system
+) -> None:
+    # The room was there when checked, and not when written (another process took it).
+    from pong_mp.backends import local
+
+    monkeypatch.setattr(local, "check_room", lambda needed, what: None)
+    blocks = []
+
+    def full(fd: int, offset: int, size: int) -> None:
+        blocks.append(fd)
+        if len(blocks) == 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    backend = LocalBackend(RolloutSpec("FakePong-v0", 8, 0.99, workers=2, env_kwargs=GAME))
+    with pytest.raises(SharedMemoryFull, match=r"^/dev/shm has .* free: .* needs "):
+        backend.start()
+    assert backend.worker_pids() == []
+
+
+def test_a_block_is_written_when_made_not_only_sized() -> None:
+    # A sparse block would take its pages only when first written, and a /dev/shm without
+    # them then kills the writer with SIGBUS: the room is taken at once.
+    from pong_mp.backends.shm import BlockShape, SharedGradient
+
+    block = SharedGradient.create(BlockShape(8, 2))
+    try:
+        allocated = os.stat(f"/dev/shm/{block.name}").st_blocks * 512
+        assert allocated >= SharedGradient.size(BlockShape(8, 2))
+    finally:
+        block.close()
+        block.unlink()
+
+
+# -- odd paths, two paths to one run, concurrent readers ---------------------------------------
+
+
+def test_one_run_reached_by_two_paths_and_read_while_it_trains(
+    tmp_path: Path, clean_system
+) -> None:
+    real = tmp_path / "an odd dir ü %s {} -x"
+    link = tmp_path / "link"
+    link.symlink_to(real.name)
+    proc = start("train", *RUN, "--checkpoint-every", "1", "--run-dir", str(real))
+    wait_for(lambda: updates_logged(real) >= 1 and (real / "checkpoint.npz").exists(), proc)
+    for other in (link, real / ".." / real.name):
+        for resume in ([], ["--resume"]):
+            done = pong_mp("train", *RUN, *resume, "--run-dir", str(other))
+            assert done.returncode == 2, done.stderr
+            assert f"is in use by another trainer (pid {proc.pid})" in one_line(done.stderr)
+    # Readers while it writes: the plot and the exported model are of whole files.
+    for n in range(2):
+        done = pong_mp("plot", str(link), "-o", str(tmp_path / f"p{n}.png"))
+        assert done.returncode == 0, done.stderr
+        done = pong_mp("export", str(link), str(tmp_path / f"m{n}.npz"))
+        assert done.returncode == 0, done.stderr
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    reached = checkpoint.load(real / "checkpoint.npz")[0].batch
+    done = pong_mp("train", "--resume", "--run-dir", str(link), "--batches", str(reached + 1))
+    assert done.returncode == 0, done.stderr
+    assert weights(real) == undisturbed(tmp_path, reached + 1)
+    assert sorted(p.name for p in real.iterdir() if "tfevents" not in p.name) == [
+        "checkpoint.npz", "config.json", "metrics.jsonl",
+    ]  # fmt: skip
+
+
+# -- degenerate numbers --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--lr", "1e308"], "--lr must be at most 1 "),
+        (["--batch-size", "100000000"], "--batch-size must be at most 10,000 episodes"),
+        (["--entropy-bonus", "1e308"], "--entropy-bonus must be at most 10 "),
+        (["--episode-timeout", "1e-9"], "--episode-timeout must be at least 1 s"),
+    ],
+)
+def test_options_that_cannot_make_progress_are_refused_in_one_line(
+    tmp_path: Path, option: list[str], message: str
+) -> None:
+    run_dir = tmp_path / "R"
+    done = pong_mp("train", *FAKE, *option, "--run-dir", str(run_dir))
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr).startswith(f"pong-mp: error: {message}")
+    assert not run_dir.exists()
+
+
+def test_an_update_that_overflows_prints_no_numpy_warning() -> None:
+    # --lr 1 is allowed, and far too large: a gradient whose square overflows must be
+    # applied or refused (NonFiniteError: one line, exit 1) without numpy's RuntimeWarnings.
+    config = TrainConfig(hidden=8, lr=1.0, batch_size=1)
+    state = initial_state(config)
+    summed = BatchSum(0, 1, np.empty(len(state.params)))
+    grad = np.full(len(state.params), 1e30, dtype=np.float32)
+    stats = EpisodeStats(0, -21.0, 100, 0.1, Moments(100, 0.0, 100.0), 50.0)
+    summed.add(EpisodeResult(stats, grad))
+    summed.total *= 1e250  # 1e280, a finite float64 whose square is beyond any float
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        try:
+            new_state, _ = apply_batch(config, state, summed)
+        except NonFiniteError:
+            return
+    assert np.isfinite(new_state.params).all()
+
+
+def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
+    assert set(signals.WORKER_IGNORES) == {signal.SIGINT, signal.SIGHUP}
+    assert signal.SIGHUP in signals.STOP_SIGNALS
+    assert Interrupted(signal.SIGHUP).exit_code == 129
+    assert signals.output_closed().exit_code == 141
