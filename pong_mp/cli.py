@@ -24,6 +24,7 @@ import click
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import (
+    ALGOS,
     BASELINES,
     MAX_BATCH_SIZE,
     MAX_ENTROPY_BONUS,
@@ -38,6 +39,7 @@ from pong_mp.config import (
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.frames import INPUTS
+from pong_mp.optim import OPTIMIZERS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.signals import STOP_SIGNALS, Interrupted, stop_signals_raise
@@ -678,6 +680,20 @@ def plot_command(
     help="The training runs' --baseline (value: a value head, new, on the model's weights).",
 )
 @click.option(
+    "--algo",
+    type=click.Choice(ALGOS),
+    default=TrainConfig.algo,
+    show_default=True,
+    help="The training runs' --algo (ppo: the actor-critic's passes over each batch).",
+)
+@click.option(
+    "--optimizer",
+    type=click.Choice(OPTIMIZERS),
+    default=TrainConfig.optimizer,
+    show_default=True,
+    help="The training runs' --optimizer.",
+)
+@click.option(
     "--compare-envs",
     "compare_envs_only",
     is_flag=True,
@@ -712,6 +728,8 @@ def bench_command(
     inputs: str | None,
     entropy_bonus: float,
     baseline: str,
+    algo: str,
+    optimizer: str,
     compare_envs_only: bool,
     rounds: int,
     ray_driver: bool,
@@ -753,7 +771,8 @@ def bench_command(
         return
     setup = TrainingSetup(
         batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
-        entropy_bonus=entropy_bonus, baseline=baseline, model=model,
+        entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
+        model=model,
     )
     if scaling:
         rows = run_scaling(workers, seconds, env, setup)

@@ -334,3 +334,30 @@ def test_bench_trains_with_a_value_head_added_to_a_models_weights(
     if plain is None or value is None:
         pytest.skip("needs Linux's /proc")
     assert abs(value["peak"] - plain["peak"]) < 1.0  # a few vectors of H + 1, no new sum
+
+
+def test_bench_trains_with_the_actor_critic_and_reports_it(monkeypatch, clean_system) -> None:
+    import pong_mp.trainer as trainer
+    from pong_mp.tools import bench
+
+    seen = []
+    original = trainer.ppo_updates
+
+    def spy(config, state, backend):
+        seen.append((config.algo, config.optimizer, policy_has_head(state.params)))
+        return original(config, state, backend)
+
+    def policy_has_head(params) -> bool:
+        from pong_mp import policy
+
+        return policy.value_head(params, 200) is not None
+
+    monkeypatch.setattr(trainer, "ppo_updates", spy)
+    monkeypatch.setattr(bench, "raw_rate", lambda env, workers, seconds: 1000.0)
+    monkeypatch.setattr(bench, "dense_reference_rate", lambda env, seconds: 100.0)
+    monkeypatch.setattr(bench, "episode_memory", lambda *args, **kwargs: None)
+    setup = bench.TrainingSetup(batch_size=1, algo="ppo", optimizer="adam")
+    results = bench.run_bench(1, 0.2, "FakePong-v0", setup)
+    assert seen == [("ppo", "adam", True)]
+    assert results["algo"] == "ppo" and results["train_updates"] >= 1
+    assert "ppo with adam" in bench.format_bench(results)

@@ -149,6 +149,8 @@ class TrainingSetup:
     """What the policy sees (frames.INPUTS); None: the model's, or else train's default."""
     entropy_bonus: float = TrainConfig.entropy_bonus
     baseline: str = TrainConfig.baseline
+    algo: str = TrainConfig.algo
+    optimizer: str = TrainConfig.optimizer
     model: Path | None = None
     """A model or checkpoint whose weights the runs start from (a trained agent's long
     episodes); None: new weights."""
@@ -160,6 +162,8 @@ class TrainingSetup:
             "policy_lag": self.policy_lag,
             "entropy_bonus": self.entropy_bonus,
             "baseline": self.baseline,
+            "algo": self.algo,
+            "optimizer": self.optimizer,
             "model": None if self.model is None else str(self.model),
         }
 
@@ -172,7 +176,7 @@ def training_rate(
     from pong_mp.backends.local import LocalBackend
     from pong_mp.checkpoint import load_policy
     from pong_mp.state import TrainState
-    from pong_mp.trainer import rollout_spec, updates
+    from pong_mp.trainer import ppo_updates, rollout_spec, updates
 
     if setup.model is None:
         hidden = TrainConfig.hidden
@@ -182,8 +186,6 @@ def training_rate(
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
         inputs = setup.inputs or stored_option(stored, "inputs")
-    # A model has no value head: the runs add a new one, as a fork does.
-    params = policy.with_value_head(params, hidden, setup.baseline == "value")
     config = TrainConfig(
         env=env_id,
         workers=workers,
@@ -193,12 +195,19 @@ def training_rate(
         inputs=inputs,
         entropy_bonus=setup.entropy_bonus,
         baseline=setup.baseline,
+        algo=setup.algo,
+        optimizer=setup.optimizer,
     )
+    # A model has no value head: the runs add a new one, as a fork does.
+    params = policy.with_value_head(params, hidden, config.value_head)
     backend = LocalBackend(rollout_spec(config))
     backend.start()
     try:
         records = []
-        stream = updates(config, TrainState(params=params, cache=np.zeros_like(params)), backend)
+        learner = ppo_updates if config.algo == "ppo" else updates
+        momentum = np.zeros_like(params) if config.optimizer == "adam" else None
+        start_state = TrainState(params=params, cache=np.zeros_like(params), momentum=momentum)
+        stream = learner(config, start_state, backend)
         next(stream)  # warm-up: first touches of memory and caches
         counters = ("busy_seconds", "barrier_seconds", "coordinator_seconds", "pipe_seconds")
         before = {name: getattr(backend, name) for name in counters}
@@ -345,7 +354,8 @@ def format_bench(r: dict[str, Any]) -> str:
         f"pong-mp train, {r['workers']} local worker{'s' * (r['workers'] != 1)}: "
         f"{r['train_steps_per_sec']:,.0f} steps/s"
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
-        f"{r.get('batch_size', 10)} episodes, policy lag {r.get('policy_lag', 0)}, "
+        f"{r.get('batch_size', 10)} episodes, {r.get('algo', 'pg')} with "
+        f"{r.get('optimizer', 'rmsprop')}, policy lag {r.get('policy_lag', 0)}, "
         f"inputs {r.get('inputs', 'diff')}, entropy bonus {r.get('entropy_bonus', 0):g}, "
         f"baseline {r.get('baseline', 'none')}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
@@ -354,7 +364,8 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r['reference_steps_per_sec']:,.0f} steps/s"
         f" = {r['reference_ratio']:.2f}x one raw process "
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
-        f"coordinator (sum, RMSProp, broadcast, hand-out): {100 * r['coordinator_share']:.2f}% "
+        f"coordinator (sum, optimizer, broadcast, hand-out): "
+        f"{100 * r['coordinator_share']:.2f}% "
         "of each update's wall time",
         *_idle_line(r),
         "peak worker RSS: " + ("n/a" if rss is None else f"{rss:.0f} MB"),
