@@ -8,7 +8,7 @@ The Python API (see README, "Python API"):
 Module map, in the order data flows through an update:
 
     config.py      TrainConfig: every option, its default, type, limits and help; presets
-    rundir.py      the run directory: files, lock, checks for a new run and a resume
+    rundir.py      the run directory: files, lock, checks for a new run, a resume and a fork
     trainer.py     the coordinator: hand out episodes, sum gradients, step the optimizer,
                    log (progress.py, tracking.py for TensorBoard) and checkpoint
     state.py       TrainState (what an update changes), a new run's state, a fork's reshaping
@@ -17,15 +17,21 @@ Module map, in the order data flows through an update:
                    (a pool worker's loop and messages), shm.py, ray_cluster.py, base.py
     episode.py     one episode's loop: seed, play, and its result
     gradient.py    its gradient, folded rally by rally in fixed memory
+    ppo.py         the actor-critic (--algo ppo): an episode's trajectory, GAE, minibatches
+                   and the clipped surrogate's gradient (the coordinator's side:
+                   trainer.ppo_updates)
     frames.py      frames -> binary 80x80 -> sparse frame differences
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops
+                   (per step, the actor-critic's passes, the optimizers' steps)
     batch_sum.py   the fixed order in which a batch's gradients are added
     optim.py       RMSProp and Adam, and the learning-rate schedule
     checkpoint.py  atomic save and validated load; files.py atomic writes
     envs/          making envs: registry.py (ids), atari.py (FastAtari), fake_pong.py
     api.py         pong_mp.train and pong_mp.Agent
-    cli.py         the pong-mp command
-    tools/         around training: play.py, recording.py, gif.py, plot.py, bench.py
+    cli.py         the pong-mp command; signals.py stop signals (and a closed stdout) as
+                   one exception, and a section they cannot split
+    tools/         around training: play.py, recording.py, gif.py, plot.py, bench.py,
+                   projection.py (bench --project's model)
 """
 
 from typing import Any
