@@ -5,6 +5,8 @@ users rely on) and everything exact resume needs: the optimizer's state (RMSProp
 Adam's two moments), the update, episode and step counters, the running reward, the wall
 time so far, the run's config as JSON and, with a policy lag L, the float32 weights of the
 L updates before (lag_W1, lag_W2: L x H x 6400 and L x H) that the batches in flight use.
+A run with a value head (--baseline value, --algo ppo) adds it as `value`, with its
+optimizer state (`rmsprop_value`, `adam_m_value`) and lagged copies (`lag_value`).
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
         views = [policy.split(flat, hidden) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
-    if policy.value_head(state.params, hidden) is not None:  # --baseline value
+    if policy.value_head(state.params, hidden) is not None:  # --baseline value, --algo ppo
         named_heads = {"value": state.params, "rmsprop_value": state.cache}
         if state.momentum is not None:
             named_heads["adam_m_value"] = state.momentum

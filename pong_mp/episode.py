@@ -1,6 +1,8 @@
 """One episode of policy-gradient Pong: play it, then compute its gradient.
 
-This is the one place the algorithm's rollout lives; every backend calls `play_episode`.
+This is the one place the algorithm's rollout lives (`run_episode`, the one loop): every
+backend's EpisodeWorker calls `play_episode`, or with --algo ppo `play_recorded` (the
+episode kept as a trajectory) and `epoch_pass` (its share of a minibatch's gradient).
 Everything random in an episode comes from its seed, and the seed is a pure function of
 (run seed, global episode index), so an episode gives the same bytes wherever it runs.
 """

@@ -1,4 +1,5 @@
-"""RMSProp over the flat parameter vector, as in "Pong from Pixels" (gradient ascent)."""
+"""RMSProp (as in "Pong from Pixels") and Adam over the flat parameter vector, gradient
+ascent, each step one compiled pass (`sparse.pyx`); and the learning-rate schedule."""
 
 from __future__ import annotations
 

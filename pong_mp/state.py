@@ -1,6 +1,6 @@
 """TrainState: everything that changes during training, a new run's state, and the reshaping
 of a state that a fork may ask for (wider hidden layer, a value head added or dropped,
-another policy lag).
+another policy lag, and the optimizer's state anew for another learner).
 
 `checkpoint.py` saves and loads a state; `rundir.py` decides which state a run starts from;
 `trainer.py` moves it on by one update at a time.
@@ -23,8 +23,8 @@ class TrainState:
     """Everything that changes during training; what a checkpoint stores."""
 
     params: np.ndarray
-    """Flat policy parameters (W1 then W2, then the value head with --baseline value),
-    float64."""
+    """Flat policy parameters (W1 then W2, then the value head with --baseline value or
+    --algo ppo), float64."""
     cache: np.ndarray
     """Mean of squared gradients, same shape as params: RMSProp's cache, Adam's v."""
     batch: int = 0

@@ -2,9 +2,9 @@
 
 Layout: one slot per weights version kept (--policy-lag + 1), each a 64-byte header whose
 first 8 bytes hold the version (int64), then the float32 weights that episodes compute with
-(`policy.Weights32`: W1 transposed, W2, and a value head with --baseline value), 64-byte
-aligned. The coordinator keeps the float64 master copy and writes one slot per update, the
-oldest, in turn.
+(`policy.Weights32`: W1 transposed, W2, and a value head with --baseline value or --algo
+ppo), 64-byte aligned. The coordinator keeps the float64 master copy and writes one slot per
+optimizer step (one per update; one per minibatch with --algo ppo), the oldest, in turn.
 Blocks are named `pong-mp-<pid>-<pidns>-<random>` so that a leak is easy to spot in /dev/shm.
 Only the creator unlinks. A creator killed together with its resource tracker (a whole process
 group or container killed at once) cannot, so the local backend's start removes the blocks of

@@ -11,7 +11,9 @@ plays episodes with one EpisodeWorker (`episode_worker.py`) until it is told to 
                             for each episode (Failed(None, ...) if it cannot set up)
 
 The gradient never travels through the pipe: the worker writes it into its shared slot, and
-Done carries only the episode's statistics.
+Done carries only the episode's statistics. With --algo ppo a task may also be an EpochTask
+(an episode's share of a minibatch's gradient): the trajectory an episode was played into
+comes back in Done's statistics, and goes out again in each of its EpochTasks.
 """
 
 from __future__ import annotations
