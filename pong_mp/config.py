@@ -63,7 +63,9 @@ class TrainConfig:
     the same name (underscores become dashes) and a keyword of `pong_mp.train`."""
 
     env: str = option(
-        "ALE/Pong-v5", "Env to train on: ALE/Pong-v5 (any ALE/Pong version) or FakePong-v0."
+        "ALE/Pong-v5",
+        "Env to train on: ALE/Pong-v5 (any ALE/Pong version) or FakePong-v0; or your own Pong "
+        "named with its module, package.module:Name-v0 (only its actions are checked).",
     )
     env_kwargs: dict[str, Any] = option(
         factory=dict,
