@@ -230,7 +230,8 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     type=click.Choice(sorted(PRESETS)),
     default=None,
     help="A named set of algorithm options; options given beside it win. karpathy: "
-    "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200).",
+    "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200); ppo: the actor-critic as "
+    "measured (Adam, lr 1e-3, entropy 0.01, 4 passes of 4 minibatches).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context
@@ -250,6 +251,7 @@ def train_command(
       pong-mp train --resume                       # continue the run in runs/pong
       pong-mp train --target-reward 18 --run-dir runs/solve      # until solved
       pong-mp train --preset karpathy --run-dir runs/karpathy    # pg-pong exactly
+      pong-mp train --preset ppo --run-dir runs/ppo    # the actor-critic: learns fastest
       pong-mp train --fork-from runs/pong --lr 5e-4 --run-dir runs/lower-lr   # a branch
       pong-mp train --env FakePong-v0 --batches 50 --run-dir runs/fake   # seconds
     """

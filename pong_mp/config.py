@@ -433,8 +433,30 @@ PRESETS: dict[str, dict[str, Any]] = {
         "policy_lag": 0,
         "algo": "pg",
     },
+    "ppo": {
+        "algo": "ppo",
+        "optimizer": "adam",
+        "lr": 1e-3,
+        "lr_half_life": 0.0,
+        "decay_rate": 0.99,
+        "batch_size": 10,
+        "hidden": 200,
+        "gamma": 0.99,
+        "entropy_bonus": 0.01,
+        "epochs": 4,
+        "minibatches": 4,
+        "clip": 0.1,
+        "gae_lambda": 0.95,
+        "value_coef": 0.5,
+        "max_grad_norm": 0.5,
+        "advantage": "episode",
+        "baseline": "none",
+        "inputs": "diff",
+        "policy_lag": 0,
+    },
 }
-"""Named sets of algorithm options. `karpathy` is pg-pong exactly, whatever the defaults."""
+"""Named sets of algorithm options. `karpathy` is pg-pong exactly, whatever the defaults;
+`ppo` is the actor-critic as measured on real Pong (docs/learning.md)."""
 
 
 def apply_preset(

@@ -352,3 +352,20 @@ def test_a_pg_run_forks_into_the_actor_critic(tmp_path: Path, clean_system) -> N
     assert pg_on.steps == fork.steps
     records = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").open()]
     assert [r["batch"] for r in records] == [1, 2, 3] and "value_loss" in records[-1]
+
+
+def test_the_ppo_preset_is_the_measured_actor_critic() -> None:
+    from pong_mp.config import PRESETS, TrainConfig, apply_preset
+
+    # The options of the records in docs/runs/ppo (what docs/learning.md measured).
+    measured = {
+        "algo": "ppo", "optimizer": "adam", "lr": 1e-3, "entropy_bonus": 0.01, "epochs": 4,
+        "minibatches": 4, "clip": 0.1, "gae_lambda": 0.95, "value_coef": 0.5,
+        "max_grad_norm": 0.5, "batch_size": 10, "hidden": 200,
+    }
+    config = TrainConfig(**apply_preset("ppo", {}))
+    config.validate()
+    assert {key: getattr(config, key) for key in measured} == measured
+    assert set(PRESETS["ppo"]) >= set(PRESETS["karpathy"])  # it leaves no option of pg's open
+    done = pong_mp("train", "--preset", "ppo", "--help")
+    assert done.returncode == 0 and "--preset ppo" in done.stdout
