@@ -75,7 +75,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--backend", "gpu"], "'gpu' is not one of"),
         (["--env-arg", "nonsense"], "is not KEY=VALUE"),
         (["--resume"], "nothing to resume"),
-        (["--preset", "fast"], "'fast' is not 'karpathy'"),
+        (["--preset", "fast"], "'fast' is not one of 'karpathy', 'ppo'"),
         (["--lr", "inf"], "--lr must be a finite number"),
         (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
         (["--entropy-bonus", "-0.1"], "--entropy-bonus must be >= 0"),
