@@ -30,25 +30,27 @@ from dataclasses import dataclass
 import numpy as np
 
 from pong_mp import policy, sparse
+from pong_mp.config import TrainConfig
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.gradient import Moments
 
 
 @dataclass(frozen=True)
 class PPOSettings:
-    """The actor-critic's hyperparameters (TrainConfig's --epochs, --clip, ...)."""
+    """The actor-critic's hyperparameters (TrainConfig's --epochs, --clip, ...; their
+    defaults are its)."""
 
-    epochs: int = 4
+    epochs: int = TrainConfig.epochs
     """Passes over each batch."""
-    minibatches: int = 4
+    minibatches: int = TrainConfig.minibatches
     """Optimizer steps per pass: each episode's steps are dealt into this many parts."""
-    clip: float = 0.1
+    clip: float = TrainConfig.clip
     """The surrogate's clipping range: the ratio is held within 1 +- clip."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = TrainConfig.gae_lambda
     """GAE's lambda: 1 gives the discounted returns minus V, 0 one-step TD errors."""
-    value_coef: float = 0.5
+    value_coef: float = TrainConfig.value_coef
     """Weight of the value loss, (V - R)^2 / 2 a step."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = TrainConfig.entropy_bonus
     """Weight of the policy's entropy (nats) a step."""
 
 

@@ -132,6 +132,43 @@ def show_column(
     return _append_column(frame, table, column, width, out_idx, out_vals, n)
 
 
+cdef double _logit(
+    const float[:, ::1] w1t,
+    const float[::1] w2,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    Py_ssize_t first,
+    Py_ssize_t last,
+    float* h,
+):
+    # The hidden units of the input idx[first:last] (after the relu) into h, and the logit
+    # of P(UP), added in this order; the caller has checked the sizes and the pixels.
+    cdef Py_ssize_t hidden = w2.shape[0], j, k
+    cdef const float* row
+    cdef float v
+    cdef double logit = 0.0
+    for k in range(hidden):
+        h[k] = 0.0
+    for j in range(first, last):
+        row = &w1t[idx[j], 0]
+        v = vals[j]
+        for k in range(hidden):
+            h[k] += v * row[k]
+    for k in range(hidden):
+        if h[k] < 0.0:
+            h[k] = 0.0
+        logit += h[k] * w2[k]
+    return logit
+
+
+cdef void _check_pixels(const int32_t[::1] idx, Py_ssize_t first, Py_ssize_t last,
+                        Py_ssize_t pixels, str name) except *:
+    cdef Py_ssize_t j
+    for j in range(first, last):
+        if not 0 <= idx[j] < pixels:
+            raise IndexError(f"{name}: pixel {idx[j]} out of range")
+
+
 def forward(
     const float[:, ::1] w1t,
     const float[::1] w2,
@@ -141,27 +178,42 @@ def forward(
 ) -> float:
     """P(UP) for the input with values `vals` at pixels `idx`; the hidden units (after the
     relu) are written into `h`."""
-    cdef Py_ssize_t hidden = w2.shape[0], j, k
-    cdef const float* row
-    cdef float v
-    cdef double logit = 0.0
-    if w1t.shape[1] != hidden or h.shape[0] != hidden or vals.shape[0] < idx.shape[0]:
+    cdef double logit
+    if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
+            or vals.shape[0] < idx.shape[0]:
         raise ValueError("forward: arrays of mismatched sizes")
-    for k in range(hidden):
-        h[k] = 0.0
-    for j in range(idx.shape[0]):
-        if not 0 <= idx[j] < w1t.shape[0]:
-            raise IndexError(f"forward: pixel {idx[j]} out of range")
-        row = &w1t[idx[j], 0]
-        v = vals[j]
-        for k in range(hidden):
-            h[k] += v * row[k]
-    for k in range(hidden):
-        if h[k] < 0.0:
-            h[k] = 0.0
-        logit += h[k] * w2[k]
+    _check_pixels(idx, 0, idx.shape[0], w1t.shape[0], "forward")
+    logit = _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
     # exp overflows only for logit < -709; then p is 0 for all practical purposes.
     return 1.0 / (1.0 + exp(-logit)) if logit > -700.0 else 0.0
+
+
+cdef void _group_by_pixel(
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    const int64_t[::1] indptr,
+    Py_ssize_t count,
+    Py_ssize_t pixels,
+    int64_t* first,
+    int64_t* fill,
+    int32_t* step_of,
+    double* sign,
+):
+    # The entries of steps < count grouped by pixel (a counting sort), in step order within
+    # a pixel: pixel p's are step_of/sign[first[p]:first[p + 1]]. `first` comes zeroed
+    # (pixels + 1 of them); `fill` is scratch of the same size.
+    cdef Py_ssize_t t, j, p
+    for j in range(indptr[count]):
+        first[idx[j] + 1] += 1
+    for p in range(pixels):
+        first[p + 1] += first[p]
+    memcpy(fill, first, (pixels + 1) * sizeof(int64_t))
+    for t in range(count):
+        for j in range(indptr[t], indptr[t + 1]):
+            p = idx[j]
+            step_of[fill[p]] = <int32_t>t
+            sign[fill[p]] = vals[j]
+            fill[p] += 1
 
 
 def accumulate(
@@ -226,18 +278,7 @@ def accumulate(
                 out_a[base + k] += ca * hk
                 out_b[base + k] += cb * hk
                 dh[t * hidden + k] = w2[k] if hk > 0.0 else 0.0
-        # The entries grouped by pixel (a counting sort), in step order within a pixel.
-        for j in range(entries):
-            first[idx[j] + 1] += 1
-        for p in range(pixels):
-            first[p + 1] += first[p]
-        memcpy(fill, first, (pixels + 1) * sizeof(int64_t))
-        for t in range(count):
-            for j in range(indptr[t], indptr[t + 1]):
-                p = idx[j]
-                step_of[fill[p]] = <int32_t>t
-                sign[fill[p]] = vals[j]
-                fill[p] += 1
+        _group_by_pixel(idx, vals, indptr, count, pixels, first, fill, step_of, sign)
         for p in range(pixels):
             if first[p] == first[p + 1]:
                 continue
@@ -341,26 +382,11 @@ def forward_logit(
 ) -> float:
     """The logit of P(UP) for one sparse input, with `forward`'s arithmetic (its hidden units
     into `h`): `forward` returns sigmoid of this."""
-    cdef Py_ssize_t hidden = w2.shape[0], j, k
-    cdef const float* row
-    cdef float v
-    cdef double logit = 0.0
-    if w1t.shape[1] != hidden or h.shape[0] != hidden or vals.shape[0] < idx.shape[0]:
+    if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
+            or vals.shape[0] < idx.shape[0]:
         raise ValueError("forward_logit: arrays of mismatched sizes")
-    for k in range(hidden):
-        h[k] = 0.0
-    for j in range(idx.shape[0]):
-        if not 0 <= idx[j] < w1t.shape[0]:
-            raise IndexError(f"forward_logit: pixel {idx[j]} out of range")
-        row = &w1t[idx[j], 0]
-        v = vals[j]
-        for k in range(hidden):
-            h[k] += v * row[k]
-    for k in range(hidden):
-        if h[k] < 0.0:
-            h[k] = 0.0
-        logit += h[k] * w2[k]
-    return logit
+    _check_pixels(idx, 0, idx.shape[0], w1t.shape[0], "forward_logit")
+    return _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
 
 
 def forward_many(
@@ -378,35 +404,20 @@ def forward_many(
     """For steps t < `count` of CSR inputs (idx, vals, indptr): the hidden units into hs[t],
     the logit of P(UP) into logits[t] and the value head's estimate into values[t], each
     added in the order `forward_logit` and `value` add."""
-    cdef Py_ssize_t hidden = w2.shape[0], pixels = w1t.shape[0], t, j, k
-    cdef const float* row
-    cdef float v
-    cdef double logit, total
+    cdef Py_ssize_t hidden = w2.shape[0], t, k
+    cdef double total
     if not (w1t.shape[1] == hidden and head.shape[0] == hidden + 1 and hs.shape[1] == hidden
             and 0 <= count <= hs.shape[0] and count < indptr.shape[0]
             and logits.shape[0] >= count and values.shape[0] >= count):
         raise ValueError("forward_many: arrays of mismatched sizes")
     if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
         raise ValueError("forward_many: indptr points outside idx")
+    _check_pixels(idx, 0, indptr[count], w1t.shape[0], "forward_many")
     for t in range(count):
-        for k in range(hidden):
-            hs[t, k] = 0.0
-        for j in range(indptr[t], indptr[t + 1]):
-            if not 0 <= idx[j] < pixels:
-                raise IndexError(f"forward_many: pixel {idx[j]} out of range")
-            row = &w1t[idx[j], 0]
-            v = vals[j]
-            for k in range(hidden):
-                hs[t, k] += v * row[k]
-        logit = 0.0
+        logits[t] = _logit(w1t, w2, idx, vals, indptr[t], indptr[t + 1], &hs[t, 0])
         total = 0.0
         for k in range(hidden):
-            if hs[t, k] < 0.0:
-                hs[t, k] = 0.0
-            logit += hs[t, k] * w2[k]
-        for k in range(hidden):
             total += <double>head[k] * hs[t, k]
-        logits[t] = logit
         values[t] = total + head[hidden]
 
 
@@ -537,17 +548,7 @@ def ppo_accumulate(
                 out_value[k] += cv * hk
                 dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
             out_value[hidden] += cv
-        for j in range(entries):
-            first[idx[j] + 1] += 1
-        for p in range(pixels):
-            first[p + 1] += first[p]
-        memcpy(fill, first, (pixels + 1) * sizeof(int64_t))
-        for t in range(count):
-            for j in range(indptr[t], indptr[t + 1]):
-                p = idx[j]
-                step_of[fill[p]] = <int32_t>t
-                sign[fill[p]] = vals[j]
-                fill[p] += 1
+        _group_by_pixel(idx, vals, indptr, count, pixels, first, fill, step_of, sign)
         for p in range(pixels):
             if first[p] == first[p + 1]:
                 continue
