@@ -369,3 +369,35 @@ def test_the_ppo_preset_is_the_measured_actor_critic() -> None:
     assert set(PRESETS["ppo"]) >= set(PRESETS["karpathy"])  # it leaves no option of pg's open
     done = pong_mp("train", "--preset", "ppo", "--help")
     assert done.returncode == 0 and "--preset ppo" in done.stdout
+
+
+def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model(
+    tmp_path: Path, clean_system
+) -> None:
+    from pong_mp import checkpoint
+    from pong_mp.api import Agent
+    from pong_mp.envs import make_env
+
+    state = train(fake_config(tmp_path / "run", backend="serial", **PPO), log=_quiet)
+    done = pong_mp("export", str(tmp_path / "run"), str(tmp_path / "model.npz"))
+    assert done.returncode == 0, done.stderr
+    params, config = checkpoint.load_policy(tmp_path / "model.npz")
+    assert config["algo"] == "ppo"
+    # The model holds the policy: the actor-critic's weights without its value head.
+    n = policy.param_count(16)
+    assert np.array_equal(params.astype(np.float32), state.params[:n].astype(np.float32))
+    w1t, w2 = policy.split(params, 16)
+    for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
+        agent = Agent.load(path, seed=0)
+        env = make_env("FakePong-v0", points_to_win=1)
+        obs, _ = env.reset(seed=3)
+        agent.reset()
+        previous = None
+        for _ in range(30):
+            frame = policy.preprocess(obs)
+            x = np.zeros_like(frame) if previous is None else frame - previous
+            previous = frame
+            action = agent.act(obs, greedy=True)
+            expected = policy.forward(w1t, w2, x)[0]
+            assert action == (policy.UP if expected >= 0.5 else policy.DOWN)
+            obs, *_ = env.step(action)
