@@ -18,6 +18,10 @@ Data flow of one update (`updates`, committed by `run`; L is --policy-lag):
                              the update's norms; then, while the workers play,
     run(): commit (signals deferred) ──> metrics.jsonl, TensorBoard, progress,
                                          checkpoint.npz every --checkpoint-every
+
+The actor-critic (--algo ppo) has its own loop, `ppo_updates`, on the same backend calls:
+it plays a batch into trajectories, then hands out --epochs x --minibatches rounds of
+EpochTasks, one optimizer step each (its data flow is drawn at the top of ppo.py).
 """
 
 from __future__ import annotations
@@ -462,20 +466,25 @@ def ppo_updates(
                 for task in tasks:  # added in episode order: the same bits every time
                     seen += passes.get(task.index) or PassStats()
                 arrived = time.perf_counter()
-                grad = summed.total / max(1, summed.steps)  # the minibatch's mean
-                grad_norm = l2_norm(grad)
-                if not math.isfinite(grad_norm):
-                    raise NonFiniteError(
-                        f"update {state.batch + 1}: the summed gradient is not finite"
-                    )
-                if config.max_grad_norm and grad_norm > config.max_grad_norm:
-                    grad *= config.max_grad_norm / grad_norm
                 step = state.batch * steps_per_update + epoch * config.minibatches + part + 1
-                params, cache, momentum = optimizer.step(params, cache, momentum, grad, step, lr)
-                if not np.isfinite(params.sum()):
-                    raise NonFiniteError(
-                        f"update {state.batch + 1}: the new weights would not be finite"
+                # An overflow is no warning to print: the checks tell, and the update is
+                # refused (as pg's).
+                with np.errstate(over="ignore", invalid="ignore"):
+                    grad = summed.total / max(1, summed.steps)  # the minibatch's mean
+                    grad_norm = l2_norm(grad)
+                    if not math.isfinite(grad_norm):
+                        raise NonFiniteError(
+                            f"update {state.batch + 1}: the summed gradient is not finite"
+                        )
+                    if config.max_grad_norm and grad_norm > config.max_grad_norm:
+                        grad *= config.max_grad_norm / grad_norm
+                    params, cache, momentum = optimizer.step(
+                        params, cache, momentum, grad, step, lr
                     )
+                    if not np.isfinite(params.sum()):
+                        raise NonFiniteError(
+                            f"update {state.batch + 1}: the new weights would not be finite"
+                        )
                 version += 1
                 backend.publish(version, params.astype(np.float32))
                 coordinator += time.perf_counter() - arrived
