@@ -284,7 +284,12 @@ def train_command(
     except KeyboardInterrupt:
         # Ctrl-C while the options and the run directory were checked: before the run.
         _say(f"pong-mp: stopped by SIGINT; {where_it_stands(run_dir, None)[0]}")
-        sys.exit(128 + signal.SIGINT)
+        # Nothing runs yet that needs cleaning up, and an interrupt that landed in code a
+        # library ran through PyRun_String leaves CPython set to end the process by SIGINT
+        # after a normal exit (status -2, not the documented 130): exit here, flushed.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGINT)
     except Interrupted as exc:
         # Everything is saved and closed: a further Ctrl-C must not turn this clean exit
         # into a death by signal.
