@@ -42,7 +42,7 @@ from pong_mp.frames import INPUTS
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
-from pong_mp.signals import STOP_SIGNALS, Interrupted, stop_signals_raise
+from pong_mp.signals import STOP_SIGNALS, Interrupted, raise_stop_signals, stop_signals_raise
 from pong_mp.tools.bench import (
     TrainingSetup,
     compare_envs,
@@ -268,6 +268,9 @@ def train_command(
     if typed_only and not env_args:
         del given["env_kwargs"]
     run_dir = Path(options["run_dir"])
+    # A stop signal is Interrupted from here to the exit, the checks included: the trainer's
+    # own handlers, on their way out, give these back rather than Python's default.
+    raise_stop_signals()
     try:
         given = apply_preset(preset, given if typed_only else options, explicit=set(given))
         with open_run(run_dir, resume, given) as (config, state):
@@ -281,15 +284,6 @@ def train_command(
                 _fail(f"out of memory (--hidden {config.hidden} may be too large)", EXIT_ERROR)
     except (ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
-    except KeyboardInterrupt:
-        # Ctrl-C while the options and the run directory were checked: before the run.
-        _say(f"pong-mp: stopped by SIGINT; {where_it_stands(run_dir, None)[0]}")
-        # Nothing runs yet that needs cleaning up, and an interrupt that landed in code a
-        # library ran through PyRun_String leaves CPython set to end the process by SIGINT
-        # after a normal exit (status -2, not the documented 130): exit here, flushed.
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(128 + signal.SIGINT)
     except Interrupted as exc:
         # Everything is saved and closed: a further Ctrl-C must not turn this clean exit
         # into a death by signal.

@@ -48,6 +48,14 @@ def _raise(signum: int, frame: FrameType | None) -> None:
     raise Interrupted(signum)
 
 
+def raise_stop_signals() -> None:
+    """From now on, the stop signals raise Interrupted in the main thread: for a command
+    that ends the process, so that no window is left in which Ctrl-C is Python's
+    KeyboardInterrupt (restoring a handler on the way out would open one)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, _raise)
+
+
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
     """Inside, the stop signals raise Interrupted in the main thread."""

@@ -73,7 +73,11 @@ from pong_mp.backends.worker_process import (
     worker_main,
 )
 from pong_mp.episode import EpisodeResult, Task
-from pong_mp.signals import start_resource_tracker, worker_signals_blocked
+from pong_mp.signals import (
+    start_resource_tracker,
+    stop_signals_deferred,
+    worker_signals_blocked,
+)
 
 log = logging.getLogger("pong_mp")
 
@@ -154,7 +158,13 @@ class LocalBackend(BackendBase):
                 raise BackendUnavailable(
                     f"cannot create shared memory in /dev/shm: {exc.strerror or exc}"
                 ) from exc
-            self._workers = [self._spawn(slot) for slot in slots]
+            self._workers = []
+            for slot in slots:
+                # A stop signal may reach another thread of this process and be raised here
+                # in the middle of a start, before the worker has read what it starts from;
+                # held back, it is raised once the worker is started and known to close().
+                with stop_signals_deferred():
+                    self._workers.append(self._spawn(slot))
             self._await_ready()
         except BaseException:
             self.close()
