@@ -144,6 +144,29 @@ def play_batches(
         backend.close()
 
 
+# -- agents -------------------------------------------------------------------------------------
+
+
+def assert_agent_acts_as(agent: Any, params: np.ndarray, hidden: int, steps: int) -> None:
+    """Play `steps` steps of FakePong with `agent` (greedy) and check each action is the one
+    the dense reference policy of flat `params` takes on the frame difference."""
+    from pong_mp.envs import make_env
+
+    w1t, w2 = policy.split(params, hidden)
+    env = make_env("FakePong-v0", points_to_win=1)
+    obs, _ = env.reset(seed=3)
+    agent.reset()
+    previous = None
+    for _ in range(steps):
+        frame = policy.preprocess(obs)
+        x = np.zeros_like(frame) if previous is None else frame - previous
+        previous = frame
+        expected = policy.forward(w1t, w2, x)[0]
+        action = agent.act(obs, greedy=True)
+        assert action == (policy.UP if expected >= 0.5 else policy.DOWN)
+        obs, *_ = env.step(action)
+
+
 # -- inputs ------------------------------------------------------------------------------------
 
 

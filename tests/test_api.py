@@ -19,6 +19,7 @@ from pong_mp.config import ConfigError
 from pong_mp.envs import make_env
 from pong_mp.frames import PADDLE_COLUMN
 from tests.fault_envs import SLOW_PONG
+from tests.helpers import assert_agent_acts_as
 
 SMALL = dict(env="FakePong-v0", env_arg={"points_to_win": 2}, batch_size=2, hidden=8)
 
@@ -128,19 +129,7 @@ def shipped() -> Path:
 def test_agent_acts_like_the_training_policy(fake_checkpoint: Path) -> None:
     agent = pong_mp.Agent.load(fake_checkpoint, seed=0)
     params, config = checkpoint.load_policy(fake_checkpoint)
-    w1t, w2 = policy.split(params, config["hidden"])
-    env = make_env("FakePong-v0", points_to_win=1)
-    obs, _ = env.reset(seed=3)
-    agent.reset()
-    previous = None
-    for _ in range(50):
-        frame = policy.preprocess(obs)
-        x = np.zeros_like(frame) if previous is None else frame - previous
-        previous = frame
-        expected = policy.forward(w1t, w2, x)[0]
-        action = agent.act(obs, greedy=True)
-        assert action == (policy.UP if expected >= 0.5 else policy.DOWN)
-        obs, *_ = env.step(action)
+    assert_agent_acts_as(agent, params, config["hidden"], 50)
     assert agent.config["env"] == "FakePong-v0"
 
 

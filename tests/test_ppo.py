@@ -20,7 +20,13 @@ from pong_mp.batch_sum import BatchSum
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.rundir import prepare_run
 from pong_mp.trainer import train
-from tests.helpers import checkpoint_weights, fake_config, new_backend, pong_mp
+from tests.helpers import (
+    assert_agent_acts_as,
+    checkpoint_weights,
+    fake_config,
+    new_backend,
+    pong_mp,
+)
 
 HIDDEN = 6
 
@@ -376,7 +382,6 @@ def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model(
 ) -> None:
     from pong_mp import checkpoint
     from pong_mp.api import Agent
-    from pong_mp.envs import make_env
 
     state = train(fake_config(tmp_path / "run", backend="serial", **PPO), log=_quiet)
     done = pong_mp("export", str(tmp_path / "run"), str(tmp_path / "model.npz"))
@@ -386,18 +391,5 @@ def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model(
     # The model holds the policy: the actor-critic's weights without its value head.
     n = policy.param_count(16)
     assert np.array_equal(params.astype(np.float32), state.params[:n].astype(np.float32))
-    w1t, w2 = policy.split(params, 16)
     for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
-        agent = Agent.load(path, seed=0)
-        env = make_env("FakePong-v0", points_to_win=1)
-        obs, _ = env.reset(seed=3)
-        agent.reset()
-        previous = None
-        for _ in range(30):
-            frame = policy.preprocess(obs)
-            x = np.zeros_like(frame) if previous is None else frame - previous
-            previous = frame
-            action = agent.act(obs, greedy=True)
-            expected = policy.forward(w1t, w2, x)[0]
-            assert action == (policy.UP if expected >= 0.5 else policy.DOWN)
-            obs, *_ = env.step(action)
+        assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30)
