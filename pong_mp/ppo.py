@@ -37,13 +37,10 @@ from pong_mp.gradient import Moments
 
 @dataclass(frozen=True)
 class PPOSettings:
-    """The actor-critic's hyperparameters (TrainConfig's --epochs, --clip, ...; their
-    defaults are its)."""
+    """What a worker needs of the actor-critic's hyperparameters (TrainConfig's --clip,
+    --gae-lambda, ...; their defaults are its). How many passes and minibatches an update
+    has is the coordinator's, and each EpochTask says which it is."""
 
-    epochs: int = TrainConfig.epochs
-    """Passes over each batch."""
-    minibatches: int = TrainConfig.minibatches
-    """Optimizer steps per pass: each episode's steps are dealt into this many parts."""
     clip: float = TrainConfig.clip
     """The surrogate's clipping range: the ratio is held within 1 +- clip."""
     gae_lambda: float = TrainConfig.gae_lambda
@@ -132,6 +129,7 @@ class TrajectoryRecorder:
 
     def _clear(self) -> None:
         self._pixels: list[np.ndarray] = []
+        self._signs: list[np.ndarray] = []
         self._counts: list[int] = []
         self._logits: list[float] = []
         self._values: list[float] = []
@@ -162,8 +160,8 @@ class TrajectoryRecorder:
         logit = sparse.forward_logit(weights.w1t, weights.w2, idx, vals, self._h)
         self._values.append(sparse.value(self._h, weights.value))
         self._logits.append(logit)
-        # The packed form keeps the sign in the pixel's top bit: one array to append.
-        self._pixels.append(idx.astype(np.int32) | np.where(vals < 0, 1 << 15, 0))
+        self._pixels.append(idx)
+        self._signs.append(vals)
         self._counts.append(len(idx))
         p_up = 1.0 / (1.0 + math.exp(-logit)) if logit > -700.0 else 0.0
         self.entropy_sum += policy.entropy(p_up)
@@ -178,17 +176,16 @@ class TrajectoryRecorder:
 
     def finish(self, gamma: float, lam: float) -> Trajectory:
         """End the episode: its trajectory, with GAE(lambda) advantages."""
-        packed = (
-            np.concatenate(self._pixels) if self._pixels else np.zeros(0, np.int32)
-        )
+        pixels = np.concatenate(self._pixels) if self._pixels else np.zeros(0, np.int32)
+        signs = np.concatenate(self._signs) if self._signs else np.zeros(0, np.float32)
         indptr = np.zeros(len(self._counts) + 1, np.int64)
         np.cumsum(self._counts, out=indptr[1:])
         rewards = np.array(self._rewards, np.float64)
         values = np.array(self._values, np.float64)
         advantages, returns = gae(rewards, values, gamma, lam)
         trajectory = Trajectory(
-            pixels=(packed & 0x7FFF).astype(np.uint16),
-            signs=np.where(packed & (1 << 15), -1, 1).astype(np.int8),
+            pixels=pixels.astype(np.uint16),
+            signs=signs.astype(np.int8),
             indptr=indptr,
             up=np.array(self._up, np.uint8),
             logp_old=np.array(self._logp, np.float64),
@@ -252,7 +249,6 @@ class PassWork:
         self.hidden = hidden
         size = policy.param_count(hidden)
         self._sum = np.zeros(size)
-        self._zeros = np.zeros(size)  # `sparse.finish`'s second sum, always zero here
         self._value = np.zeros(hidden + 1)
         self._touched = np.zeros(INPUT_SIZE, np.uint8)
 
@@ -266,7 +262,10 @@ class PassWork:
         settings: PPOSettings,
         out: np.ndarray,
     ) -> PassStats:
-        """See `surrogate_gradient`."""
+        """The gradient of the actor-critic's objective, summed over `steps` of
+        `trajectory`, w.r.t. the flat parameters of `weights` (W1 transposed, W2, value
+        head), written into the flat float32 `out`. Advantages are standardised with the
+        batch's mean and scale."""
         if weights.value is None:
             raise ValueError("the actor-critic's weights need a value head")
         hidden = self.hidden
@@ -291,32 +290,12 @@ class PassWork:
             self._sum, self._value, self._touched,
         )
         n = policy.param_count(hidden)
-        # Writes the touched rows and W2 (zeros elsewhere) and clears what it wrote.
-        sparse.finish(self._sum, self._zeros, self._touched, 0.0, 1.0, out[:n])
+        # Writes the touched rows and W2 (zeros elsewhere) and clears what it wrote: with
+        # mu 0 and scale 1, (A - 0 B) * 1 is A, so A serves as its own second sum.
+        sparse.finish(self._sum, self._sum, self._touched, 0.0, 1.0, out[:n])
         out[n:] = self._value
         self._value[:] = 0.0
         return PassStats(count, clipped, entropy, error, kl)
-
-
-def surrogate_gradient(
-    weights: policy.Weights32,
-    trajectory: Trajectory,
-    steps: np.ndarray,
-    advantage_mean: float,
-    advantage_scale: float,
-    settings: PPOSettings,
-    out: np.ndarray,
-    work: PassWork | None = None,
-) -> PassStats:
-    """The gradient of the actor-critic's objective, summed over `steps` of `trajectory`,
-    w.r.t. the flat parameters of `weights` (W1 transposed, W2, value head), written into
-    the flat float32 `out`. Advantages are standardised with the batch's mean and scale.
-    `work` is the working memory a worker reuses (a new one if None)."""
-    if work is None:
-        work = PassWork(weights.w2.shape[0])
-    return work.gradient(
-        weights, trajectory, steps, advantage_mean, advantage_scale, settings, out
-    )
 
 
 @dataclass(frozen=True)
@@ -353,7 +332,9 @@ def epoch_gradient(
     """Write into `out` the gradient, summed over the episode's steps in the task's
     minibatch, of the actor-critic's objective at `weights`; return what the pass saw."""
     steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
-    return surrogate_gradient(
+    if work is None:
+        work = PassWork(weights.w2.shape[0])
+    return work.gradient(
         weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale, settings,
-        out, work,
+        out,
     )

@@ -72,6 +72,16 @@ RUNNING_DECAY = 0.99
 """Weight of the old value in the running reward, updated once per episode (Karpathy's)."""
 
 
+def running_reward(running: float | None, rewards: list[float]) -> float | None:
+    """The running reward after `rewards` (in episode order), from `running` (None before
+    any episode): Karpathy's exponential mean, one episode at a time."""
+    for reward in rewards:
+        running = (
+            reward if running is None else running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
+        )
+    return running
+
+
 class NonFiniteError(RuntimeError):
     """An update would have produced non-finite numbers; it was not applied."""
 
@@ -99,10 +109,9 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
 
 
 def ppo_settings(config: TrainConfig) -> PPOSettings:
-    """The actor-critic's hyperparameters, taken from the run's config."""
+    """What the workers need of the actor-critic's hyperparameters, taken from the run's
+    config."""
     return PPOSettings(
-        epochs=config.epochs,
-        minibatches=config.minibatches,
         clip=config.clip,
         gae_lambda=config.gae_lambda,
         value_coef=config.value_coef,
@@ -178,11 +187,7 @@ def step_batch(
             raise NonFiniteError(
                 f"update {state.batch + 1}: the new weights would not be finite"
             )
-    running = state.running_reward
-    for reward in summed.episode_rewards:
-        running = (
-            reward if running is None else running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
-        )
+    running = running_reward(state.running_reward, summed.episode_rewards)
     new_state = dataclasses.replace(
         state,
         params=params,
@@ -488,12 +493,7 @@ def ppo_updates(
                 version += 1
                 backend.publish(version, params.astype(np.float32))
                 coordinator += time.perf_counter() - arrived
-        running = state.running_reward
-        for reward in played.episode_rewards:
-            running = (
-                reward if running is None
-                else running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
-            )
+        running = running_reward(state.running_reward, played.episode_rewards)
         # The optimizer reuses its arrays step after step: the state keeps copies.
         new_state = dataclasses.replace(
             state,

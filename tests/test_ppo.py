@@ -151,9 +151,13 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float) -> None:
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
     mean, scale = 0.1, 1.7
     out = np.empty(len(params), np.float32)
-    stats = ppo.surrogate_gradient(
-        policy.Weights32.from_params(new, HIDDEN), trajectory, steps, mean, scale, settings, out
-    )
+    work = ppo.PassWork(HIDDEN)
+    moved_weights = policy.Weights32.from_params(new, HIDDEN)
+    stats = work.gradient(moved_weights, trajectory, steps, mean, scale, settings, out)
+    # The reused working memory was left clear: a second pass gives the same bytes.
+    again = np.empty_like(out)
+    work.gradient(moved_weights, trajectory, steps, mean, scale, settings, again)
+    assert again.tobytes() == out.tobytes()
     assert stats.steps == len(steps)
     assert (stats.clipped > 0) == (moved > 0)
     # Central differences of the dense objective, on the coordinates the steps reach.
@@ -175,7 +179,7 @@ def test_at_the_playing_weights_no_step_is_clipped_and_the_ratio_is_one() -> Non
     params, weights = _weights(1)
     trajectory = _record(weights, 50, seed=4)
     out = np.empty(len(params), np.float32)
-    stats = ppo.surrogate_gradient(
+    stats = ppo.PassWork(HIDDEN).gradient(
         weights, trajectory, np.arange(50), 0.0, 1.0, ppo.PPOSettings(clip=1e-9), out
     )
     assert stats.clipped == 0
