@@ -160,8 +160,9 @@ class TrajectoryRecorder:
         logit = sparse.forward_logit(weights.w1t, weights.w2, idx, vals, self._h)
         self._values.append(sparse.value(self._h, weights.value))
         self._logits.append(logit)
-        self._pixels.append(idx)
-        self._signs.append(vals)
+        # Copies, compact: an input stream reuses its arrays step after step.
+        self._pixels.append(idx.astype(np.uint16))
+        self._signs.append(vals.astype(np.int8))
         self._counts.append(len(idx))
         p_up = 1.0 / (1.0 + math.exp(-logit)) if logit > -700.0 else 0.0
         self.entropy_sum += policy.entropy(p_up)
@@ -176,16 +177,16 @@ class TrajectoryRecorder:
 
     def finish(self, gamma: float, lam: float) -> Trajectory:
         """End the episode: its trajectory, with GAE(lambda) advantages."""
-        pixels = np.concatenate(self._pixels) if self._pixels else np.zeros(0, np.int32)
-        signs = np.concatenate(self._signs) if self._signs else np.zeros(0, np.float32)
+        pixels = np.concatenate(self._pixels) if self._pixels else np.zeros(0, np.uint16)
+        signs = np.concatenate(self._signs) if self._signs else np.zeros(0, np.int8)
         indptr = np.zeros(len(self._counts) + 1, np.int64)
         np.cumsum(self._counts, out=indptr[1:])
         rewards = np.array(self._rewards, np.float64)
         values = np.array(self._values, np.float64)
         advantages, returns = gae(rewards, values, gamma, lam)
         trajectory = Trajectory(
-            pixels=pixels.astype(np.uint16),
-            signs=signs.astype(np.int8),
+            pixels=pixels,
+            signs=signs,
             indptr=indptr,
             up=np.array(self._up, np.uint8),
             logp_old=np.array(self._logp, np.float64),

@@ -80,10 +80,14 @@ def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
     rng = np.random.default_rng(seed)
     recorder = ppo.TrajectoryRecorder(HIDDEN)
     recorder.start(weights)
+    # One pair of arrays for every step, as an input stream reuses its own.
+    idx_room = np.empty(INPUT_SIZE, np.int32)
+    vals_room = np.empty(INPUT_SIZE, np.float32)
     for t in range(steps):
         n = int(rng.integers(0, 12))
-        idx = np.sort(rng.choice(INPUT_SIZE, n, replace=False)).astype(np.int32)
-        vals = rng.choice([-1.0, 1.0], n).astype(np.float32)
+        idx, vals = idx_room[:n], vals_room[:n]
+        idx[:] = np.sort(rng.choice(INPUT_SIZE, n, replace=False))
+        vals[:] = rng.choice([-1.0, 1.0], n)
         p = recorder.forward(idx, vals)
         reward = 0.0 if t % 9 != 8 else float(rng.choice([-1.0, 1.0]))
         recorder.add(bool(rng.random() < p), reward)
