@@ -21,7 +21,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.checkpoint import load_policy
-from pong_mp.config import TrainConfig, apply_preset, stored_option
+from pong_mp.config import TrainConfig, apply_preset, stored_conv_channels, stored_option
 from pong_mp.frames import INPUT_SIZE, BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
@@ -92,12 +92,20 @@ class Agent:
     """
 
     def __init__(
-        self, params: np.ndarray, hidden: int, seed: int | None = None, inputs: str = "diff"
+        self,
+        params: np.ndarray,
+        hidden: int,
+        seed: int | None = None,
+        inputs: str = "diff",
+        channels: int = 0,
     ) -> None:
         """An agent with flat float64 `params` of a `hidden`-unit policy that sees `inputs`
-        (one of frames.INPUTS; a loaded agent takes its config's); `seed` seeds the sampling
-        of actions (None: fresh entropy)."""
-        self._w1t, self._w2 = policy.split(np.asarray(params, dtype=np.float64), hidden)
+        (one of frames.INPUTS; a loaded agent takes its config's), on the features of a
+        convolutional layer of `channels` for --policy conv (0: the MLP); `seed` seeds the
+        sampling of actions (None: fresh entropy)."""
+        flat = np.asarray(params, dtype=np.float64)
+        self._w1t, self._w2 = policy.split(flat, hidden, channels)
+        self._kernel = policy.conv_kernel(flat, hidden, channels)
         self.hidden = hidden
         self.inputs = inputs
         self._stream = BinaryInputs(inputs)  # the stream training uses on RGB frames
@@ -111,7 +119,8 @@ class Agent:
         pong-mp's."""
         params, config = load_policy(Path(path))
         inputs = stored_option(config, "inputs")
-        agent = cls(params, int(config["hidden"]), seed=seed, inputs=inputs)
+        channels = stored_conv_channels(config)
+        agent = cls(params, int(config["hidden"]), seed=seed, inputs=inputs, channels=channels)
         agent.config = config
         return agent
 
@@ -131,6 +140,8 @@ class Agent:
         else:  # a game's first frame: no difference yet, the input is all zeros
             self._stream.reset(observation)
             self._started = True
+        if self._kernel is not None:
+            x = policy.conv_features(self._kernel, x)
         p_up, _ = policy.forward(self._w1t, self._w2, x)
         return p_up
 

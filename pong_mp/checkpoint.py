@@ -6,7 +6,10 @@ Adam's two moments), the update, episode and step counters, the running reward, 
 time so far, the run's config as JSON and, with a policy lag L, the float32 weights of the
 L updates before (lag_W1, lag_W2: L x H x 6400 and L x H) that the batches in flight use.
 A run with a value head (--baseline value, --algo ppo) adds it as `value`, with its
-optimizer state (`rmsprop_value`, `adam_m_value`) and lagged copies (`lag_value`).
+optimizer state (`rmsprop_value`, `adam_m_value`) and lagged copies (`lag_value`). A
+--policy conv run's W1 is H x (19 x 19 x channels), one column per feature of its
+convolutional layer, whose filters are `conv` (8 x 8 x channels), with `rmsprop_conv` and
+`adam_m_conv`; a model file of one holds `conv` too.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from pathlib import Path
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.config import ConfigError, check_types, stored_option, stored_value_head
+from pong_mp.config import (
+    ConfigError,
+    check_types,
+    stored_conv_channels,
+    stored_option,
+    stored_value_head,
+)
 from pong_mp.files import write_atomic
 from pong_mp.frames import INPUTS
 from pong_mp.state import TrainState
@@ -36,8 +45,11 @@ class CheckpointError(ValueError):
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
 
 
-def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
-    """Write `state` to `path` atomically: a reader sees the old file or the new, never half."""
+def save(
+    path: Path, state: TrainState, hidden: int, config_json: str, channels: int = 0
+) -> None:
+    """Write `state` to `path` atomically: a reader sees the old file or the new, never half.
+    `channels` are --policy conv's (0 for the MLP)."""
     named = [("params", state.params), ("cache", state.cache)]
     if state.momentum is not None:
         named.append(("momentum", state.momentum))
@@ -45,8 +57,8 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
         if not np.all(np.isfinite(arr)):
             raise CheckpointError(f"refusing to save non-finite {name} to {path}")
     # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
-    w1t, w2 = policy.split(state.params, hidden)
-    c1t, c2 = policy.split(state.cache, hidden)
+    w1t, w2 = policy.split(state.params, hidden, channels)
+    c1t, c2 = policy.split(state.cache, hidden, channels)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T),
         "W2": w2,
@@ -63,21 +75,26 @@ def save(path: Path, state: TrainState, hidden: int, config_json: str) -> None:
         "format_version": np.int64(FORMAT_VERSION),
     }
     if state.momentum is not None:
-        m1t, m2 = policy.split(state.momentum, hidden)
+        m1t, m2 = policy.split(state.momentum, hidden, channels)
         arrays["adam_m_W1"] = np.ascontiguousarray(m1t.T)
         arrays["adam_m_W2"] = m2
     if state.lagged:
-        views = [policy.split(flat, hidden) for flat in state.lagged]
+        views = [policy.split(flat, hidden, channels) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
-    if policy.value_head(state.params, hidden) is not None:  # --baseline value, --algo ppo
-        named_heads = {"value": state.params, "rmsprop_value": state.cache}
-        if state.momentum is not None:
-            named_heads["adam_m_value"] = state.momentum
-        for name, flat in named_heads.items():
-            arrays[name] = policy.value_head(flat, hidden)
+    named = {"": state.params, "rmsprop_": state.cache}
+    if state.momentum is not None:
+        named["adam_m_"] = state.momentum
+    if policy.value_head(state.params, hidden, channels) is not None:  # --baseline value, ppo
+        for prefix, flat in named.items():
+            arrays[prefix + "value"] = policy.value_head(flat, hidden, channels)
         if state.lagged:
-            arrays["lag_value"] = np.stack([policy.value_head(f, hidden) for f in state.lagged])
+            arrays["lag_value"] = np.stack(
+                [policy.value_head(f, hidden, channels) for f in state.lagged]
+            )
+    if channels:  # --policy conv (no policy lag)
+        for prefix, flat in named.items():
+            arrays[prefix + "conv"] = policy.conv_kernel(flat, hidden, channels)
     _write_npz_atomic(Path(path), arrays)
 
 
@@ -123,9 +140,38 @@ def _read(path: Path) -> dict[str, np.ndarray]:
         raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from None
 
 
-def _check_shapes(w1: np.ndarray, w2: np.ndarray) -> None:
-    if w1.ndim != 2 or w1.shape[1] != policy.INPUT_SIZE or w2.shape != (w1.shape[0],):
-        raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, 6400)/(H,)")
+def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0) -> None:
+    rows = policy.input_rows(channels)
+    if w1.ndim != 2 or w1.shape[1] != rows or w2.shape != (w1.shape[0],):
+        raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, {rows})/(H,)")
+
+
+def _channels_of(data: dict[str, np.ndarray]) -> int:
+    # --policy conv's channels as the stored config gives them, to know W1's shape before
+    # the config is checked: 0 where it is malformed (the check that follows names it).
+    try:
+        channels = stored_conv_channels(json.loads(str(data["config"])))
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return 0
+    ok = isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels < 4096
+    return channels if ok else 0
+
+
+def _filters(
+    data: dict[str, np.ndarray], channels: int, keys: tuple[str, ...], dtype: type
+) -> list[np.ndarray]:
+    # --policy conv's filters (and the optimizer's state for them): [] for the MLP.
+    if not channels:
+        return []
+    want = (policy.CONV_SIZE, policy.CONV_SIZE, channels)
+    for key in keys:
+        if key not in data:
+            raise CheckpointError(f"missing {key}, which a --policy conv run needs")
+        if data[key].shape != want or data[key].dtype != dtype:
+            found = f"{data[key].dtype} {data[key].shape}"
+            raise CheckpointError(f"{key} is {found}, not {np.dtype(dtype)} {want}")
+        _check_finite(data, (key,))
+    return [data[key].ravel().astype(np.float64) for key in keys]
 
 
 def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
@@ -157,7 +203,8 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     if missing:
         raise CheckpointError(f"missing {', '.join(missing)}")
     w1, w2 = data["W1"], data["W2"]
-    _check_shapes(w1, w2)
+    channels = _channels_of(data)
+    _check_shapes(w1, w2, channels)
     hidden = w1.shape[0]
     if ("adam_m_W1" in data) != ("adam_m_W2" in data):
         raise CheckpointError("holds only one of adam_m_W1 and adam_m_W2")
@@ -184,6 +231,8 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     _check_config(config, hidden)
     lagged = _lagged(data, config, w1.shape)
     heads = _value_heads(data, config, hidden, "adam_m_W1" in data)
+    adam = ("adam_m_conv",) if "adam_m_W1" in data else ()
+    filters = _filters(data, channels, ("conv", "rmsprop_conv", *adam), np.float64)
     params = policy.join(w1, w2)
     cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
     momentum = policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
@@ -196,6 +245,11 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             np.concatenate([flat, head])
             for flat, head in zip(lagged, heads["lag_value"], strict=True)
         )
+    if filters:
+        params = np.concatenate([params, filters[0]])
+        cache = np.concatenate([cache, filters[1]])
+        if momentum is not None:
+            momentum = np.concatenate([momentum, filters[2]])
     state = TrainState(
         params=params,
         cache=cache,
@@ -304,8 +358,8 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
             raise CheckpointError(f"{out} is a training checkpoint: refusing to overwrite it")
         if "W1" not in existing:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
-    hidden = int(config["hidden"])
-    w1t, w2 = policy.split(state.params, hidden)
+    hidden, channels = int(config["hidden"]), stored_conv_channels(config)
+    w1t, w2 = policy.split(state.params, hidden, channels)
     run, options = _model_provenance(checkpoint_path, config)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
@@ -317,6 +371,8 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         "steps": np.int64(state.steps),
         "format_version": np.int64(FORMAT_VERSION),
     }
+    if channels:
+        arrays["conv"] = policy.conv_kernel(state.params, hidden, channels).astype(np.float32)
     _write_npz_atomic(out, arrays)
     return out
 
@@ -335,9 +391,11 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
             config = json.loads(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
-        _check_shapes(w1, w2)
+        channels = _channels_of(data)
+        _check_shapes(w1, w2, channels)
         _check_finite(data, ("W1", "W2"))
         _check_config(config, w1.shape[0])
+        filters = _filters(data, channels, ("conv",), np.float32)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    return policy.join(w1, w2), config
+    return np.concatenate([policy.join(w1, w2), *filters]), config

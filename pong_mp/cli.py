@@ -27,13 +27,16 @@ from pong_mp.config import (
     ALGOS,
     BASELINES,
     MAX_BATCH_SIZE,
+    MAX_CHANNELS,
     MAX_ENTROPY_BONUS,
     MAX_POLICY_LAG,
+    POLICIES,
     PRESETS,
     ConfigError,
     TrainConfig,
     apply_preset,
     default_workers,
+    stored_conv_channels,
     stored_option,
 )
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
@@ -428,6 +431,7 @@ def play_command(
             on_frame=progress.add if progress is not None else None,
             on_game=on_game,
             inputs=inputs,
+            channels=stored_conv_channels(config),
         )
         if recorder is not None:
             recorder.close()
@@ -695,6 +699,21 @@ def plot_command(
     help="The training runs' --optimizer.",
 )
 @click.option(
+    "--policy",
+    "net",
+    type=click.Choice(POLICIES),
+    default=TrainConfig.policy,
+    show_default=True,
+    help="The training runs' --policy (with new weights; a --model's is its own).",
+)
+@click.option(
+    "--channels",
+    type=click.IntRange(1, MAX_CHANNELS),
+    default=TrainConfig.channels,
+    show_default=True,
+    help="The training runs' --channels, with --policy conv.",
+)
+@click.option(
     "--compare-envs",
     "compare_envs_only",
     is_flag=True,
@@ -731,6 +750,8 @@ def bench_command(
     baseline: str,
     algo: str,
     optimizer: str,
+    net: str,
+    channels: int,
     compare_envs_only: bool,
     rounds: int,
     ray_driver: bool,
@@ -744,6 +765,8 @@ def bench_command(
             _fail("--ray-driver needs Ray: pip install 'pong-mp[ray]'", EXIT_USAGE)
         click.echo(json.dumps(cost, indent=2) if as_json else format_ray_driver_cost(cost))
         return
+    if net == "conv" and algo != "ppo":
+        _fail("--policy conv works with --algo ppo", EXIT_USAGE)
     try:
         check_env(env, {})
         if model is not None:
@@ -773,7 +796,7 @@ def bench_command(
     setup = TrainingSetup(
         batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
-        model=model,
+        policy=net, channels=channels, model=model,
     )
     if scaling:
         rows = run_scaling(workers, seconds, env, setup)

@@ -37,6 +37,10 @@ ADVANTAGES = ("episode", "batch")
 ALGOS = ("pg", "ppo")
 """Learners: Karpathy's policy gradient, or an actor-critic with PPO's clipped surrogate."""
 
+POLICIES = ("mlp", "conv")
+"""Policy networks: a hidden layer on the pixels (Karpathy's), or on the features of a
+convolutional layer."""
+
 BACKENDS = ("local", "serial", "ray")
 """Where episodes are played: a process pool, this process, or Ray actors."""
 
@@ -117,6 +121,13 @@ class TrainConfig:
         choices=BASELINES,
     )
     hidden: int = option(200, "Hidden units.")
+    policy: str = option(
+        "mlp",
+        "mlp: the hidden layer sees the pixels (Karpathy's); conv: it sees the features of a "
+        "convolutional layer (8x8 filters, stride 4, on the sparse input; --algo ppo).",
+        choices=POLICIES,
+    )
+    channels: int = option(16, "conv: filters of the convolutional layer.")
     algo: str = option(
         "pg",
         "pg: Karpathy's policy gradient, one step per batch; ppo: an actor-critic (a value "
@@ -166,6 +177,11 @@ class TrainConfig:
     def value_head(self) -> bool:
         """Whether the weights carry a value head (--baseline value, or the actor-critic)."""
         return self.baseline == "value" or self.algo == "ppo"
+
+    @property
+    def conv_channels(self) -> int:
+        """The convolutional layer's channels: --channels with --policy conv, else 0."""
+        return self.channels if self.policy == "conv" else 0
 
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
@@ -233,6 +249,15 @@ class TrainConfig:
             (self.value_coef >= 0, "--value-coef must be >= 0"),
             (self.max_grad_norm >= 0, "--max-grad-norm must be >= 0 (0: no limit)"),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
+            (self.policy in POLICIES, f"--policy must be one of {', '.join(POLICIES)}"),
+            (
+                self.policy == "mlp" or self.algo == "ppo",
+                "--policy conv works with --algo ppo (or --preset ppo)",
+            ),
+            (
+                1 <= self.channels <= MAX_CHANNELS,
+                f"--channels must be between 1 and {MAX_CHANNELS}",
+            ),
             (
                 0 <= self.policy_lag <= MAX_POLICY_LAG,
                 f"--policy-lag must be between 0 and {MAX_POLICY_LAG}",
@@ -322,6 +347,8 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "gae_lambda": 0.95,
     "value_coef": 0.5,
     "max_grad_norm": 0.5,
+    "policy": "mlp",
+    "channels": 16,
 }
 """The defaults of older runs: options added after runs were first stored, with the value
 that a config without them was trained with (whatever the default is now), so that a
@@ -339,6 +366,16 @@ def stored_value_head(config: dict[str, Any]) -> bool:
     `value_head`)."""
     return stored_option(config, "baseline") == "value" or stored_option(config, "algo") == "ppo"
 
+
+def stored_conv_channels(config: dict[str, Any]) -> int:
+    """The convolutional layer's channels of a stored config's run (TrainConfig's
+    `conv_channels`): 0 for the MLP."""
+    return stored_option(config, "channels") if stored_option(config, "policy") == "conv" else 0
+
+
+MAX_CHANNELS = 64
+"""The most filters of --policy conv: its hidden layer then has 23,104 input rows, 3.6
+times the MLP's 6,400."""
 
 MAX_HIDDEN = 4096
 """The most hidden units: W1 is then 26 M weights, 210 MB in float64 per copy, and a
@@ -393,6 +430,8 @@ ALGORITHM_FIELDS = (
     "gamma",
     "decay_rate",
     "hidden",
+    "policy",
+    "channels",
     "advantage",
     "entropy_bonus",
     "baseline",
@@ -409,7 +448,7 @@ ALGORITHM_FIELDS = (
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
-FORK_KEEPS = ("env", "inputs", "optimizer")
+FORK_KEEPS = ("env", "inputs", "optimizer", "policy", "channels")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights and
 optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
 drop one, change the policy lag, and switch the learner, whose optimizer state then starts

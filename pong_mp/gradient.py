@@ -17,10 +17,12 @@ def gradient_width(advantage: str) -> int:
     return 2 if advantage == "batch" else 1
 
 
-def gradient_length(hidden: int, width: int, value: bool) -> int:
+def gradient_length(hidden: int, width: int, value: bool, channels: int = 0) -> int:
     """Floats in an episode's flat gradient: `width` policy-sized vectors, then the value
-    head's part (hidden + 1) with a value baseline."""
-    return width * policy.param_count(hidden) + (hidden + 1 if value else 0)
+    head's part (hidden + 1) with a value baseline or the actor-critic, then the filters'
+    with --policy conv (whose gradient has width 1)."""
+    mlp = policy.param_count(hidden, channels=channels) - policy.kernel_count(channels)
+    return width * mlp + (hidden + 1 if value else 0) + policy.kernel_count(channels)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pong_mp import sparse
 from pong_mp.frames import INPUT_SIZE, binarize
 
 UP = 2
@@ -27,53 +28,100 @@ DOWN = 3
 
 
 
-def param_count(hidden: int, value: bool = False) -> int:
+CONV_SIZE = 8
+"""--policy conv: the side of its filters, in pixels of the 80x80 input."""
+CONV_STRIDE = 4
+"""--policy conv: the step between its filters' positions."""
+CONV_SIDE = (80 - CONV_SIZE) // CONV_STRIDE + 1
+"""--policy conv: positions a side (19): its feature map is 19 x 19 x channels."""
+
+
+def input_rows(channels: int = 0) -> int:
+    """Rows of W1 transposed: one per input pixel for the MLP (channels 0), one per feature
+    (position x channel) of the convolutional layer for --policy conv."""
+    return INPUT_SIZE if channels == 0 else CONV_SIDE * CONV_SIDE * channels
+
+
+def kernel_count(channels: int) -> int:
+    """Scalars in the convolutional layer's filters (none for the MLP)."""
+    return CONV_SIZE * CONV_SIZE * channels
+
+
+def param_count(hidden: int, value: bool = False, channels: int = 0) -> int:
     """Number of scalars in a policy with `hidden` hidden units; with `value`, its value
-    head too (hidden weights and a bias, after W2)."""
-    return hidden * INPUT_SIZE + hidden + (hidden + 1 if value else 0)
+    head too (hidden weights and a bias, after W2); with `channels`, the convolutional
+    layer's filters last."""
+    return (
+        hidden * input_rows(channels)
+        + hidden
+        + (hidden + 1 if value else 0)
+        + kernel_count(channels)
+    )
 
 
-def split(params: np.ndarray, hidden: int) -> tuple[np.ndarray, np.ndarray]:
-    """Views (W1 transposed, shape (6400, hidden); W2, shape (hidden,)) into flat parameters,
-    with or without a value head after them (see `value_head`)."""
-    n1, n2 = hidden * INPUT_SIZE, param_count(hidden)
-    if params.shape not in ((n2,), (param_count(hidden, value=True),)):
-        raise ValueError(f"expected {n2} parameters, got shape {params.shape}")
-    return params[:n1].reshape(INPUT_SIZE, hidden), params[n1:n2]
+def split(params: np.ndarray, hidden: int, channels: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Views (W1 transposed, shape (rows, hidden); W2, shape (hidden,)) into flat parameters,
+    with or without a value head after them (see `value_head`); rows are `input_rows`."""
+    rows = input_rows(channels)
+    n1 = hidden * rows
+    sizes = (param_count(hidden, False, channels), param_count(hidden, True, channels))
+    if params.shape not in ((sizes[0],), (sizes[1],)):
+        raise ValueError(f"expected {sizes[0]} parameters, got shape {params.shape}")
+    return params[:n1].reshape(rows, hidden), params[n1 : n1 + hidden]
 
 
-def value_head(params: np.ndarray, hidden: int) -> np.ndarray | None:
+def value_head(params: np.ndarray, hidden: int, channels: int = 0) -> np.ndarray | None:
     """A view of the value head (hidden weights, then the bias) of flat parameters, or None
     if they have none."""
-    split(params, hidden)  # checks the size
-    n = param_count(hidden)
-    return params[n:] if len(params) > n else None
+    split(params, hidden, channels)  # checks the size
+    if len(params) == param_count(hidden, False, channels):
+        return None
+    start = hidden * input_rows(channels) + hidden
+    return params[start : start + hidden + 1]
+
+
+def conv_kernel(params: np.ndarray, hidden: int, channels: int) -> np.ndarray | None:
+    """A view of the convolutional layer's filters, (CONV_SIZE, CONV_SIZE, channels), of
+    flat parameters; None for the MLP (channels 0)."""
+    split(params, hidden, channels)  # checks the size
+    if channels == 0:
+        return None
+    count = kernel_count(channels)
+    return params[len(params) - count :].reshape(CONV_SIZE, CONV_SIZE, channels)
 
 
 def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
-    """Flat float64 parameters from W1 (hidden x 6400, as in checkpoints) and W2."""
+    """Flat float64 parameters from W1 (hidden x rows, as in checkpoints) and W2."""
     return np.concatenate(
         [np.ascontiguousarray(w1.T, dtype=np.float64).ravel(), np.asarray(w2, dtype=np.float64)]
     )
 
 
-def init_params(hidden: int, seed: int, value: bool = False) -> np.ndarray:
-    """Xavier-initialised flat parameters, a pure function of (hidden, seed); a value head
-    starts at zero (so the policy's weights are those of the same seed without one)."""
+def init_params(hidden: int, seed: int, value: bool = False, channels: int = 0) -> np.ndarray:
+    """Xavier-initialised flat parameters, a pure function of (hidden, seed, channels); a
+    value head starts at zero (so the policy's weights are those of the same seed without
+    one). The convolutional layer's filters are drawn last, with a variance of 1 / 64."""
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    w1 = rng.standard_normal((hidden, INPUT_SIZE)) / np.sqrt(INPUT_SIZE)
+    rows = input_rows(channels)
+    w1 = rng.standard_normal((hidden, rows)) / np.sqrt(rows)
     w2 = rng.standard_normal(hidden) / np.sqrt(hidden)
-    return with_value_head(join(w1, w2), hidden, value)
+    flat = join(w1, w2)
+    if channels:
+        kernel = rng.standard_normal(kernel_count(channels)) / CONV_SIZE
+        flat = np.concatenate([flat, kernel])
+    return with_value_head(flat, hidden, value, channels)
 
 
-def with_value_head(flat: np.ndarray, hidden: int, value: bool) -> np.ndarray:
+def with_value_head(flat: np.ndarray, hidden: int, value: bool, channels: int = 0) -> np.ndarray:
     """Flat parameters (or a vector shaped like them) with a value head, a new one of zeros
     if they have none; or, if not `value`, without one."""
-    policy_part = flat[: param_count(hidden)]
-    if not value:
-        return policy_part
-    head = value_head(flat, hidden)
-    return flat if head is not None else np.concatenate([flat, np.zeros(hidden + 1, flat.dtype)])
+    head = value_head(flat, hidden, channels)
+    if (head is not None) == value:
+        return flat
+    mlp = hidden * input_rows(channels) + hidden
+    tail = flat[len(flat) - kernel_count(channels) :] if channels else flat[:0]
+    middle = np.zeros(hidden + 1, flat.dtype) if value else flat[:0]
+    return np.concatenate([flat[:mlp], middle, tail])
 
 
 def widened(
@@ -182,21 +230,82 @@ class Weights32:
     """The float32 copy of the policy that episodes compute with (read-only views)."""
 
     w1t: np.ndarray
-    """W1 transposed, (6400, hidden) float32."""
+    """W1 transposed, (rows, hidden) float32: rows are pixels, or conv features."""
     w2: np.ndarray
     """W2, (hidden,) float32."""
     value: np.ndarray | None = None
     """The value head, (hidden + 1,) float32 (weights, then the bias), or None."""
+    kernel: np.ndarray | None = None
+    """--policy conv: the filters, (CONV_SIZE, CONV_SIZE, channels) float32; None for the
+    MLP."""
+
+    @property
+    def channels(self) -> int:
+        """The convolutional layer's channels (0 for the MLP)."""
+        return 0 if self.kernel is None else self.kernel.shape[2]
 
     @classmethod
-    def from_params(cls, params: np.ndarray, hidden: int) -> Weights32:
+    def from_params(cls, params: np.ndarray, hidden: int, channels: int = 0) -> Weights32:
         """The float32 weights of flat float64 parameters (a copy)."""
-        return cls.from_flat32(params.astype(np.float32), hidden)
+        return cls.from_flat32(params.astype(np.float32), hidden, channels)
 
     @classmethod
-    def from_flat32(cls, flat: np.ndarray, hidden: int) -> Weights32:
-        """Views of flat float32 weights (W1 transposed, W2, and a value head if there is
-        one), as backends receive them."""
+    def from_flat32(cls, flat: np.ndarray, hidden: int, channels: int = 0) -> Weights32:
+        """Views of flat float32 weights (W1 transposed, W2, a value head if there is one,
+        the filters with `channels`), as backends receive them."""
         if flat.dtype != np.float32:
             raise ValueError(f"expected float32 weights, got {flat.dtype}")
-        return cls(*split(flat, hidden), value_head(flat, hidden))
+        return cls(
+            *split(flat, hidden, channels),
+            value_head(flat, hidden, channels),
+            conv_kernel(flat, hidden, channels),
+        )
+
+
+def conv_features(kernel: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """The dense float64 reference of --policy conv's first layer: the relu of the
+    convolution of the 80x80 input `x` (6400 values) with `kernel` (CONV_SIZE, CONV_SIZE,
+    channels), stride CONV_STRIDE, no padding and no bias; flat, feature
+    (row * CONV_SIDE + column) * channels + channel. With no bias an empty window gives 0,
+    so the features of a sparse input are sparse too."""
+    windows = np.lib.stride_tricks.sliding_window_view(x.reshape(80, 80), kernel.shape[:2])
+    windows = windows[::CONV_STRIDE, ::CONV_STRIDE]
+    return np.maximum(np.einsum("ijyx,yxc->ijc", windows, kernel), 0.0).ravel()
+
+
+class SparseForward:
+    """P(UP) of sparse inputs with `Weights32`, through the compiled loops (`sparse.pyx`):
+    the MLP on the pixels, or --policy conv's hidden layer on the features of its
+    convolutional layer. Holds the working memory, reused step after step."""
+
+    def __init__(self, hidden: int, channels: int = 0) -> None:
+        """Memory for a policy of `hidden` units (on `channels` conv features)."""
+        self.h = np.zeros(hidden, np.float32)
+        """The hidden units (after the relu) of the last input."""
+        self._features = np.zeros(input_rows(channels) if channels else 0, np.int32)
+        self._values = np.zeros(len(self._features), np.float32)
+        self._pre = np.zeros(len(self._features), np.float32)  # conv_step's scratch
+        self._seen = np.zeros(CONV_SIDE * CONV_SIDE, np.uint8)
+
+    def _inputs(
+        self, weights: Weights32, idx: np.ndarray, vals: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        # The hidden layer's sparse input: the pixels, or their conv features.
+        if weights.kernel is None:
+            return idx, vals
+        count = sparse.conv_step(
+            weights.kernel, idx, vals, self._features, self._values, self._pre, self._seen
+        )
+        return self._features[:count], self._values[:count]
+
+    def logit(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
+        """The logit of P(UP) for the input with values `vals` (float32) at pixels `idx`
+        (int32)."""
+        rows, values = self._inputs(weights, idx, vals)
+        return sparse.forward_logit(weights.w1t, weights.w2, rows, values, self.h)
+
+    def p_up(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
+        """P(UP) for the input with values `vals` (float32) at pixels `idx` (int32): the
+        sigmoid of `logit`."""
+        rows, values = self._inputs(weights, idx, vals)
+        return sparse.forward(weights.w1t, weights.w2, rows, values, self.h)

@@ -18,8 +18,13 @@ depend on which worker, backend or retry computes it.
 The policy is the MLP with a value head on its hidden layer (the layout of
 `policy.param_count(hidden, value=True)`); unlike --baseline value, the value loss's
 gradient reaches the hidden layer's weights too (a shared trunk, as in PPO's Atari
-setting). A point scored ends a rally: returns and advantages restart there, as Karpathy's
-returns do, and a rally's last step bootstraps from nothing.
+setting). With --policy conv the hidden layer sees the features of a convolutional layer
+(`sparse.conv_step`) instead of the pixels, and the gradient reaches its filters too
+(`sparse.conv_backward`); a trajectory keeps the pixels, whose features each pass computes
+again with the filters it is sent.
+
+A point scored ends a rally: returns and advantages restart there, as Karpathy's returns
+do, and a rally's last step bootstraps from nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +36,6 @@ import numpy as np
 
 from pong_mp import policy, sparse
 from pong_mp.config import TrainConfig
-from pong_mp.frames import INPUT_SIZE
 from pong_mp.gradient import Moments
 
 
@@ -121,9 +125,9 @@ class TrajectoryRecorder:
     """Records an episode as it is played with the actor-critic's weights: a step is
     `forward` (P(UP) for its input) then `add` (the action taken and the reward)."""
 
-    def __init__(self, hidden: int) -> None:
-        """Working memory for a policy of `hidden` units."""
-        self._h = np.zeros(hidden, np.float32)
+    def __init__(self, hidden: int, channels: int = 0) -> None:
+        """Working memory for a policy of `hidden` units (on `channels` conv features)."""
+        self._forward = policy.SparseForward(hidden, channels)
         self._weights: policy.Weights32 | None = None
         self._clear()
 
@@ -157,8 +161,8 @@ class TrajectoryRecorder:
         """P(UP) for this step's input (int32 pixels `idx`, float32 values `vals`)."""
         weights = self._weights
         assert weights is not None and weights.value is not None, "start() was not called"
-        logit = sparse.forward_logit(weights.w1t, weights.w2, idx, vals, self._h)
-        self._values.append(sparse.value(self._h, weights.value))
+        logit = self._forward.logit(weights, idx, vals)
+        self._values.append(sparse.value(self._forward.h, weights.value))
         self._logits.append(logit)
         # Copies, compact: an input stream reuses its arrays step after step.
         self._pixels.append(idx.astype(np.uint16))
@@ -245,13 +249,15 @@ class PassWork:
     gradient, kept zero between passes (only the rows a pass touched are cleared), and the
     value head's."""
 
-    def __init__(self, hidden: int) -> None:
-        """Memory for policies of `hidden` units."""
+    def __init__(self, hidden: int, channels: int = 0) -> None:
+        """Memory for policies of `hidden` units (on `channels` conv features)."""
         self.hidden = hidden
-        size = policy.param_count(hidden)
-        self._sum = np.zeros(size)
+        self.channels = channels
+        rows = policy.input_rows(channels)
+        self._sum = np.zeros((rows + 1) * hidden)
         self._value = np.zeros(hidden + 1)
-        self._touched = np.zeros(INPUT_SIZE, np.uint8)
+        self._touched = np.zeros(rows, np.uint8)
+        self._kernel = np.zeros((policy.CONV_SIZE, policy.CONV_SIZE, channels))
 
     def gradient(
         self,
@@ -265,18 +271,23 @@ class PassWork:
     ) -> PassStats:
         """The gradient of the actor-critic's objective, summed over `steps` of
         `trajectory`, w.r.t. the flat parameters of `weights` (W1 transposed, W2, value
-        head), written into the flat float32 `out`. Advantages are standardised with the
-        batch's mean and scale."""
+        head, the filters with --policy conv), written into the flat float32 `out`.
+        Advantages are standardised with the batch's mean and scale."""
         if weights.value is None:
             raise ValueError("the actor-critic's weights need a value head")
         hidden = self.hidden
         count = len(steps)
         idx, vals, indptr = trajectory.inputs(steps)
+        kernel = weights.kernel
+        # The hidden layer's inputs: the pixels, or their conv features.
+        rows_in = (idx, vals, indptr) if kernel is None else sparse.conv_many(
+            kernel, idx, vals, indptr, count
+        )
         hs = np.empty((count, hidden), np.float32)
         logits = np.empty(count)
         values = np.empty(count)
         sparse.forward_many(
-            weights.w1t, weights.w2, weights.value, idx, vals, indptr, count, hs, logits, values
+            weights.w1t, weights.w2, weights.value, *rows_in, count, hs, logits, values
         )
         advantages = (trajectory.advantages[steps] - advantage_mean) * advantage_scale
         coef_logit = np.empty(count)
@@ -286,16 +297,23 @@ class PassWork:
             trajectory.returns[steps], settings.clip, settings.value_coef,
             settings.entropy_coef, coef_logit, coef_value,
         )
+        dh = None if kernel is None else np.empty((count, hidden))
         sparse.ppo_accumulate(
-            idx, vals, indptr, hs, weights.w2, weights.value, coef_logit, coef_value, count,
-            self._sum, self._value, self._touched,
+            *rows_in, hs, weights.w2, weights.value, coef_logit, coef_value, count,
+            self._sum, self._value, self._touched, dh,
         )
-        n = policy.param_count(hidden)
+        n = len(self._sum)
         # Writes the touched rows and W2 (zeros elsewhere) and clears what it wrote: with
         # mu 0 and scale 1, (A - 0 B) * 1 is A, so A serves as its own second sum.
         sparse.finish(self._sum, self._sum, self._touched, 0.0, 1.0, out[:n])
-        out[n:] = self._value
+        out[n : n + hidden + 1] = self._value
         self._value[:] = 0.0
+        if kernel is not None:
+            sparse.conv_backward(
+                weights.w1t, idx, vals, indptr, rows_in[0], rows_in[2], dh, count, self._kernel
+            )
+            out[n + hidden + 1 :] = self._kernel.ravel()
+            self._kernel[:] = 0.0
         return PassStats(count, clipped, entropy, error, kl)
 
 
@@ -334,7 +352,7 @@ def epoch_gradient(
     minibatch, of the actor-critic's objective at `weights`; return what the pass saw."""
     steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
     if work is None:
-        work = PassWork(weights.w2.shape[0])
+        work = PassWork(weights.w2.shape[0], weights.channels)
     return work.gradient(
         weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale, settings,
         out,

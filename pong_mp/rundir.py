@@ -474,6 +474,11 @@ def _prepare_fork(
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
     _validate(config, build_env)  # names an --hidden out of range before it is compared
+    if config.conv_channels and config.hidden != stored.hidden:
+        raise ConfigError(
+            f"a fork of a --policy conv run keeps its hidden layer ({stored.hidden} units): "
+            "omit --hidden"
+        )
     if config.hidden < stored.hidden:
         raise ConfigError(
             f"a fork may widen the hidden layer of the run it starts from ({stored.hidden} "

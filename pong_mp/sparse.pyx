@@ -499,6 +499,7 @@ def ppo_accumulate(
     double[::1] out,
     double[::1] out_value,
     uint8_t[::1] touched,
+    double[:, ::1] dh_out=None,
 ) -> None:
     """Add to the flat float64 policy gradient `out` (W1 transposed, then W2) and to the
     value head's `out_value` (weights, then the bias) the gradient of
@@ -506,7 +507,9 @@ def ppo_accumulate(
     reaching the hidden layer as the logit does (a shared trunk).
 
     W1 rows are summed over their steps in step order and added once, as in `accumulate`,
-    and marked in `touched`.
+    and marked in `touched`. With `dh_out` (count x hidden), the gradient w.r.t. each
+    step's hidden units before the relu goes there too (what --policy conv's layer below
+    needs).
     """
     cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
     cdef Py_ssize_t base = pixels * hidden
@@ -523,6 +526,8 @@ def ppo_accumulate(
             and coef_value.shape[0] >= count and out.shape[0] == (pixels + 1) * hidden
             and out_value.shape[0] == hidden + 1):
         raise ValueError("ppo_accumulate: arrays of mismatched sizes")
+    if dh_out is not None and not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
+        raise ValueError("ppo_accumulate: dh_out of the wrong shape")
     entries = indptr[count]
     if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
         raise ValueError("ppo_accumulate: indptr points outside idx")
@@ -548,6 +553,10 @@ def ppo_accumulate(
                 out_value[k] += cv * hk
                 dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
             out_value[hidden] += cv
+        if dh_out is not None:
+            for t in range(count):
+                for k in range(hidden):
+                    dh_out[t, k] = dh[t * hidden + k]
         _group_by_pixel(idx, vals, indptr, count, pixels, first, fill, step_of, sign)
         for p in range(pixels):
             if first[p] == first[p + 1]:
@@ -570,6 +579,243 @@ def ppo_accumulate(
         free(step_of)
         free(sign)
         free(total)
+
+
+# -- --policy conv's first layer: a convolution of the sparse input -------------------------
+# Its filters (CONV_SIZE x CONV_SIZE x channels, stride CONV_STRIDE, no bias) see a frame
+# difference's ~30 pixels only: each pixel reaches at most 2 x 2 positions, so a step costs
+# ~30 x 4 x channels multiply-adds, and only positions near a pixel can be non-zero. Its
+# features (after the relu) come out sparse, in the CSR form the MLP's loops take as their
+# input, feature (row * side + column) * channels + channel, in increasing order.
+
+cdef enum:
+    _SIZE = 8
+    _STRIDE = 4
+    _SIDE = 19
+    _WIDTH = 80
+
+
+cdef inline void _window_range(Py_ssize_t y, Py_ssize_t* lo, Py_ssize_t* hi):
+    # The positions (along one axis) whose window covers pixel coordinate y.
+    lo[0] = (y - _SIZE + _STRIDE) // _STRIDE if y >= _SIZE else 0
+    hi[0] = y // _STRIDE if y // _STRIDE < _SIDE else _SIDE - 1
+
+
+cdef Py_ssize_t _conv_step(
+    const float[:, :, ::1] kernel,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    Py_ssize_t first,
+    Py_ssize_t last,
+    float* pre,
+    uint8_t* seen,
+    int32_t* positions,
+    int32_t* out_idx,
+    float* out_vals,
+):
+    # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
+    # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
+    cdef Py_ssize_t channels = kernel.shape[2], j, y, x, oy, ox, ylo, yhi, xlo, xhi
+    cdef Py_ssize_t c, pos, n_pos = 0, n = 0, a, b
+    cdef const float* row
+    cdef float* dst
+    cdef float v
+    cdef int32_t keep
+    for j in range(first, last):
+        y = idx[j] // _WIDTH
+        x = idx[j] % _WIDTH
+        v = vals[j]
+        _window_range(y, &ylo, &yhi)
+        _window_range(x, &xlo, &xhi)
+        for oy in range(ylo, yhi + 1):
+            for ox in range(xlo, xhi + 1):
+                pos = oy * _SIDE + ox
+                if not seen[pos]:
+                    seen[pos] = 1
+                    positions[n_pos] = <int32_t>pos
+                    n_pos += 1
+                row = &kernel[y - oy * _STRIDE, x - ox * _STRIDE, 0]
+                dst = &pre[pos * channels]
+                for c in range(channels):
+                    dst[c] += v * row[c]
+    for a in range(1, n_pos):  # insertion sort: a few dozen positions
+        keep = positions[a]
+        b = a - 1
+        while b >= 0 and positions[b] > keep:
+            positions[b + 1] = positions[b]
+            b -= 1
+        positions[b + 1] = keep
+    for a in range(n_pos):
+        pos = positions[a]
+        seen[pos] = 0
+        dst = &pre[pos * channels]
+        for c in range(channels):
+            if dst[c] > 0.0:
+                out_idx[n] = <int32_t>(pos * channels + c)
+                out_vals[n] = dst[c]
+                n += 1
+            dst[c] = 0.0
+    return n
+
+
+cdef void _check_kernel(const float[:, :, ::1] kernel, str name) except *:
+    if kernel.shape[0] != _SIZE or kernel.shape[1] != _SIZE or kernel.shape[2] < 1:
+        raise ValueError(f"{name}: filters must be {_SIZE} x {_SIZE} x channels")
+
+
+def conv_step(
+    const float[:, :, ::1] kernel,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    int32_t[::1] out_idx,
+    float[::1] out_vals,
+    float[::1] pre,
+    uint8_t[::1] seen,
+) -> int:
+    """The non-zero features of one sparse input (values `vals` at pixels `idx`) into
+    out_idx/out_vals (room for side^2 x channels each); returns how many. `pre` (side^2 x
+    channels) and `seen` (side^2) are zeroed scratch the call leaves zeroed."""
+    cdef Py_ssize_t channels = kernel.shape[2]
+    cdef int32_t positions[_SIDE * _SIDE]
+    _check_kernel(kernel, "conv_step")
+    if vals.shape[0] < idx.shape[0] or out_idx.shape[0] < _SIDE * _SIDE * channels \
+            or out_vals.shape[0] < _SIDE * _SIDE * channels \
+            or pre.shape[0] != _SIDE * _SIDE * channels or seen.shape[0] != _SIDE * _SIDE:
+        raise ValueError("conv_step: arrays of mismatched sizes")
+    _check_pixels(idx, 0, idx.shape[0], _WIDTH * _WIDTH, "conv_step")
+    return _conv_step(kernel, idx, vals, 0, idx.shape[0], &pre[0], &seen[0], positions,
+                      &out_idx[0], &out_vals[0])
+
+
+def conv_many(
+    const float[:, :, ::1] kernel,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    const int64_t[::1] indptr,
+    Py_ssize_t count,
+):
+    """The non-zero features of steps t < `count` of CSR inputs (idx, vals, indptr), each
+    as `conv_step` computes them: (int32 features, float32 values, int64 indptr)."""
+    import numpy as np
+    cdef Py_ssize_t channels = kernel.shape[2], t, n = 0, room, step_room
+    cdef float* pre = NULL
+    cdef uint8_t* seen = NULL
+    cdef int32_t* positions = NULL
+    _check_kernel(kernel, "conv_many")
+    if not (0 <= count < indptr.shape[0]):
+        raise ValueError("conv_many: arrays of mismatched sizes")
+    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
+        raise ValueError("conv_many: indptr points outside idx")
+    _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv_many")
+    step_room = _SIDE * _SIDE * channels
+    # A pixel reaches at most 4 positions: room for every feature of those, or of all.
+    room = min(4 * channels * indptr[count], step_room * count) + 1
+    out_idx = np.empty(room, np.int32)
+    out_vals = np.empty(room, np.float32)
+    out_indptr = np.zeros(count + 1, np.int64)
+    cdef int32_t[::1] oi = out_idx
+    cdef float[::1] ov = out_vals
+    cdef int64_t[::1] op = out_indptr
+    try:
+        pre = <float*>calloc(step_room, sizeof(float))
+        seen = <uint8_t*>calloc(_SIDE * _SIDE, sizeof(uint8_t))
+        positions = <int32_t*>malloc(_SIDE * _SIDE * sizeof(int32_t))
+        if not (pre and seen and positions):
+            raise MemoryError()
+        for t in range(count):
+            n += _conv_step(kernel, idx, vals, indptr[t], indptr[t + 1], pre, seen, positions,
+                            &oi[n], &ov[n])
+            op[t + 1] = n
+    finally:
+        free(pre)
+        free(seen)
+        free(positions)
+    return out_idx[:n], out_vals[:n], out_indptr
+
+
+def conv_backward(
+    const float[:, ::1] w1t,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    const int64_t[::1] indptr,
+    const int32_t[::1] fidx,
+    const int64_t[::1] findptr,
+    const double[:, ::1] dh,
+    Py_ssize_t count,
+    double[:, :, ::1] out,
+) -> None:
+    """Add to `out` (the filters' shape) the gradient w.r.t. the filters of
+    sum_t dh[t] . h_t over steps t < `count`, where h_t are the hidden units (before their
+    relu) of the features fidx[findptr[t]:findptr[t + 1]] of input t (idx, vals, indptr),
+    with W1 transposed `w1t`: a feature's gradient is its W1 row . dh[t] (0 where the relu
+    cut it), and it reaches the filter taps of each pixel in its window."""
+    cdef Py_ssize_t hidden = w1t.shape[1], channels = out.shape[2]
+    cdef Py_ssize_t t, j, e, k, y, x, oy, ox, ylo, yhi, xlo, xhi, c, pos
+    cdef double total, v, s0, s1, s2, s3
+    cdef double* grad = NULL
+    cdef double* tap
+    cdef const double* src
+    cdef const double* d
+    cdef const float* row
+    cdef const float* r0
+    cdef const float* r1
+    cdef const float* r2
+    cdef const float* r3
+    if not (out.shape[0] == _SIZE and out.shape[1] == _SIZE and channels >= 1
+            and w1t.shape[0] == _SIDE * _SIDE * channels and dh.shape[1] == hidden
+            and 0 <= count <= dh.shape[0] and count < indptr.shape[0]
+            and count < findptr.shape[0]):
+        raise ValueError("conv_backward: arrays of mismatched sizes")
+    if not (0 <= indptr[count] <= min(idx.shape[0], vals.shape[0])
+            and 0 <= findptr[count] <= fidx.shape[0]):
+        raise ValueError("conv_backward: indptr points outside idx")
+    _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv_backward")
+    _check_pixels(fidx, 0, findptr[count], w1t.shape[0], "conv_backward")
+    try:
+        grad = <double*>calloc(_SIDE * _SIDE * channels, sizeof(double))
+        if not grad:
+            raise MemoryError()
+        for t in range(count):
+            d = &dh[t, 0]
+            e = findptr[t]
+            # Four features at a time: four independent sums, each still added in k's order
+            # (the same bits as one at a time, without waiting on one chain of additions).
+            while e + 4 <= findptr[t + 1]:
+                r0, r1 = &w1t[fidx[e], 0], &w1t[fidx[e + 1], 0]
+                r2, r3 = &w1t[fidx[e + 2], 0], &w1t[fidx[e + 3], 0]
+                s0 = s1 = s2 = s3 = 0.0
+                for k in range(hidden):
+                    s0 += r0[k] * d[k]
+                    s1 += r1[k] * d[k]
+                    s2 += r2[k] * d[k]
+                    s3 += r3[k] * d[k]
+                grad[fidx[e]], grad[fidx[e + 1]] = s0, s1
+                grad[fidx[e + 2]], grad[fidx[e + 3]] = s2, s3
+                e += 4
+            while e < findptr[t + 1]:
+                row = &w1t[fidx[e], 0]
+                total = 0.0
+                for k in range(hidden):
+                    total += row[k] * d[k]
+                grad[fidx[e]] = total
+                e += 1
+            for j in range(indptr[t], indptr[t + 1]):
+                y = idx[j] // _WIDTH
+                x = idx[j] % _WIDTH
+                v = vals[j]
+                _window_range(y, &ylo, &yhi)
+                _window_range(x, &xlo, &xhi)
+                for oy in range(ylo, yhi + 1):
+                    for ox in range(xlo, xhi + 1):
+                        pos = oy * _SIDE + ox
+                        tap = &out[y - oy * _STRIDE, x - ox * _STRIDE, 0]
+                        src = &grad[pos * channels]
+                        for c in range(channels):
+                            tap[c] += v * src[c]
+            for e in range(findptr[t], findptr[t + 1]):
+                grad[fidx[e]] = 0.0
+    finally:
+        free(grad)
 
 
 # -- the coordinator's loops over the flat parameters (optim.py, batch_sum.py) ---------------

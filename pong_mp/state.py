@@ -47,7 +47,9 @@ class TrainState:
 
 def initial_state(config: TrainConfig) -> TrainState:
     """The state of a new run: weights from its seed, the optimizer's state at zero."""
-    params = policy.init_params(config.hidden, config.seed, value=config.value_head)
+    params = policy.init_params(
+        config.hidden, config.seed, value=config.value_head, channels=config.conv_channels
+    )
     return TrainState(
         params=params,
         cache=np.zeros_like(params),

@@ -105,6 +105,7 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         lag=config.policy_lag,
         algo=config.algo,
         ppo=ppo_settings(config),
+        channels=config.conv_channels,
     )
 
 
@@ -590,7 +591,9 @@ def _record(
 
 
 def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
-    checkpoint.save(run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json())
+    checkpoint.save(
+        run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json(), config.conv_channels
+    )
 
 
 def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:

@@ -59,11 +59,11 @@ def fake_config(run_dir: Path, **overrides: Any) -> TrainConfig:
 
 
 def checkpoint_weights(run_dir: Path) -> bytes:
-    """The bytes of the weights in a run directory's checkpoint: W1, W2 and, with --baseline
-    value, the value head."""
+    """The bytes of the weights in a run directory's checkpoint: W1, W2 and, with a value
+    head or --policy conv's filters, those."""
     with np.load(Path(run_dir) / "checkpoint.npz", allow_pickle=False) as npz:
-        head = npz["value"].tobytes() if "value" in npz.files else b""
-        return npz["W1"].tobytes() + npz["W2"].tobytes() + head
+        extra = [npz[key].tobytes() for key in ("value", "conv") if key in npz.files]
+        return b"".join([npz["W1"].tobytes(), npz["W2"].tobytes(), *extra])
 
 
 # -- backends ------------------------------------------------------------------------------------
@@ -147,12 +147,16 @@ def play_batches(
 # -- agents -------------------------------------------------------------------------------------
 
 
-def assert_agent_acts_as(agent: Any, params: np.ndarray, hidden: int, steps: int) -> None:
+def assert_agent_acts_as(
+    agent: Any, params: np.ndarray, hidden: int, steps: int, channels: int = 0
+) -> None:
     """Play `steps` steps of FakePong with `agent` (greedy) and check each action is the one
-    the dense reference policy of flat `params` takes on the frame difference."""
+    the dense reference policy of flat `params` (--policy conv's with `channels`) takes on
+    the frame difference."""
     from pong_mp.envs import make_env
 
-    w1t, w2 = policy.split(params, hidden)
+    w1t, w2 = policy.split(params, hidden, channels)
+    kernel = policy.conv_kernel(params, hidden, channels)
     env = make_env("FakePong-v0", points_to_win=1)
     obs, _ = env.reset(seed=3)
     agent.reset()
@@ -161,6 +165,8 @@ def assert_agent_acts_as(agent: Any, params: np.ndarray, hidden: int, steps: int
         frame = policy.preprocess(obs)
         x = np.zeros_like(frame) if previous is None else frame - previous
         previous = frame
+        if kernel is not None:
+            x = policy.conv_features(kernel, x)
         expected = policy.forward(w1t, w2, x)[0]
         action = agent.act(obs, greedy=True)
         assert action == (policy.UP if expected >= 0.5 else policy.DOWN)

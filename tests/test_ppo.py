@@ -66,19 +66,20 @@ def test_minibatches_deal_every_step_once_and_depend_on_seed_and_epoch() -> None
     assert not np.array_equal(parts[1], ppo.minibatch_steps(8, 0, 103, 4, 1))
 
 
-def _weights(seed: int) -> tuple[np.ndarray, policy.Weights32]:
+def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32]:
     rng = np.random.default_rng(seed)
-    params = policy.init_params(HIDDEN, seed, value=True)
+    params = policy.init_params(HIDDEN, seed, value=True, channels=channels)
     # A value head that is not zero, so that its share of the gradient shows.
-    params[policy.param_count(HIDDEN) :] = rng.standard_normal(HIDDEN + 1) * 0.5
-    params[: INPUT_SIZE * HIDDEN] *= 8.0  # hidden units of size ~1 for sparse inputs
+    policy.value_head(params, HIDDEN, channels)[:] = rng.standard_normal(HIDDEN + 1) * 0.5
+    # Hidden units of size ~1 for sparse inputs.
+    params[: policy.input_rows(channels) * HIDDEN] *= 8.0 if channels == 0 else 40.0
     params = params.astype(np.float32).astype(np.float64)
-    return params, policy.Weights32.from_params(params, HIDDEN)
+    return params, policy.Weights32.from_params(params, HIDDEN, channels)
 
 
 def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
     rng = np.random.default_rng(seed)
-    recorder = ppo.TrajectoryRecorder(HIDDEN)
+    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels)
     recorder.start(weights)
     # One pair of arrays for every step, as an input stream reuses its own.
     idx_room = np.empty(INPUT_SIZE, np.int32)
@@ -120,15 +121,18 @@ def test_the_recorded_trajectory_keeps_the_inputs_and_the_playing_policy() -> No
 
 
 def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
-               mean: float, scale: float, settings: ppo.PPOSettings) -> float:
+               mean: float, scale: float, settings: ppo.PPOSettings, channels: int) -> float:
     # The dense float64 definition of what the gradient is of.
-    w1t, w2 = policy.split(params, HIDDEN)
-    head = policy.value_head(params, HIDDEN)
+    w1t, w2 = policy.split(params, HIDDEN, channels)
+    head = policy.value_head(params, HIDDEN, channels)
+    kernel = policy.conv_kernel(params, HIDDEN, channels)
     total = 0.0
     for t in steps:
         idx, vals, _ = trajectory.inputs(np.array([t]))
         x = np.zeros(INPUT_SIZE)
         x[idx] = vals
+        if kernel is not None:
+            x = policy.conv_features(kernel, x)
         h = np.maximum(x @ w1t, 0.0)
         z, v = h @ w2, h @ head[:HIDDEN] + head[HIDDEN]
         p = 1 / (1 + np.exp(-z))
@@ -143,9 +147,10 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
     return total
 
 
+@pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
 @pytest.mark.parametrize("moved", [0.0, 0.3])
-def test_the_surrogate_gradient_is_the_objectives(moved: float) -> None:
-    params, weights = _weights(0)
+def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -> None:
+    params, weights = _weights(0, channels)
     trajectory = _record(weights, 60, seed=2)
     # Later passes see weights that have moved from those that played.
     rng = np.random.default_rng(3)
@@ -155,8 +160,8 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float) -> None:
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
     mean, scale = 0.1, 1.7
     out = np.empty(len(params), np.float32)
-    work = ppo.PassWork(HIDDEN)
-    moved_weights = policy.Weights32.from_params(new, HIDDEN)
+    work = ppo.PassWork(HIDDEN, channels)
+    moved_weights = policy.Weights32.from_params(new, HIDDEN, channels)
     stats = work.gradient(moved_weights, trajectory, steps, mean, scale, settings, out)
     # The reused working memory was left clear: a second pass gives the same bytes.
     again = np.empty_like(out)
@@ -168,14 +173,21 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float) -> None:
     touched = np.flatnonzero(out)
     assert len(touched) > 3 * HIDDEN
     check = rng.choice(touched, 40, replace=False)
-    check = np.concatenate([check, np.arange(len(params) - 2 * HIDDEN - 1, len(params))])
+    w2_start = policy.input_rows(channels) * HIDDEN
+    check = np.concatenate([check, np.arange(w2_start, w2_start + 2 * HIDDEN + 1)])
+    if channels:  # and the filters' taps
+        filters = touched[touched >= w2_start + 2 * HIDDEN + 1]
+        assert len(filters) > 20
+        check = np.concatenate([check, rng.choice(filters, 20, replace=False)])
     for i in check:
         eps = 1e-6
         up, down = new.copy(), new.copy()
         up[i] += eps
         down[i] -= eps
-        slope = (_objective(up, trajectory, steps, mean, scale, settings)
-                 - _objective(down, trajectory, steps, mean, scale, settings)) / (2 * eps)
+        slope = (
+            _objective(up, trajectory, steps, mean, scale, settings, channels)
+            - _objective(down, trajectory, steps, mean, scale, settings, channels)
+        ) / (2 * eps)
         assert out[i] == pytest.approx(slope, rel=2e-3, abs=2e-4), i
 
 
@@ -401,3 +413,106 @@ def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model(
     assert np.array_equal(params.astype(np.float32), state.params[:n].astype(np.float32))
     for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
         assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30)
+
+
+# -- --policy conv ----------------------------------------------------------------------------
+
+CONV = {**PPO, "policy": "conv", "channels": 3}
+"""The actor-critic with a small convolutional layer."""
+
+
+@pytest.fixture(scope="module")
+def conv_serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[dict]]:
+    """The weights and metrics of 3 updates of --policy conv on the serial backend."""
+    run_dir = tmp_path_factory.mktemp("conv-serial")
+    train(fake_config(run_dir, backend="serial", **CONV), log=_quiet)
+    return checkpoint_weights(run_dir), _metrics(run_dir)
+
+
+@pytest.mark.parametrize(("backend", "workers"), [("local", 3), ("ray", 2)])
+def test_the_conv_policy_gives_the_same_bits_on_every_backend(
+    tmp_path: Path, backend: str, workers: int, conv_serial, clean_system
+) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray")
+    train(fake_config(tmp_path, backend=backend, workers=workers, **CONV), log=_quiet)
+    assert checkpoint_weights(tmp_path) == conv_serial[0]
+    assert _metrics(tmp_path) == conv_serial[1]
+
+
+def test_the_conv_policy_resumes_bit_for_bit_and_learns_its_filters(
+    tmp_path: Path, conv_serial, clean_system
+) -> None:
+    train(fake_config(tmp_path, batches=2, **CONV), log=_quiet)
+    train(fake_config(tmp_path, batches=3, backend="serial", **CONV), resume=True, log=_quiet)
+    assert checkpoint_weights(tmp_path) == conv_serial[0]
+    assert _metrics(tmp_path) == conv_serial[1]
+    with np.load(tmp_path / "checkpoint.npz") as npz:
+        assert npz["W1"].shape == (16, 19 * 19 * 3) and npz["conv"].shape == (8, 8, 3)
+        assert npz["adam_m_conv"].any()
+    first = policy.init_params(16, 4, value=True, channels=3)
+    with np.load(tmp_path / "checkpoint.npz") as npz:
+        assert not np.array_equal(npz["conv"].ravel(), policy.conv_kernel(first, 16, 3).ravel())
+
+
+def test_a_conv_agent_loads_from_its_checkpoint_or_model_and_plays(
+    tmp_path: Path, clean_system
+) -> None:
+    from pong_mp import checkpoint
+    from pong_mp.api import Agent
+
+    state = train(fake_config(tmp_path / "run", backend="serial", **CONV), log=_quiet)
+    done = pong_mp("export", str(tmp_path / "run"), str(tmp_path / "model.npz"))
+    assert done.returncode == 0, done.stderr
+    params, config = checkpoint.load_policy(tmp_path / "model.npz")
+    assert config["policy"] == "conv"
+    # The model: W1, W2 and the filters, without the value head.
+    kernel = policy.conv_kernel(state.params, 16, 3)
+    filters = params[-kernel.size :].astype(np.float32)
+    assert np.array_equal(filters, kernel.ravel().astype(np.float32))
+    for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
+        assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels=3)
+    done = pong_mp("play", str(tmp_path / "model.npz"), "--episodes", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["games"] == 2
+
+
+def test_a_damaged_conv_checkpoint_is_named(tmp_path: Path, clean_system) -> None:
+    from pong_mp import checkpoint
+
+    train(fake_config(tmp_path, backend="serial", batches=1, **CONV), log=_quiet)
+    with np.load(tmp_path / "checkpoint.npz") as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    del arrays["rmsprop_conv"]
+    np.savez(tmp_path / "broken.npz", **arrays)
+    with pytest.raises(checkpoint.CheckpointError, match="missing rmsprop_conv"):
+        checkpoint.load(tmp_path / "broken.npz")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (["--algo", "pg"], "--policy conv works with --algo ppo (or --preset ppo)"),
+        (["--algo", "ppo", "--channels", "0"], "--channels must be between 1 and 64"),
+    ],
+)
+def test_options_the_conv_policy_cannot_take_are_one_line(
+    tmp_path: Path, options: list[str], message: str
+) -> None:
+    done = pong_mp(
+        "train", "--env", "FakePong-v0", "--policy", "conv", *options, "--run-dir", str(tmp_path)
+    )
+    assert done.returncode == 2
+    assert message in done.stderr and "Traceback" not in done.stderr
+    assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+def test_a_conv_run_forks_with_its_policy(tmp_path: Path, clean_system) -> None:
+    train(fake_config(tmp_path / "base", backend="serial", batches=1, **CONV), log=_quiet)
+    base = ["train", "--fork-from", str(tmp_path / "base"), "--backend", "serial"]
+    widen = pong_mp(*base, "--hidden", "32", "--run-dir", str(tmp_path / "wide"))
+    assert widen.returncode == 2 and "keeps its hidden layer (16 units)" in widen.stderr
+    mlp = pong_mp(*base, "--policy", "mlp", "--run-dir", str(tmp_path / "mlp"))
+    assert mlp.returncode == 2 and "a fork keeps the --policy" in mlp.stderr
+    fork = pong_mp(*base, "--lr", "5e-4", "--batches", "2", "--run-dir", str(tmp_path / "f"))
+    assert fork.returncode == 0, fork.stderr

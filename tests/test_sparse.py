@@ -132,3 +132,62 @@ def test_bad_arrays_raise_instead_of_reading_out_of_bounds() -> None:
     with pytest.raises(ValueError):
         sparse.finish(sums[0], sums[1][:-1], touched, 0.0, 1.0, np.empty(size, np.float32))
     assert not touched.any() and not sums[0].any()
+
+
+def _clustered_inputs(steps: int, seed: int) -> np.ndarray:
+    """Sparse +-1 inputs whose pixels come in small blobs, as a ball's and paddles' do,
+    with pixels on the frame's edges too."""
+    rng = np.random.default_rng(seed)
+    xs = np.zeros((steps, 80, 80))
+    for t in range(steps):
+        for _ in range(rng.integers(0, 4)):
+            y, x = rng.integers(0, 78, size=2)
+            xs[t, y : y + rng.integers(1, 3), x : x + rng.integers(1, 9)] = rng.choice([-1, 1])
+        if t % 5 == 0:
+            xs[t, 0, 0], xs[t, 79, 79], xs[t, 0, 79] = 1.0, -1.0, 1.0
+    return xs.reshape(steps, policy.INPUT_SIZE)
+
+
+def test_conv_features_match_the_dense_reference() -> None:
+    channels = 5
+    kernel = np.random.default_rng(0).standard_normal((8, 8, channels)).astype(np.float32)
+    xs = _clustered_inputs(60, 1)
+    rows = policy.input_rows(channels)
+    out_idx, out_vals = np.empty(rows, np.int32), np.empty(rows, np.float32)
+    pre, seen = np.zeros(rows, np.float32), np.zeros(19 * 19, np.uint8)
+    idx, vals, indptr = _csr(xs)
+    features, values, starts = sparse.conv_many(kernel, idx, vals, indptr, len(xs))
+    assert len(starts) == len(xs) + 1
+    active = 0
+    for t, x in enumerate(xs):
+        dense = policy.conv_features(kernel.astype(np.float64), x)
+        n = sparse.conv_step(
+            kernel, idx[indptr[t] : indptr[t + 1]], vals[indptr[t] : indptr[t + 1]],
+            out_idx, out_vals, pre, seen,
+        )
+        # Only the features the relu lets through, in increasing order, as the dense ones.
+        np.testing.assert_array_equal(out_idx[:n], np.flatnonzero(dense))
+        np.testing.assert_allclose(out_vals[:n], dense[dense > 0], rtol=1e-5, atol=1e-6)
+        assert not pre.any() and not seen.any()  # the scratch is left zeroed
+        # conv_many computes each step as conv_step does, bit for bit.
+        np.testing.assert_array_equal(features[starts[t] : starts[t + 1]], out_idx[:n])
+        assert values[starts[t] : starts[t + 1]].tobytes() == out_vals[:n].tobytes()
+        active += n
+    assert active > 100
+
+
+def test_conv_loops_refuse_bad_arrays() -> None:
+    kernel = np.ones((8, 8, 2), np.float32)
+    rows = policy.input_rows(2)
+    room = np.empty(rows, np.int32), np.empty(rows, np.float32)
+    scratch = np.zeros(rows, np.float32), np.zeros(19 * 19, np.uint8)
+    one = np.ones(1, np.float32)
+    with pytest.raises(IndexError):  # a pixel past the frame
+        sparse.conv_step(kernel, np.array([6400], np.int32), one, *room, *scratch)
+    with pytest.raises(ValueError):  # no room for every feature
+        sparse.conv_step(kernel, np.array([0], np.int32), one, room[0][:10], room[1], *scratch)
+    with pytest.raises(ValueError):  # filters that are not 8 x 8
+        sparse.conv_step(np.ones((4, 4, 2), np.float32), np.array([0], np.int32), one,
+                         *room, *scratch)
+    with pytest.raises(ValueError):
+        sparse.conv_many(kernel, np.array([0], np.int32), one, np.array([0, 5]), 1)

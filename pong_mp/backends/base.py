@@ -104,6 +104,8 @@ class RolloutSpec:
     computes minibatch gradients from them (EpochTask)."""
     ppo: PPOSettings = field(default_factory=PPOSettings)
     """The actor-critic's hyperparameters (with algo "ppo")."""
+    channels: int = 0
+    """The convolutional layer's channels with --policy conv (0: the MLP on the pixels)."""
 
     @property
     def value_head(self) -> bool:

@@ -46,8 +46,8 @@ class EpisodeWorker:
         )
         self._env, self._inputs = env, inputs
         if self.spec.algo == "ppo":
-            self._recorder = TrajectoryRecorder(self.spec.hidden)
-            self._passes = PassWork(self.spec.hidden)
+            self._recorder = TrajectoryRecorder(self.spec.hidden, self.spec.channels)
+            self._passes = PassWork(self.spec.hidden, self.spec.channels)
             return
         self._work = EpisodeGradient(
             self.spec.hidden,
@@ -73,7 +73,7 @@ class EpisodeWorker:
                 self._env, self._inputs, weights, self.spec.gamma, self.spec.ppo.gae_lambda,
                 task, self._recorder,
             )
-            size = policy.param_count(self.spec.hidden, value=True)
+            size = policy.param_count(self.spec.hidden, True, self.spec.channels)
             grad = np.empty(size, np.float32) if out is None else out
             grad[:] = 0.0
             return EpisodeResult(stats, grad)

@@ -83,7 +83,8 @@ class EpisodeActor:
         Returns the result without its gradient, and the gradient: two objects, so that the
         driver fetches only the small one and the gradient stays on this node for its
         group's sum."""
-        result = self.worker.play(policy.Weights32.from_flat32(flat32, self.spec.hidden), task)
+        weights = policy.Weights32.from_flat32(flat32, self.spec.hidden, self.spec.channels)
+        result = self.worker.play(weights, task)
         return result.stats, result.grad
 
 

@@ -151,6 +151,9 @@ class TrainingSetup:
     baseline: str = TrainConfig.baseline
     algo: str = TrainConfig.algo
     optimizer: str = TrainConfig.optimizer
+    policy: str = TrainConfig.policy
+    """The policy network of new weights (a model's is its own)."""
+    channels: int = TrainConfig.channels
     model: Path | None = None
     """A model or checkpoint whose weights the runs start from (a trained agent's long
     episodes); None: new weights."""
@@ -164,6 +167,8 @@ class TrainingSetup:
             "baseline": self.baseline,
             "algo": self.algo,
             "optimizer": self.optimizer,
+            "policy": self.policy,
+            "channels": self.channels if self.policy == "conv" else None,
             "model": None if self.model is None else str(self.model),
         }
 
@@ -180,11 +185,13 @@ def training_rate(
 
     if setup.model is None:
         hidden = TrainConfig.hidden
-        params = policy.init_params(hidden, 0)
+        net, channels = setup.policy, setup.channels
+        params = policy.init_params(hidden, 0, channels=channels if net == "conv" else 0)
         inputs = setup.inputs or TrainConfig.inputs
     else:
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
+        net, channels = stored_option(stored, "policy"), stored_option(stored, "channels")
         inputs = setup.inputs or stored_option(stored, "inputs")
     config = TrainConfig(
         env=env_id,
@@ -197,9 +204,11 @@ def training_rate(
         baseline=setup.baseline,
         algo=setup.algo,
         optimizer=setup.optimizer,
+        policy=net,
+        channels=channels,
     )
     # A model has no value head: the runs add a new one, as a fork does.
-    params = policy.with_value_head(params, hidden, config.value_head)
+    params = policy.with_value_head(params, hidden, config.value_head, config.conv_channels)
     backend = LocalBackend(rollout_spec(config))
     backend.start()
     try:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from pong_mp import policy, sparse
+from pong_mp import policy
 from pong_mp.envs import make_training_env
 from pong_mp.episode import episode_seed, run_episode
 
@@ -37,24 +37,26 @@ def play_games(
     on_frame: Callable[[np.ndarray], None] | None = None,
     on_game: Callable[[GameScore], None] | None = None,
     inputs: str = "diff",
+    channels: int = 0,
 ) -> list[GameScore]:
     """Play `games` full games; game i is seeded from (seed, i), so results repeat.
 
-    `inputs` (frames.INPUTS) must be what the policy was trained on: a model's config says.
+    `inputs` (frames.INPUTS) and `channels` (--policy conv's; 0 for the MLP) must be what
+    the policy was trained with: a model's config says.
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
     `on_frame`, if given, receives the RGB frame after every step (for recording), and
     `on_game` each game's score as soon as the game ends.
     """
-    weights = policy.Weights32.from_params(params, hidden)
-    hidden_units = np.empty(hidden, dtype=np.float32)
+    weights = policy.Weights32.from_params(params, hidden, channels)
+    forward = policy.SparseForward(hidden, channels)
     kwargs = dict(env_kwargs or {})
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"
     env, stream = make_training_env(env_id, inputs, **kwargs)
 
     def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
-        return sparse.forward(weights.w1t, weights.w2, idx, vals, hidden_units)
+        return forward.p_up(weights, idx, vals)
 
     game = {"agent": 0, "opponent": 0, "steps": 0}
 
