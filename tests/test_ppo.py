@@ -516,3 +516,34 @@ def test_a_conv_run_forks_with_its_policy(tmp_path: Path, clean_system) -> None:
     assert mlp.returncode == 2 and "a fork keeps the --policy" in mlp.stderr
     fork = pong_mp(*base, "--lr", "5e-4", "--batches", "2", "--run-dir", str(tmp_path / "f"))
     assert fork.returncode == 0, fork.stderr
+
+
+@pytest.mark.ale
+@pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
+def test_a_trajectory_of_real_pong_keeps_every_steps_input(channels: int) -> None:
+    # ALE's input stream hands out the same arrays step after step (FakePong's does not):
+    # the recorder must keep copies, or every step would hold the episode's last pixels.
+    from pong_mp.envs import make_training_env
+    from pong_mp.episode import run_episode
+
+    env, stream = make_training_env("ALE/Pong-v5", "diff")
+    _, weights = _weights(0, channels)
+    recorder = ppo.TrajectoryRecorder(HIDDEN, channels)
+    recorder.start(weights)
+    seen: list[tuple[np.ndarray, np.ndarray]] = []
+
+    def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
+        seen.append((idx.copy(), vals.copy()))
+        return recorder.forward(idx, vals)
+
+    try:
+        run_episode(env, stream, 7, p_up, lambda up, p, reward: recorder.add(up, reward))
+    finally:
+        env.close()
+    trajectory = recorder.finish(0.99, 0.95)
+    assert trajectory.steps == len(seen) > 500
+    assert sum(len(idx) > 0 for idx, _ in seen) > 400
+    for t, (idx, vals) in enumerate(seen):
+        got_idx, got_vals, _ = trajectory.inputs(np.array([t]))
+        np.testing.assert_array_equal(got_idx, idx)
+        np.testing.assert_array_equal(got_vals, vals)
