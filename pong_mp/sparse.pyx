@@ -601,6 +601,21 @@ cdef inline void _window_range(Py_ssize_t y, Py_ssize_t* lo, Py_ssize_t* hi):
     hi[0] = y // _STRIDE if y // _STRIDE < _SIDE else _SIDE - 1
 
 
+cdef inline Py_ssize_t _windows(int32_t pixel, Py_ssize_t* positions, Py_ssize_t* taps):
+    # The positions whose window covers `pixel` (at most 2 x 2, row by row), and for each
+    # the tap of the filter that sees it (its offset in the window, dy * _SIZE + dx).
+    cdef Py_ssize_t y = pixel // _WIDTH, x = pixel % _WIDTH, ylo, yhi, xlo, xhi, oy, ox
+    cdef Py_ssize_t n = 0
+    _window_range(y, &ylo, &yhi)
+    _window_range(x, &xlo, &xhi)
+    for oy in range(ylo, yhi + 1):
+        for ox in range(xlo, xhi + 1):
+            positions[n] = oy * _SIDE + ox
+            taps[n] = (y - oy * _STRIDE) * _SIZE + (x - ox * _STRIDE)
+            n += 1
+    return n
+
+
 cdef Py_ssize_t _conv_step(
     const float[:, :, ::1] kernel,
     const int32_t[::1] idx,
@@ -615,29 +630,28 @@ cdef Py_ssize_t _conv_step(
 ):
     # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
     # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
-    cdef Py_ssize_t channels = kernel.shape[2], j, y, x, oy, ox, ylo, yhi, xlo, xhi
+    cdef Py_ssize_t channels = kernel.shape[2], j, w, windows
     cdef Py_ssize_t c, pos, n_pos = 0, n = 0, a, b
+    cdef Py_ssize_t at[4]
+    cdef Py_ssize_t tap[4]
+    cdef const float* filters = &kernel[0, 0, 0]
     cdef const float* row
     cdef float* dst
     cdef float v
     cdef int32_t keep
     for j in range(first, last):
-        y = idx[j] // _WIDTH
-        x = idx[j] % _WIDTH
         v = vals[j]
-        _window_range(y, &ylo, &yhi)
-        _window_range(x, &xlo, &xhi)
-        for oy in range(ylo, yhi + 1):
-            for ox in range(xlo, xhi + 1):
-                pos = oy * _SIDE + ox
-                if not seen[pos]:
-                    seen[pos] = 1
-                    positions[n_pos] = <int32_t>pos
-                    n_pos += 1
-                row = &kernel[y - oy * _STRIDE, x - ox * _STRIDE, 0]
-                dst = &pre[pos * channels]
-                for c in range(channels):
-                    dst[c] += v * row[c]
+        windows = _windows(idx[j], at, tap)
+        for w in range(windows):
+            pos = at[w]
+            if not seen[pos]:
+                seen[pos] = 1
+                positions[n_pos] = <int32_t>pos
+                n_pos += 1
+            row = &filters[tap[w] * channels]
+            dst = &pre[pos * channels]
+            for c in range(channels):
+                dst[c] += v * row[c]
     for a in range(1, n_pos):  # insertion sort: a few dozen positions
         keep = positions[a]
         b = a - 1
@@ -750,10 +764,13 @@ def conv_backward(
     with W1 transposed `w1t`: a feature's gradient is its W1 row . dh[t] (0 where the relu
     cut it), and it reaches the filter taps of each pixel in its window."""
     cdef Py_ssize_t hidden = w1t.shape[1], channels = out.shape[2]
-    cdef Py_ssize_t t, j, e, k, y, x, oy, ox, ylo, yhi, xlo, xhi, c, pos
+    cdef Py_ssize_t t, j, e, k, w, c, windows
+    cdef Py_ssize_t at[4]
+    cdef Py_ssize_t taps[4]
     cdef double total, v, s0, s1, s2, s3
     cdef double* grad = NULL
-    cdef double* tap
+    cdef double* sums
+    cdef double* dst
     cdef const double* src
     cdef const double* d
     cdef const float* row
@@ -769,6 +786,7 @@ def conv_backward(
     if not (0 <= indptr[count] <= min(idx.shape[0], vals.shape[0])
             and 0 <= findptr[count] <= fidx.shape[0]):
         raise ValueError("conv_backward: indptr points outside idx")
+    sums = &out[0, 0, 0]
     _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv_backward")
     _check_pixels(fidx, 0, findptr[count], w1t.shape[0], "conv_backward")
     try:
@@ -800,18 +818,13 @@ def conv_backward(
                 grad[fidx[e]] = total
                 e += 1
             for j in range(indptr[t], indptr[t + 1]):
-                y = idx[j] // _WIDTH
-                x = idx[j] % _WIDTH
                 v = vals[j]
-                _window_range(y, &ylo, &yhi)
-                _window_range(x, &xlo, &xhi)
-                for oy in range(ylo, yhi + 1):
-                    for ox in range(xlo, xhi + 1):
-                        pos = oy * _SIDE + ox
-                        tap = &out[y - oy * _STRIDE, x - ox * _STRIDE, 0]
-                        src = &grad[pos * channels]
-                        for c in range(channels):
-                            tap[c] += v * src[c]
+                windows = _windows(idx[j], at, taps)
+                for w in range(windows):
+                    dst = &sums[taps[w] * channels]
+                    src = &grad[at[w] * channels]
+                    for c in range(channels):
+                        dst[c] += v * src[c]
             for e in range(findptr[t], findptr[t + 1]):
                 grad[fidx[e]] = 0.0
     finally:
