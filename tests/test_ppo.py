@@ -397,22 +397,28 @@ def test_the_ppo_preset_is_the_measured_actor_critic() -> None:
     assert done.returncode == 0 and "--preset ppo" in done.stdout
 
 
-def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model(
-    tmp_path: Path, clean_system
+@pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
+def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model_and_plays(
+    tmp_path: Path, channels: int, clean_system
 ) -> None:
     from pong_mp import checkpoint
     from pong_mp.api import Agent
 
-    state = train(fake_config(tmp_path / "run", backend="serial", **PPO), log=_quiet)
+    options = {**PPO, "policy": "conv", "channels": channels} if channels else PPO
+    state = train(fake_config(tmp_path / "run", backend="serial", **options), log=_quiet)
     done = pong_mp("export", str(tmp_path / "run"), str(tmp_path / "model.npz"))
     assert done.returncode == 0, done.stderr
     params, config = checkpoint.load_policy(tmp_path / "model.npz")
     assert config["algo"] == "ppo"
-    # The model holds the policy: the actor-critic's weights without its value head.
-    n = policy.param_count(16)
-    assert np.array_equal(params.astype(np.float32), state.params[:n].astype(np.float32))
+    # The model holds the policy: the actor-critic's weights without its value head (W1,
+    # W2 and, with --policy conv, the filters).
+    without_head = policy.with_value_head(state.params, 16, False, channels)
+    assert np.array_equal(params.astype(np.float32), without_head.astype(np.float32))
     for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
-        assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30)
+        assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels)
+    done = pong_mp("play", str(tmp_path / "model.npz"), "--episodes", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["games"] == 2
 
 
 # -- --policy conv ----------------------------------------------------------------------------
@@ -453,28 +459,6 @@ def test_the_conv_policy_resumes_bit_for_bit_and_learns_its_filters(
     first = policy.init_params(16, 4, value=True, channels=3)
     with np.load(tmp_path / "checkpoint.npz") as npz:
         assert not np.array_equal(npz["conv"].ravel(), policy.conv_kernel(first, 16, 3).ravel())
-
-
-def test_a_conv_agent_loads_from_its_checkpoint_or_model_and_plays(
-    tmp_path: Path, clean_system
-) -> None:
-    from pong_mp import checkpoint
-    from pong_mp.api import Agent
-
-    state = train(fake_config(tmp_path / "run", backend="serial", **CONV), log=_quiet)
-    done = pong_mp("export", str(tmp_path / "run"), str(tmp_path / "model.npz"))
-    assert done.returncode == 0, done.stderr
-    params, config = checkpoint.load_policy(tmp_path / "model.npz")
-    assert config["policy"] == "conv"
-    # The model: W1, W2 and the filters, without the value head.
-    kernel = policy.conv_kernel(state.params, 16, 3)
-    filters = params[-kernel.size :].astype(np.float32)
-    assert np.array_equal(filters, kernel.ravel().astype(np.float32))
-    for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
-        assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels=3)
-    done = pong_mp("play", str(tmp_path / "model.npz"), "--episodes", "2", "--json")
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["games"] == 2
 
 
 def test_a_damaged_conv_checkpoint_is_named(tmp_path: Path, clean_system) -> None:
