@@ -22,6 +22,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.config import (
+    MAX_CHANNELS,
     ConfigError,
     check_types,
     stored_conv_channels,
@@ -153,8 +154,8 @@ def _channels_of(data: dict[str, np.ndarray]) -> int:
         channels = stored_conv_channels(json.loads(str(data["config"])))
     except (ValueError, TypeError, AttributeError, KeyError):
         return 0
-    ok = isinstance(channels, int) and not isinstance(channels, bool) and 0 < channels < 4096
-    return channels if ok else 0
+    ok = isinstance(channels, int) and not isinstance(channels, bool)
+    return channels if ok and 1 <= channels <= MAX_CHANNELS else 0
 
 
 def _filters(

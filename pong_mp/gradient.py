@@ -21,8 +21,11 @@ def gradient_length(hidden: int, width: int, value: bool, channels: int = 0) -> 
     """Floats in an episode's flat gradient: `width` policy-sized vectors, then the value
     head's part (hidden + 1) with a value baseline or the actor-critic, then the filters'
     with --policy conv (whose gradient has width 1)."""
-    mlp = policy.param_count(hidden, channels=channels) - policy.kernel_count(channels)
-    return width * mlp + (hidden + 1 if value else 0) + policy.kernel_count(channels)
+    return (
+        width * policy.mlp_count(hidden, channels)
+        + (hidden + 1 if value else 0)
+        + policy.kernel_count(channels)
+    )
 
 
 @dataclass

@@ -47,16 +47,16 @@ def kernel_count(channels: int) -> int:
     return CONV_SIZE * CONV_SIZE * channels
 
 
+def mlp_count(hidden: int, channels: int = 0) -> int:
+    """Scalars in W1 (transposed) and W2: the flat parameters before the value head."""
+    return (input_rows(channels) + 1) * hidden
+
+
 def param_count(hidden: int, value: bool = False, channels: int = 0) -> int:
     """Number of scalars in a policy with `hidden` hidden units; with `value`, its value
     head too (hidden weights and a bias, after W2); with `channels`, the convolutional
     layer's filters last."""
-    return (
-        hidden * input_rows(channels)
-        + hidden
-        + (hidden + 1 if value else 0)
-        + kernel_count(channels)
-    )
+    return mlp_count(hidden, channels) + (hidden + 1 if value else 0) + kernel_count(channels)
 
 
 def split(params: np.ndarray, hidden: int, channels: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +76,7 @@ def value_head(params: np.ndarray, hidden: int, channels: int = 0) -> np.ndarray
     split(params, hidden, channels)  # checks the size
     if len(params) == param_count(hidden, False, channels):
         return None
-    start = hidden * input_rows(channels) + hidden
+    start = mlp_count(hidden, channels)
     return params[start : start + hidden + 1]
 
 
@@ -118,10 +118,9 @@ def with_value_head(flat: np.ndarray, hidden: int, value: bool, channels: int = 
     head = value_head(flat, hidden, channels)
     if (head is not None) == value:
         return flat
-    mlp = hidden * input_rows(channels) + hidden
     tail = flat[len(flat) - kernel_count(channels) :] if channels else flat[:0]
     middle = np.zeros(hidden + 1, flat.dtype) if value else flat[:0]
-    return np.concatenate([flat[:mlp], middle, tail])
+    return np.concatenate([flat[: mlp_count(hidden, channels)], middle, tail])
 
 
 def widened(

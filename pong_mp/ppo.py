@@ -252,11 +252,9 @@ class PassWork:
     def __init__(self, hidden: int, channels: int = 0) -> None:
         """Memory for policies of `hidden` units (on `channels` conv features)."""
         self.hidden = hidden
-        self.channels = channels
-        rows = policy.input_rows(channels)
-        self._sum = np.zeros((rows + 1) * hidden)
+        self._sum = np.zeros(policy.mlp_count(hidden, channels))
         self._value = np.zeros(hidden + 1)
-        self._touched = np.zeros(rows, np.uint8)
+        self._touched = np.zeros(policy.input_rows(channels), np.uint8)
         self._kernel = np.zeros((policy.CONV_SIZE, policy.CONV_SIZE, channels))
 
     def gradient(

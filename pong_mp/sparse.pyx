@@ -169,6 +169,22 @@ cdef void _check_pixels(const int32_t[::1] idx, Py_ssize_t first, Py_ssize_t las
             raise IndexError(f"{name}: pixel {idx[j]} out of range")
 
 
+cdef double _checked_logit(
+    const float[:, ::1] w1t,
+    const float[::1] w2,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    float[::1] h,
+    str name,
+) except? -1.0:
+    # `_logit` of one whole input, after checking the sizes and the pixels (for `name`).
+    if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
+            or vals.shape[0] < idx.shape[0]:
+        raise ValueError(f"{name}: arrays of mismatched sizes")
+    _check_pixels(idx, 0, idx.shape[0], w1t.shape[0], name)
+    return _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
+
+
 def forward(
     const float[:, ::1] w1t,
     const float[::1] w2,
@@ -178,12 +194,7 @@ def forward(
 ) -> float:
     """P(UP) for the input with values `vals` at pixels `idx`; the hidden units (after the
     relu) are written into `h`."""
-    cdef double logit
-    if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
-            or vals.shape[0] < idx.shape[0]:
-        raise ValueError("forward: arrays of mismatched sizes")
-    _check_pixels(idx, 0, idx.shape[0], w1t.shape[0], "forward")
-    logit = _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
+    cdef double logit = _checked_logit(w1t, w2, idx, vals, h, "forward")
     # exp overflows only for logit < -709; then p is 0 for all practical purposes.
     return 1.0 / (1.0 + exp(-logit)) if logit > -700.0 else 0.0
 
@@ -382,11 +393,7 @@ def forward_logit(
 ) -> float:
     """The logit of P(UP) for one sparse input, with `forward`'s arithmetic (its hidden units
     into `h`): `forward` returns sigmoid of this."""
-    if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
-            or vals.shape[0] < idx.shape[0]:
-        raise ValueError("forward_logit: arrays of mismatched sizes")
-    _check_pixels(idx, 0, idx.shape[0], w1t.shape[0], "forward_logit")
-    return _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
+    return _checked_logit(w1t, w2, idx, vals, h, "forward_logit")
 
 
 def forward_many(

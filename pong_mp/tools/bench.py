@@ -186,7 +186,7 @@ def training_rate(
     if setup.model is None:
         hidden = TrainConfig.hidden
         net, channels = setup.policy, setup.channels
-        params = policy.init_params(hidden, 0, channels=channels if net == "conv" else 0)
+        params = None  # new weights, drawn once the config says their shape
         inputs = setup.inputs or TrainConfig.inputs
     else:
         params, stored = load_policy(setup.model)
@@ -207,6 +207,8 @@ def training_rate(
         policy=net,
         channels=channels,
     )
+    if params is None:
+        params = policy.init_params(hidden, 0, channels=config.conv_channels)
     # A model has no value head: the runs add a new one, as a fork does.
     params = policy.with_value_head(params, hidden, config.value_head, config.conv_channels)
     backend = LocalBackend(rollout_spec(config))
