@@ -124,22 +124,31 @@ def with_value_head(flat: np.ndarray, hidden: int, value: bool, channels: int = 
 
 
 def widened(
-    flat: np.ndarray, hidden: int, new_hidden: int, new_columns: np.ndarray | None = None
+    flat: np.ndarray,
+    hidden: int,
+    new_hidden: int,
+    new_columns: np.ndarray | None = None,
+    channels: int = 0,
 ) -> np.ndarray:
     """Flat parameters (or a vector shaped like them) with `new_hidden` hidden units, the
-    first `hidden` of them `flat`'s own. The new units' W1 columns (6400 x the new units) are
-    `new_columns`, or zeros; their W2 weights and value-head weights are zero, so the widened
-    policy and its value compute what `flat`'s did."""
+    first `hidden` of them `flat`'s own. The new units' W1 columns (`input_rows(channels)` x
+    the new units) are `new_columns`, or zeros; their W2 weights and value-head weights are
+    zero, and a convolutional layer's filters are kept, so the widened policy and its value
+    compute what `flat`'s did."""
     if new_hidden < hidden:
         raise ValueError(f"cannot narrow {hidden} hidden units to {new_hidden}")
-    w1t, w2 = split(flat, hidden)
-    head = value_head(flat, hidden)
+    w1t, w2 = split(flat, hidden, channels)
+    head = value_head(flat, hidden, channels)
     added = new_hidden - hidden
     zeros = np.zeros(added, flat.dtype)
-    columns = np.zeros((INPUT_SIZE, added), flat.dtype) if new_columns is None else new_columns
+    columns = (
+        np.zeros((input_rows(channels), added), flat.dtype) if new_columns is None else new_columns
+    )
     parts = [np.hstack([w1t, columns.astype(flat.dtype)]).ravel(), w2, zeros]
     if head is not None:
         parts += [head[:hidden], zeros, head[hidden:]]
+    if channels:
+        parts.append(flat[len(flat) - kernel_count(channels) :])
     return np.concatenate(parts)
 
 

@@ -474,11 +474,6 @@ def _prepare_fork(
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
     _validate(config, build_env)  # names an --hidden out of range before it is compared
-    if config.conv_channels and config.hidden != stored.hidden:
-        raise ConfigError(
-            f"a fork of a --policy conv run keeps its hidden layer ({stored.hidden} units): "
-            "omit --hidden"
-        )
     if config.hidden < stored.hidden:
         raise ConfigError(
             f"a fork may widen the hidden layer of the run it starts from ({stored.hidden} "
@@ -488,7 +483,9 @@ def _prepare_fork(
     _check_belongs(ckpt_path, ckpt_config, stored, state)
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
     if config.hidden != stored.hidden:
-        state = with_hidden(state, stored.hidden, config.hidden, config.seed)
+        state = with_hidden(
+            state, stored.hidden, config.hidden, config.seed, config.conv_channels
+        )
     if config.value_head != stored.value_head:
         # --baseline value added or dropped, or a switch of learner (the actor-critic has one)
         state = with_value_head(state, config.hidden, config.value_head)

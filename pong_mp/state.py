@@ -57,18 +57,22 @@ def initial_state(config: TrainConfig) -> TrainState:
     )
 
 
-def with_hidden(state: TrainState, hidden: int, new_hidden: int, seed: int) -> TrainState:
+def with_hidden(
+    state: TrainState, hidden: int, new_hidden: int, seed: int, channels: int = 0
+) -> TrainState:
     """`state` widened to `new_hidden` hidden units that play as `state` did: the new units'
     W1 rows are those of a new run of `new_hidden` units and `seed`, their outgoing weights
-    zero (so they start to learn from the first update), their optimizer state zero."""
-    w1t, _ = policy.split(policy.init_params(new_hidden, seed), new_hidden)
+    zero (so they start to learn from the first update), their optimizer state zero. A
+    convolutional layer (`channels`) keeps its filters and their optimizer state."""
+    new = policy.init_params(new_hidden, seed, channels=channels)
+    w1t, _ = policy.split(new, new_hidden, channels)
     columns = w1t[:, hidden:]
 
     def weights(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, columns)
+        return policy.widened(flat, hidden, new_hidden, columns, channels)
 
     def zeros(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden)
+        return policy.widened(flat, hidden, new_hidden, channels=channels)
 
     return _reshaped(state, weights, zeros)
 

@@ -112,6 +112,31 @@ def test_widened_units_change_nothing_until_they_learn() -> None:
         policy.widened(params, 6, 4)
 
 
+def test_a_conv_policy_widens_with_its_filters_kept() -> None:
+    rng = np.random.default_rng(2)
+    channels = 3
+    params = policy.with_value_head(policy.init_params(6, 3, channels=channels), 6, True, 3)
+    params[-policy.kernel_count(channels) - 7 : -policy.kernel_count(channels)] = (
+        rng.standard_normal(7)  # a learned value head, before the filters
+    )
+    columns = rng.standard_normal((policy.input_rows(channels), 4))
+    wide = policy.widened(params, 6, 10, columns, channels)
+    assert wide.shape == (policy.param_count(10, True, channels),)
+    kernel = policy.conv_kernel(wide, 10, channels)
+    np.testing.assert_array_equal(kernel, policy.conv_kernel(params, 6, channels))
+    w1t, w2 = policy.split(wide, 10, channels)
+    np.testing.assert_array_equal(w1t[:, 6:], columns)
+    assert not w2[6:].any() and not policy.value_head(wide, 10, channels)[6:10].any()
+    x = rng.choice([-1.0, 0.0, 1.0], size=6400, p=[0.02, 0.96, 0.02])
+    features = policy.conv_features(kernel, x)
+    p_old, h_old = policy.forward(*policy.split(params, 6, channels), features)
+    p_new, h_new = policy.forward(w1t, w2, features)
+    assert p_new == pytest.approx(p_old, rel=1e-12)
+    np.testing.assert_allclose(h_new[:6], h_old, rtol=1e-12)
+    old, new = policy.value_head(params, 6, channels), policy.value_head(wide, 10, channels)
+    assert h_new @ new[:-1] + new[-1] == pytest.approx(h_old @ old[:-1] + old[-1], rel=1e-12)
+
+
 def test_backward_matches_finite_differences() -> None:
     rng = np.random.default_rng(0)
     hidden, steps = 6, 5

@@ -494,8 +494,11 @@ def test_options_the_conv_policy_cannot_take_are_one_line(
 def test_a_conv_run_forks_with_its_policy(tmp_path: Path, clean_system) -> None:
     train(fake_config(tmp_path / "base", backend="serial", batches=1, **CONV), log=_quiet)
     base = ["train", "--fork-from", str(tmp_path / "base"), "--backend", "serial"]
-    widen = pong_mp(*base, "--hidden", "32", "--run-dir", str(tmp_path / "wide"))
-    assert widen.returncode == 2 and "keeps its hidden layer (16 units)" in widen.stderr
+    widen = pong_mp(*base, "--hidden", "32", "--batches", "2", "--run-dir", str(tmp_path / "w"))
+    assert widen.returncode == 0, widen.stderr
+    with np.load(tmp_path / "w" / "checkpoint.npz") as wide:
+        assert wide["W1"].shape == (32, policy.input_rows(CONV["channels"]))
+        assert np.isfinite(wide["conv"]).all() and np.isfinite(wide["W1"]).all()
     mlp = pong_mp(*base, "--policy", "mlp", "--run-dir", str(tmp_path / "mlp"))
     assert mlp.returncode == 2 and "a fork keeps the --policy" in mlp.stderr
     fork = pong_mp(*base, "--lr", "5e-4", "--batches", "2", "--run-dir", str(tmp_path / "f"))
