@@ -89,7 +89,9 @@ def test_milestones_give_the_first_update_at_each_threshold(tmp_path: Path) -> N
 
 def test_runs_that_differ_only_by_seed_are_one_group(tmp_path: Path) -> None:
     _fake_run(tmp_path / "a0", seed=0, optimizer="adam", workers=2)
-    _fake_run(tmp_path / "a1", seed=1, optimizer="adam", workers=1, backend="serial")
+    _fake_run(
+        tmp_path / "a1", seed=1, optimizer="adam", workers=1, backend="serial", tensorboard=False
+    )
     _fake_run(tmp_path / "r0", seed=0, per_point=10)  # written before --optimizer: rmsprop
     runs = [(tmp_path / name, read_metrics(tmp_path / name)) for name in ("a0", "r0", "a1")]
     groups = group_runs(runs)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pong_mp import rundir
-from pong_mp.config import TrainConfig
+from pong_mp.config import ALGORITHM_FIELDS, TrainConfig
 from pong_mp.files import FileError, check_writable, write_atomic
 from pong_mp.rundir import METRICS_FILE
 
@@ -180,18 +180,8 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
 
 
 NOT_ALGORITHM = frozenset(
-    {
-        "seed",
-        "run_dir",
-        "workers",
-        "backend",
-        "ray_address",
-        "batches",
-        "checkpoint_every",
-        "episode_timeout",
-        "target_reward",
-        "fork_from",
-    }
+    {f.name for f in dataclasses.fields(TrainConfig) if f.name not in ALGORITHM_FIELDS}
+    | {"seed", "fork_from"}
 )
 """Config fields that do not make runs different experiments: runs that differ only in these
 are seeds of one setting and are drawn as one mean curve. Where a run started from is one of
