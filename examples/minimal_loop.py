@@ -14,7 +14,9 @@ Here it is alone, on the package's own modules. Each update:
     python examples/minimal_loop.py --env FakePong-v0 --env-arg points_to_win=5 \\
         --env-arg fixed_serve=true --hidden 32 --lr 3e-3 --updates 40
 
-With the same options it ends with the very weights of `pong-mp train --backend serial`.
+With the same options it ends with the very weights of
+`pong-mp train --preset pg --backend serial` (Karpathy's learner; the defaults of
+`pong-mp train` are the actor-critic, whose passes over each batch this loop leaves out).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""pong-mp: policy-gradient Pong from pixels on a process pool or a Ray cluster.
+"""pong-mp: Pong from pixels (an actor-critic or Karpathy's learner) on a process pool or Ray.
 
 The Python API (see README, "Python API"):
 

@@ -56,6 +56,7 @@ from pong_mp.tools.bench import (
     ray_driver_cost,
     run_bench,
     run_scaling,
+    training_config,
 )
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
 from pong_mp.tools.plot import (
@@ -233,8 +234,9 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     type=click.Choice(sorted(PRESETS)),
     default=None,
     help="A named set of algorithm options; options given beside it win. karpathy: "
-    "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200); ppo: the actor-critic as "
-    "measured (Adam, lr 1e-3, entropy 0.01, 4 passes of 4 minibatches).",
+    "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
+    "(the defaults before the actor-critic); ppo: the actor-critic on the MLP (Adam, lr "
+    "1e-3, entropy 0.01, 4 passes of 4 minibatches). The defaults are ppo on --policy conv.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context
@@ -251,10 +253,11 @@ def train_command(
     \b
     Examples:
       pong-mp train                                # real Pong on all CPUs, until Ctrl-C
+                                                   # (the actor-critic, --policy conv)
       pong-mp train --resume                       # continue the run in runs/pong
       pong-mp train --target-reward 18 --run-dir runs/solve      # until solved
       pong-mp train --preset karpathy --run-dir runs/karpathy    # pg-pong exactly
-      pong-mp train --preset ppo --run-dir runs/ppo    # the actor-critic: learns fastest
+      pong-mp train --preset pg --run-dir runs/pg  # Karpathy's learner at lr 1e-3
       pong-mp train --fork-from runs/pong --lr 5e-4 --run-dir runs/lower-lr   # a branch
       pong-mp train --env FakePong-v0 --batches 50 --run-dir runs/fake   # seconds
     """
@@ -617,6 +620,22 @@ def plot_command(
         click.echo("\n\n".join(tables))
 
 
+def _bench_preset(preset: str, **options: Any) -> dict[str, Any]:
+    """Bench's training options (`net` is its --policy) with a preset's values for those the
+    user did not give."""
+    ctx = click.get_current_context()
+    explicit = {
+        name
+        for name in options
+        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+    }
+    as_train = {("policy" if name == "net" else name): value for name, value in options.items()}
+    chosen = apply_preset(
+        preset, as_train, explicit={"policy" if name == "net" else name for name in explicit}
+    )
+    return {name: chosen["policy" if name == "net" else name] for name in options}
+
+
 @main.command("bench")
 @click.option(
     "--workers",
@@ -734,6 +753,13 @@ def plot_command(
     "on this machine, with gradients summed per group on their nodes and all sent to the "
     "driver (needs Ray).",
 )
+@click.option(
+    "--preset",
+    type=click.Choice(sorted(PRESETS)),
+    default=None,
+    help="The training runs' --preset: its learner, optimizer and policy where the options "
+    "above are not given (pg: the learner of the 1.00x figures).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
 @_stoppable
 def bench_command(
@@ -755,9 +781,21 @@ def bench_command(
     compare_envs_only: bool,
     rounds: int,
     ray_driver: bool,
+    preset: str | None,
     as_json: bool,
 ) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
+    if preset is not None:
+        chosen = _bench_preset(
+            preset,
+            batch_size=batch_size, policy_lag=policy_lag, entropy_bonus=entropy_bonus,
+            baseline=baseline, algo=algo, optimizer=optimizer, net=net, channels=channels,
+        )
+        batch_size, policy_lag, entropy_bonus = (
+            chosen["batch_size"], chosen["policy_lag"], chosen["entropy_bonus"]
+        )
+        baseline, algo, optimizer = chosen["baseline"], chosen["algo"], chosen["optimizer"]
+        net, channels = chosen["net"], chosen["channels"]
     if ray_driver:
         try:
             cost = ray_driver_cost()
@@ -765,8 +803,6 @@ def bench_command(
             _fail("--ray-driver needs Ray: pip install 'pong-mp[ray]'", EXIT_USAGE)
         click.echo(json.dumps(cost, indent=2) if as_json else format_ray_driver_cost(cost))
         return
-    if net == "conv" and algo != "ppo":
-        _fail("--policy conv works with --algo ppo", EXIT_USAGE)
     try:
         check_env(env, {})
         if model is not None:
@@ -785,6 +821,12 @@ def bench_command(
     if project:
         if model is None:
             _fail("--project needs --model: the agent whose episodes it measures", EXIT_USAGE)
+        if stored_option(load_policy(model)[1], "policy") != "mlp":
+            _fail(
+                f"--project measures Karpathy's learner on an MLP agent; {model} is a "
+                "--policy conv agent (export one from a --preset pg run)",
+                EXIT_USAGE,
+            )
         costs = measure_costs(model, env)
         rows = run_projection(costs)
         click.echo(
@@ -798,6 +840,10 @@ def bench_command(
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
         policy=net, channels=channels, model=model,
     )
+    try:
+        training_config(env, workers, setup)  # a bad mix is one line now, not after the raw runs
+    except ConfigError as exc:
+        _fail(str(exc), EXIT_USAGE)
     if scaling:
         rows = run_scaling(workers, seconds, env, setup)
         click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))

@@ -94,7 +94,7 @@ class TrainConfig:
     )
     seed: int = option(0, "Run seed: initial weights and every episode's seed derive from it.")
     run_dir: str = option("runs/pong", "Where config.json, metrics.jsonl and checkpoint.npz live.")
-    optimizer: str = option("rmsprop", "rmsprop (Karpathy's) or adam.", choices=OPTIMIZERS)
+    optimizer: str = option("adam", "adam, or rmsprop (Karpathy's).", choices=OPTIMIZERS)
     lr: float = option(1e-3, "Learning rate (Karpathy's reference: 1e-4).")
     lr_half_life: float = option(
         0.0,
@@ -109,9 +109,9 @@ class TrainConfig:
         choices=ADVANTAGES,
     )
     entropy_bonus: float = option(
-        0.0,
-        "Add BETA times the policy's entropy at every step to each episode's (standardised) "
-        "objective, which keeps the policy from settling early (0: none, Karpathy's).",
+        0.01,
+        "Add BETA times the policy's entropy at every step to the objective, which keeps the "
+        "policy from settling early (0: none, Karpathy's).",
         metavar="BETA",
     )
     baseline: str = option(
@@ -122,17 +122,17 @@ class TrainConfig:
     )
     hidden: int = option(200, "Hidden units.")
     policy: str = option(
-        "mlp",
-        "mlp: the hidden layer sees the pixels (Karpathy's); conv: it sees the features of a "
-        "convolutional layer (8x8 filters, stride 4, on the sparse input; --algo ppo).",
+        "conv",
+        "conv: the hidden layer sees the features of a convolutional layer (8x8 filters, "
+        "stride 4, on the sparse input; --algo ppo); mlp: it sees the pixels (Karpathy's).",
         choices=POLICIES,
     )
     channels: int = option(16, "conv: filters of the convolutional layer.")
     algo: str = option(
-        "pg",
-        "pg: Karpathy's policy gradient, one step per batch; ppo: an actor-critic (a value "
-        "head on the hidden layer, GAE advantages, the clipped surrogate, several passes "
-        "over each batch).",
+        "ppo",
+        "ppo: an actor-critic (a value head on the hidden layer, GAE advantages, the clipped "
+        "surrogate, several passes over each batch); pg: Karpathy's policy gradient, one step "
+        "per batch.",
         choices=ALGOS,
     )
     epochs: int = option(4, "ppo: passes over each batch.")
@@ -227,8 +227,14 @@ class TrainConfig:
                 "the values tried)",
             ),
             (
+                self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
+                "--baseline and --advantage are pg's options: --algo ppo has its own value "
+                "head and advantages",
+            ),
+            (
                 self.entropy_bonus == 0 or self.advantage == "episode",
-                "--entropy-bonus works with --advantage episode only",
+                "--entropy-bonus works with --advantage episode only (give --entropy-bonus 0, "
+                "as --preset pg does)",
             ),
             (
                 self.baseline == "none" or self.advantage == "episode",
@@ -236,11 +242,6 @@ class TrainConfig:
             ),
             (self.baseline in BASELINES, f"--baseline must be one of {', '.join(BASELINES)}"),
             (self.algo in ALGOS, f"--algo must be one of {', '.join(ALGOS)}"),
-            (
-                self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
-                "--baseline and --advantage are pg's options: --algo ppo has its own value "
-                "head and advantages",
-            ),
             (self.algo == "pg" or self.policy_lag == 0, "--algo ppo works with --policy-lag 0"),
             (1 <= self.epochs <= 100, "--epochs must be between 1 and 100"),
             (1 <= self.minibatches <= 1000, "--minibatches must be between 1 and 1000"),
@@ -252,7 +253,8 @@ class TrainConfig:
             (self.policy in POLICIES, f"--policy must be one of {', '.join(POLICIES)}"),
             (
                 self.policy == "mlp" or self.algo == "ppo",
-                "--policy conv works with --algo ppo (or --preset ppo)",
+                "--policy conv works with --algo ppo; --algo pg takes --policy mlp (as "
+                "--preset pg and --preset karpathy set it)",
             ),
             (
                 1 <= self.channels <= MAX_CHANNELS,
@@ -335,6 +337,8 @@ MAX_POLICY_LAG = 8
 version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on every node."""
 
 OLDER_RUN_DEFAULTS: dict[str, Any] = {
+    "optimizer": "rmsprop",
+    "advantage": "episode",
     "policy_lag": 0,
     "inputs": "diff",
     "lr_half_life": 0.0,
@@ -456,31 +460,31 @@ anew: see state.with_hidden, state.with_value_head, state.with_policy_lag and
 state.with_new_optimizer_state.)"""
 
 
+_KARPATHY: dict[str, Any] = {
+    "algo": "pg",
+    "policy": "mlp",
+    "optimizer": "rmsprop",
+    "lr": 1e-4,
+    "lr_half_life": 0.0,
+    "decay_rate": 0.99,
+    "batch_size": 10,
+    "hidden": 200,
+    "gamma": 0.99,
+    "advantage": "episode",
+    "entropy_bonus": 0.0,
+    "baseline": "none",
+    "inputs": "diff",
+    "policy_lag": 0,
+}
+
 PRESETS: dict[str, dict[str, Any]] = {
-    "karpathy": {
-        "optimizer": "rmsprop",
-        "lr": 1e-4,
-        "lr_half_life": 0.0,
-        "decay_rate": 0.99,
-        "batch_size": 10,
-        "hidden": 200,
-        "gamma": 0.99,
-        "advantage": "episode",
-        "entropy_bonus": 0.0,
-        "baseline": "none",
-        "inputs": "diff",
-        "policy_lag": 0,
-        "algo": "pg",
-    },
+    "karpathy": _KARPATHY,
+    "pg": {**_KARPATHY, "lr": 1e-3},
     "ppo": {
+        **_KARPATHY,
         "algo": "ppo",
         "optimizer": "adam",
         "lr": 1e-3,
-        "lr_half_life": 0.0,
-        "decay_rate": 0.99,
-        "batch_size": 10,
-        "hidden": 200,
-        "gamma": 0.99,
         "entropy_bonus": 0.01,
         "epochs": 4,
         "minibatches": 4,
@@ -488,14 +492,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         "gae_lambda": 0.95,
         "value_coef": 0.5,
         "max_grad_norm": 0.5,
-        "advantage": "episode",
-        "baseline": "none",
-        "inputs": "diff",
-        "policy_lag": 0,
     },
 }
-"""Named sets of algorithm options. `karpathy` is pg-pong exactly, whatever the defaults;
-`ppo` is the actor-critic as measured on real Pong (docs/learning.md)."""
+"""Named sets of algorithm options, each exact whatever the defaults: `karpathy` is pg-pong;
+`pg` is Karpathy's learner at lr 1e-3 with the MLP (the defaults before the actor-critic);
+`ppo` is the actor-critic with the MLP. The defaults themselves are the actor-critic with
+the convolutional policy (docs/learning.md has the evidence for each)."""
 
 
 def apply_preset(

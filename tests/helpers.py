@@ -19,7 +19,7 @@ from pong_mp import policy
 from pong_mp.backends import Backend, RolloutSpec, make_backend
 from pong_mp.backends.shm import block_creator, pid_namespace
 from pong_mp.batch_sum import BatchSum, GroupSum
-from pong_mp.config import TrainConfig
+from pong_mp.config import PRESETS, TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
 from pong_mp.files import pid_alive
 from pong_mp.frames import PADDLE_COLUMN
@@ -41,10 +41,11 @@ def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def fake_config(run_dir: Path, **overrides: Any) -> TrainConfig:
-    """A small FakePong run's config (2-point games, 16 hidden units, 3 updates of 3 episodes
-    on 2 local workers, seed 4, a checkpoint every 2 updates); `overrides` replace any
-    option."""
-    base: dict[str, Any] = dict(
+    """A small FakePong run's config (Karpathy's learner as --preset pg sets it, 2-point
+    games, 16 hidden units, 3 updates of 3 episodes on 2 local workers, seed 4, a checkpoint
+    every 2 updates); `overrides` replace any option. The pool's tests run the quicker
+    learner: what they test does not depend on it, and test_ppo.py runs the actor-critic."""
+    base: dict[str, Any] = PRESETS["pg"] | dict(
         env="FakePong-v0",
         env_kwargs={"points_to_win": 2},
         workers=2,

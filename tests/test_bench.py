@@ -9,9 +9,11 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from pong_mp import policy
 from pong_mp.batch_sum import GROUP
+from pong_mp.config import PRESETS
 from pong_mp.envs import make_env
 from pong_mp.tools.bench import (
     compare_envs,
@@ -24,6 +26,9 @@ from pong_mp.tools.bench import (
 )
 from tests.fault_envs import SLOW_PONG
 from tests.helpers import pong_mp
+
+PG = {name: PRESETS["pg"][name] for name in ("algo", "optimizer", "entropy_bonus", "policy")}
+"""Bench's options for Karpathy's learner (--preset pg), which the tests of its sums train."""
 
 
 def test_env_rate_counts_steps_across_resets() -> None:
@@ -209,7 +214,7 @@ def test_training_rate_starts_from_a_model_with_its_lag(
         return original(config, state, backend)
 
     monkeypatch.setattr(trainer, "updates", spy)  # training_rate imports it when called
-    setup = bench.TrainingSetup(batch_size=2, policy_lag=1, model=fake_checkpoint)
+    setup = bench.TrainingSetup(**PG, batch_size=2, policy_lag=1, model=fake_checkpoint)
     rate = bench.training_rate("FakePong-v0", 2, 0.5, setup)
     params, _ = load_policy(fake_checkpoint)
     hidden, lag, inputs, start = played[0]
@@ -261,8 +266,8 @@ def test_bench_trains_with_the_inputs_of_its_model(tmp_path, monkeypatch, clean_
         return original(config, state, backend)
 
     monkeypatch.setattr(trainer, "updates", spy)
-    bench.training_rate("FakePong-v0", 1, 0.2, bench.TrainingSetup(batch_size=1, model=model))
-    setup = bench.TrainingSetup(batch_size=1, inputs="diff+paddle")
+    bench.training_rate("FakePong-v0", 1, 0.2, bench.TrainingSetup(**PG, batch_size=1, model=model))
+    setup = bench.TrainingSetup(**PG, batch_size=1, inputs="diff+paddle")
     bench.training_rate("FakePong-v0", 1, 0.2, setup)
     assert seen == ["diff+paddle", "diff+paddle"]
     done = pong_mp("bench", "--env", "FakePong-v0", "--model", str(model), "--inputs", "diff")
@@ -290,7 +295,7 @@ def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_s
         "episode_memory",
         lambda steps, entropy_bonus=0.0, baseline="none": memory.append(entropy_bonus) or None,
     )
-    setup = bench.TrainingSetup(batch_size=1, entropy_bonus=0.25)
+    setup = bench.TrainingSetup(**{**PG, "entropy_bonus": 0.25}, batch_size=1)
     results = bench.run_bench(1, 0.2, "FakePong-v0", setup)
     assert seen == [0.25] and memory == [0.25, 0.25]
     assert results["entropy_bonus"] == 0.25 and results["batch_size"] == 1
@@ -324,7 +329,7 @@ def test_bench_trains_with_a_value_head_added_to_a_models_weights(
         return original(config, state, backend)
 
     monkeypatch.setattr(trainer, "updates", spy)
-    setup = bench.TrainingSetup(batch_size=1, baseline="value", model=fake_checkpoint)
+    setup = bench.TrainingSetup(**PG, batch_size=1, baseline="value", model=fake_checkpoint)
     bench.training_rate("FakePong-v0", 1, 0.2, setup)
     (baseline, head), = seen
     assert baseline == "value" and head is not None and not head.any()
@@ -336,7 +341,9 @@ def test_bench_trains_with_a_value_head_added_to_a_models_weights(
     assert abs(value["peak"] - plain["peak"]) < 1.0  # a few vectors of H + 1, no new sum
 
 
-def test_bench_trains_with_the_actor_critic_and_reports_it(monkeypatch, clean_system) -> None:
+def test_bench_trains_with_trains_defaults_the_actor_critic_on_conv(
+    monkeypatch, clean_system
+) -> None:
     import pong_mp.trainer as trainer
     from pong_mp.tools import bench
 
@@ -344,20 +351,43 @@ def test_bench_trains_with_the_actor_critic_and_reports_it(monkeypatch, clean_sy
     original = trainer.ppo_updates
 
     def spy(config, state, backend):
-        seen.append((config.algo, config.optimizer, policy_has_head(state.params)))
+        head = policy.value_head(state.params, config.hidden, config.conv_channels)
+        seen.append((config.algo, config.optimizer, config.policy, head is not None))
         return original(config, state, backend)
-
-    def policy_has_head(params) -> bool:
-        from pong_mp import policy
-
-        return policy.value_head(params, 200) is not None
 
     monkeypatch.setattr(trainer, "ppo_updates", spy)
     monkeypatch.setattr(bench, "raw_rate", lambda env, workers, seconds: 1000.0)
     monkeypatch.setattr(bench, "dense_reference_rate", lambda env, seconds: 100.0)
     monkeypatch.setattr(bench, "episode_memory", lambda *args, **kwargs: None)
-    setup = bench.TrainingSetup(batch_size=1, algo="ppo", optimizer="adam")
-    results = bench.run_bench(1, 0.2, "FakePong-v0", setup)
-    assert seen == [("ppo", "adam", True)]
-    assert results["algo"] == "ppo" and results["train_updates"] >= 1
+    results = bench.run_bench(1, 0.2, "FakePong-v0", bench.TrainingSetup(batch_size=1))
+    assert seen == [("ppo", "adam", "conv", True)]
+    assert results["algo"] == "ppo" and results["policy"] == "conv"
+    assert results["train_updates"] >= 1
     assert "ppo with adam" in bench.format_bench(results)
+
+
+def test_bench_takes_a_preset_where_its_options_are_not_given(monkeypatch) -> None:
+    from pong_mp import cli
+
+    seen = []
+    monkeypatch.setattr(
+        cli, "run_bench", lambda workers, seconds, env, setup: seen.append(setup) or {}
+    )
+    monkeypatch.setattr(cli, "format_bench", lambda results: "")
+    runner = CliRunner()
+    for args in (["--preset", "pg"], ["--preset", "pg", "--optimizer", "adam"]):
+        done = runner.invoke(cli.main, ["bench", "--env", "FakePong-v0", *args])
+        assert done.exit_code == 0, done.output
+    pg, adam = seen
+    assert (pg.algo, pg.optimizer, pg.entropy_bonus, pg.policy) == ("pg", "rmsprop", 0.0, "mlp")
+    assert (adam.algo, adam.optimizer, adam.policy) == ("pg", "adam", "mlp")
+
+
+def test_bench_refuses_a_mix_train_refuses_before_it_measures(tmp_path) -> None:
+    for args, says in (
+        (["--algo", "pg"], "--policy conv works with --algo ppo"),
+        (["--policy-lag", "1"], "--algo ppo works with --policy-lag 0"),
+    ):
+        done = pong_mp("bench", "--env", "FakePong-v0", "--seconds", "30", *args, timeout=20)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert says in done.stderr

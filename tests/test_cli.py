@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import checkpoint
+from pong_mp import checkpoint, policy
 from tests.fault_envs import SLOW_PONG
 from tests.helpers import METRIC_FIELDS, checkpoint_weights, pong_mp
 
@@ -28,14 +28,18 @@ def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:
         str(run_dir),
     )
     assert done.returncode == 0, done.stderr
-    assert json.loads((run_dir / "config.json").read_text())["seed"] == 1
+    config = json.loads((run_dir / "config.json").read_text())
+    # The defaults: the actor-critic on the convolutional policy.
+    assert (config["seed"], config["algo"], config["policy"]) == (1, "ppo", "conv")
     records = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(records) == 3
     for r in records:
-        assert set(r) >= METRIC_FIELDS
+        assert set(r) >= METRIC_FIELDS | {"value_loss", "clip_fraction", "approx_kl"}
     with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
-        assert npz["W1"].shape == (200, 6400) and npz["W2"].shape == (200,)
-        assert np.all(np.isfinite(npz["W1"])) and np.all(np.isfinite(npz["W2"]))
+        assert npz["W1"].shape == (200, policy.input_rows(16)) and npz["W2"].shape == (200,)
+        assert npz["conv"].shape == (policy.CONV_SIZE, policy.CONV_SIZE, 16)
+        for key in ("W1", "W2", "conv", "value"):
+            assert np.all(np.isfinite(npz[key])), key
     out = done.stdout.splitlines()
     assert len([line for line in out if line.startswith("batch ")]) == 3
     assert out[-1].startswith("pong-mp: done: 3 updates, 12 episodes")
@@ -75,12 +79,12 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--backend", "gpu"], "'gpu' is not one of"),
         (["--env-arg", "nonsense"], "is not KEY=VALUE"),
         (["--resume"], "nothing to resume"),
-        (["--preset", "fast"], "'fast' is not one of 'karpathy', 'ppo'"),
+        (["--preset", "fast"], "'fast' is not one of 'karpathy', 'pg', 'ppo'"),
         (["--lr", "inf"], "--lr must be a finite number"),
         (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
         (["--entropy-bonus", "-0.1"], "--entropy-bonus must be >= 0"),
         (
-            ["--entropy-bonus", "0.01", "--advantage", "batch"],
+            ["--algo", "pg", "--policy", "mlp", "--entropy-bonus", "0.01", "--advantage", "batch"],
             "--entropy-bonus works with --advantage episode only",
         ),
         (["--run-dir", " "], "--run-dir must name a directory"),
@@ -263,7 +267,8 @@ def test_a_checkpoint_from_another_run_is_refused(tmp_path: Path, clean_system) 
 
 def test_a_fork_changes_only_the_options_typed(tmp_path: Path, clean_system) -> None:
     source = tmp_path / "A"
-    assert pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(source)).returncode == 0
+    made = pong_mp("train", *SMALL, "--preset", "pg", "--workers", "1", "--run-dir", str(source))
+    assert made.returncode == 0, made.stderr
     fork = tmp_path / "B"
     args = ["--fork-from", str(source), "--run-dir", str(fork)]
     done = pong_mp("train", *args, "--lr", "0.002", "--batches", "4", "--workers", "1")

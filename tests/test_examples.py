@@ -31,7 +31,8 @@ def test_the_minimal_loop_ends_with_the_weights_of_pong_mp_train(tmp_path: Path)
     assert len(lines) == 3 and lines[-1].startswith("update    3 | episodes      9 | reward")
     run_dir = tmp_path / "run"
     train = pong_mp(
-        "train", *options, "--batches", "3", "--backend", "serial", "--run-dir", str(run_dir),
+        "train", *options, "--preset", "pg", "--batches", "3", "--backend", "serial",
+        "--run-dir", str(run_dir),
         "--no-tensorboard", "--quiet",
     )  # fmt: skip
     assert train.returncode == 0, train.stderr

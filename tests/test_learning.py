@@ -5,7 +5,8 @@ skill the policy can pick up within a few hundred episodes (as on real Pong, whe
 thing Karpathy's agent learns is the serve). A sign error, a broken gradient, a wrong sum or
 a much slower learner leaves the running reward near the random level and fails this test,
 for each learner: with a sign flipped, or the learning rate cut tenfold, it fails (pg ends
-near -4 with lr 3e-4, the actor-critic at -4.0 with 3e-4).
+near -4 with lr 3e-4, the actor-critic at -4.0 with 3e-4, the defaults at -1.8 with 3e-4 and
+at -0.8 with the filters' gradient negated).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp.config import TrainConfig
+from pong_mp.config import PRESETS, TrainConfig
 from pong_mp.envs import make_env
 from pong_mp.trainer import train
 
@@ -41,11 +42,23 @@ def random_policy_reward(episodes: int = 30) -> float:
 
 
 LEARNERS = {
-    "pg": {"lr": 3e-3},
-    "ppo": {"algo": "ppo", "optimizer": "adam", "lr": 3e-3, "epochs": 2, "minibatches": 2},
+    "pg": {**PRESETS["pg"], "lr": 3e-3},
+    "ppo": {
+        **PRESETS["pg"], "algo": "ppo", "optimizer": "adam", "lr": 3e-3, "epochs": 2,
+        "minibatches": 2,
+    },
+    "conv": {"lr": 3e-3, "epochs": 2, "minibatches": 2},
 }
-"""Each learner's options for GAME: Karpathy's RMSProp step a batch, and a small actor-critic
-(2 passes of 2 minibatches)."""
+"""Each learner's options for GAME: Karpathy's RMSProp step a batch and a small actor-critic
+(2 passes of 2 minibatches, no entropy bonus) on the MLP, and the defaults (the actor-critic
+on the convolutional policy) with 2 passes of 2 minibatches. With 4 passes of 4, the
+defaults clear the bar even at a tenth of the learning rate, so the test could not see a
+learner ten times slower."""
+
+MARGINS = {"pg": MARGIN, "ppo": MARGIN, "conv": MARGIN + 1}
+"""The points above random play each learner must reach. The conv policy's bar is a point
+higher: with its filters' gradient of the wrong sign it still gets to -0.8 (W1 and W2 learn
+on features that barely change), 1.2 points above the common bar; it reaches +1.6."""
 
 
 @pytest.mark.slow
@@ -56,17 +69,19 @@ def test_running_reward_rises_clearly_above_random(
     baseline = random_policy_reward()
     assert baseline < -4  # the random policy loses almost every point
     config = TrainConfig(
-        env="FakePong-v0",
-        env_kwargs=GAME,
-        workers=2,
-        batch_size=10,
-        batches=UPDATES,
-        hidden=32,
-        seed=0,
-        run_dir=str(tmp_path),
-        **LEARNERS[learner],
+        **{
+            **LEARNERS[learner],
+            "env": "FakePong-v0",
+            "env_kwargs": GAME,
+            "workers": 2,
+            "batch_size": 10,
+            "batches": UPDATES,
+            "hidden": 32,
+            "seed": 0,
+            "run_dir": str(tmp_path),
+        }
     )
     state = train(config, log=lambda line: None)
     assert state.batch == UPDATES
     assert state.running_reward is not None
-    assert state.running_reward > baseline + MARGIN, (state.running_reward, baseline)
+    assert state.running_reward > baseline + MARGINS[learner], (state.running_reward, baseline)

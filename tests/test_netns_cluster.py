@@ -77,7 +77,8 @@ def _in_head(*args: str) -> list[str]:
 
 def _train(run_dir: Path, *args: str) -> list[str]:
     return [
-        sys.executable, "-m", "pong_mp", "train", "--hidden", str(HIDDEN),
+        # Karpathy's learner: one group sum per update, the traffic the test counts.
+        sys.executable, "-m", "pong_mp", "train", "--preset", "pg", "--hidden", str(HIDDEN),
         "--batch-size", str(BATCH), "--run-dir", str(run_dir), *GAME, *args,
     ]  # fmt: skip
 

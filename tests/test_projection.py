@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pong_mp.tools.projection import Costs, format_projection, measure_costs, project, simulate
@@ -69,3 +71,13 @@ def test_bench_project_needs_a_model() -> None:
     done = pong_mp("bench", "--project", "--env", "FakePong-v0")
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "--project needs --model" in done.stderr
+
+
+def test_bench_project_refuses_a_conv_agent_in_one_line() -> None:
+    from pong_mp.checkpoint import load_policy
+
+    model = Path(__file__).resolve().parents[1] / "models" / "pong.npz"
+    assert load_policy(model)[1]["policy"] == "conv"
+    done = pong_mp("bench", "--project", "--model", str(model), "--env", "FakePong-v0")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "--project measures Karpathy's learner on an MLP agent" in done.stderr

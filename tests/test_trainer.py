@@ -18,7 +18,7 @@ import pytest
 from pong_mp import checkpoint, policy
 from pong_mp import config as config_module
 from pong_mp.batch_sum import BatchSum
-from pong_mp.config import ConfigError, TrainConfig
+from pong_mp.config import PRESETS, ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.rundir import RunDirError, prepare_run, read_metrics
 from pong_mp.state import TrainState
@@ -193,7 +193,7 @@ def test_a_non_finite_gradient_is_refused(tmp_path: Path) -> None:
 
 
 def test_running_reward_follows_episode_order() -> None:
-    config = TrainConfig(hidden=1, lr=1e-3)
+    config = TrainConfig(**PRESETS["pg"] | {"hidden": 1})
     state = TrainState(params=np.zeros(6401), cache=np.zeros(6401))
     g = np.ones(6401)
     new, stats = apply_batch(config, state, _summed([_result(1, g, -1.0), _result(0, g, 3.0)]))
@@ -441,6 +441,29 @@ def test_a_config_from_before_inputs_resumes_with_frame_differences(tmp_path: Pa
     del stored["inputs"]
     assert TrainConfig.from_dict(stored).inputs == "diff"
     assert config_module.stored_option(stored, "inputs") == "diff"
+
+
+def test_a_config_from_before_the_actor_critic_resumes_as_karpathys_learner() -> None:
+    # The oldest runs' config.json: the options there were when the first runs were stored.
+    # The defaults have moved on (adam, ppo, conv, an entropy bonus); such a run has not.
+    oldest = {"env": "ALE/Pong-v5", "batch_size": 10, "seed": 0, "lr": 1e-3, "hidden": 200,
+              "gamma": 0.99, "decay_rate": 0.99, "workers": 2, "run_dir": "runs/pong"}
+    config = TrainConfig.from_dict(oldest)
+    kept = ("algo", "policy", "optimizer", "entropy_bonus", "advantage", "baseline", "inputs")
+    assert {name: getattr(config, name) for name in kept} == {
+        name: config_module.PRESETS["pg"][name] for name in kept
+    }
+    assert (TrainConfig().algo, TrainConfig().policy) == ("ppo", "conv")
+
+
+def test_the_defaults_are_the_actor_critic_preset_on_the_conv_policy() -> None:
+    # docs/runs/conv's records were made as `--preset ppo --policy conv`: the defaults remake them.
+    defaults = dataclasses.asdict(TrainConfig())
+    assert config_module.apply_preset("ppo", defaults, explicit={"policy"}) == defaults
+    for name in ("pg", "karpathy"):
+        chosen = config_module.apply_preset(name, defaults)
+        assert (chosen["algo"], chosen["policy"], chosen["entropy_bonus"]) == ("pg", "mlp", 0.0)
+        TrainConfig(**chosen).validate()
 
 
 def test_a_fork_continues_its_run_bit_for_bit_and_only_reads_it(

@@ -173,15 +173,12 @@ class TrainingSetup:
         }
 
 
-def training_rate(
-    env_id: str, workers: int, seconds: float, setup: TrainingSetup = TrainingSetup()
-) -> dict[str, Any]:
-    """Train for real on the local backend for about `seconds` after one warm-up update,
-    as `setup` says."""
-    from pong_mp.backends.local import LocalBackend
+def training_config(
+    env_id: str, workers: int, setup: TrainingSetup
+) -> tuple[TrainConfig, np.ndarray]:
+    """The config of `setup`'s training runs, checked (a ConfigError names the option), and
+    the weights they start from."""
     from pong_mp.checkpoint import load_policy
-    from pong_mp.state import TrainState
-    from pong_mp.trainer import ppo_updates, rollout_spec, updates
 
     if setup.model is None:
         hidden = TrainConfig.hidden
@@ -207,10 +204,25 @@ def training_rate(
         policy=net,
         channels=channels,
     )
+    config.validate()
     if params is None:
         params = policy.init_params(hidden, 0, channels=config.conv_channels)
     # A model has no value head: the runs add a new one, as a fork does.
-    params = policy.with_value_head(params, hidden, config.value_head, config.conv_channels)
+    return config, policy.with_value_head(
+        params, hidden, config.value_head, config.conv_channels
+    )
+
+
+def training_rate(
+    env_id: str, workers: int, seconds: float, setup: TrainingSetup = TrainingSetup()
+) -> dict[str, Any]:
+    """Train for real on the local backend for about `seconds` after one warm-up update,
+    as `setup` says."""
+    from pong_mp.backends.local import LocalBackend
+    from pong_mp.state import TrainState
+    from pong_mp.trainer import ppo_updates, rollout_spec, updates
+
+    config, params = training_config(env_id, workers, setup)
     backend = LocalBackend(rollout_spec(config))
     backend.start()
     try:
@@ -246,7 +258,7 @@ def training_rate(
     parts["other"] = idle - sum(parts.values())
     shares = {part: seconds / idle for part, seconds in parts.items()}
     return {
-        "inputs": inputs,
+        "inputs": config.inputs,
         "steps_per_sec": sum(r["steps"] for r in records) / wall,
         "updates": len(records),
         "coordinator_share": coordinator / wall,

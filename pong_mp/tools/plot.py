@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from pong_mp import rundir
-from pong_mp.config import ALGORITHM_FIELDS, TrainConfig
+from pong_mp.config import ALGORITHM_FIELDS, OLDER_RUN_DEFAULTS, TrainConfig
 from pong_mp.files import FileError, check_writable, write_atomic
 from pong_mp.rundir import METRICS_FILE
 
@@ -209,8 +209,8 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
     }
     for run_dir, records in runs:
         stored = read_config(run_dir)
-        # A config written before an option existed ran with that option's default.
-        stored = {**defaults, **stored} if stored else {}
+        # A config written before an option existed ran as older runs did.
+        stored = {**defaults, **OLDER_RUN_DEFAULTS, **stored} if stored else {}
         config = {k: v for k, v in stored.items() if k not in NOT_ALGORITHM}
         key = json.dumps(config, sort_keys=True, default=str) if config else str(run_dir)
         settings.setdefault(key, []).append((run_dir, records))

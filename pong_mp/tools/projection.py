@@ -124,7 +124,7 @@ def measure_costs(
     from pong_mp.backends.shm import BlockShape, SharedWeights
     from pong_mp.batch_sum import BatchSum
     from pong_mp.checkpoint import load_policy
-    from pong_mp.config import TrainConfig, stored_option
+    from pong_mp.config import PRESETS, TrainConfig, stored_option
     from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
     from pong_mp.optim import Optimizer
     from pong_mp.state import TrainState
@@ -157,7 +157,7 @@ def measure_costs(
     sum_seconds = (time.perf_counter() - start) / 20
 
     # The trainer's own update (optimizer step and statistics), then the broadcast.
-    config = TrainConfig(env=env_id, hidden=hidden)
+    config = TrainConfig(**(PRESETS["pg"] | {"env": env_id, "hidden": hidden}))
     optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
     state = TrainState(params=params, cache=np.zeros_like(params))
     summed = BatchSum(0, 1, np.empty(len(params)))
