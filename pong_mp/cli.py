@@ -620,20 +620,24 @@ def plot_command(
         click.echo("\n\n".join(tables))
 
 
-def _bench_preset(preset: str, **options: Any) -> dict[str, Any]:
-    """Bench's training options (`net` is its --policy) with a preset's values for those the
-    user did not give."""
+def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
+    """`setup` with a preset's values for the training options the user did not give on the
+    command line; its inputs stay the model's (or train's default), as without a preset."""
     ctx = click.get_current_context()
-    explicit = {
+    flags = {"policy": "net"}  # bench's parameter for --policy
+    options = {
+        f.name: getattr(setup, f.name)
+        for f in dataclasses.fields(TrainingSetup)
+        if f.name not in ("inputs", "model")
+    }
+    given = {
         name
         for name in options
-        if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        if ctx.get_parameter_source(flags.get(name, name))
+        is not click.core.ParameterSource.DEFAULT
     }
-    as_train = {("policy" if name == "net" else name): value for name, value in options.items()}
-    chosen = apply_preset(
-        preset, as_train, explicit={"policy" if name == "net" else name for name in explicit}
-    )
-    return {name: chosen["policy" if name == "net" else name] for name in options}
+    chosen = apply_preset(preset, options, explicit=given)
+    return dataclasses.replace(setup, **{name: chosen[name] for name in options})
 
 
 @main.command("bench")
@@ -785,17 +789,6 @@ def bench_command(
     as_json: bool,
 ) -> None:
     """Measure training speed against the emulator's raw speed, overhead and memory."""
-    if preset is not None:
-        chosen = _bench_preset(
-            preset,
-            batch_size=batch_size, policy_lag=policy_lag, entropy_bonus=entropy_bonus,
-            baseline=baseline, algo=algo, optimizer=optimizer, net=net, channels=channels,
-        )
-        batch_size, policy_lag, entropy_bonus = (
-            chosen["batch_size"], chosen["policy_lag"], chosen["entropy_bonus"]
-        )
-        baseline, algo, optimizer = chosen["baseline"], chosen["algo"], chosen["optimizer"]
-        net, channels = chosen["net"], chosen["channels"]
     if ray_driver:
         try:
             cost = ray_driver_cost()
@@ -840,6 +833,8 @@ def bench_command(
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
         policy=net, channels=channels, model=model,
     )
+    if preset is not None:
+        setup = _with_preset(setup, preset)
     try:
         training_config(env, workers, setup)  # a bad mix is one line now, not after the raw runs
     except ConfigError as exc:

@@ -341,7 +341,7 @@ def test_bench_trains_with_a_value_head_added_to_a_models_weights(
     assert abs(value["peak"] - plain["peak"]) < 1.0  # a few vectors of H + 1, no new sum
 
 
-def test_bench_trains_with_trains_defaults_the_actor_critic_on_conv(
+def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     monkeypatch, clean_system
 ) -> None:
     import pong_mp.trainer as trainer
