@@ -88,7 +88,8 @@ class Agent:
 
     Call `reset()` when a game starts and `act(observation)` after every step; the policy
     sees what it saw in training: the difference between this frame and the last, with the
-    paddle's column as it is for a policy trained with inputs "diff+paddle".
+    paddle's column as it is for a policy trained with inputs "diff+paddle", or the frame
+    with the pixels that went dark for "frame+trail".
     """
 
     def __init__(

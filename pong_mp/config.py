@@ -145,8 +145,10 @@ class TrainConfig:
     )
     inputs: str = option(
         "diff",
-        "What the policy sees: frame differences (Karpathy's), or differences with the "
-        "agent's paddle column shown as it is (diff+paddle), so a paddle standing still is seen.",
+        "What the policy sees: frame differences (Karpathy's); differences with the "
+        "agent's paddle column shown as it is (diff+paddle), so a paddle standing still is seen; "
+        "or the frame as it is, with -1 where pixels went dark (frame+trail): both paddles "
+        "and the ball, and where they were.",
         choices=INPUTS,
     )
     policy_lag: int = option(

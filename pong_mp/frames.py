@@ -10,6 +10,12 @@ the indices and signs (+1/-1) of those pixels, as cheaply as the env's observati
 With inputs "diff+paddle" both streams show one column as it is instead of its difference:
 the agent's paddle, which a difference erases while it stands still (at a wall, or when
 sticky actions hold it). ~8 more non-zero inputs a step; the weights keep their shape.
+
+With inputs "frame+trail" a step shows the whole frame as it is (+1: both paddles and the
+ball, standing or not) and the pixels that went dark since the previous frame (-1: where the
+ball and a moving paddle were), so that motion stays visible: what two stacked frames hold
+of Pong, in one plane of the same size. ~40 non-zero inputs a step; the weights keep their
+shape.
 """
 
 from __future__ import annotations
@@ -24,9 +30,9 @@ from pong_mp import sparse
 INPUT_SIZE = 80 * 80
 """Length of one preprocessed frame: 80x80 pixels."""
 
-INPUTS = ("diff", "diff+paddle")
-"""What the policy sees each step: the frame difference (Karpathy's), or the difference with
-PADDLE_COLUMN shown as it is now."""
+INPUTS = ("diff", "diff+paddle", "frame+trail")
+"""What the policy sees each step: the frame difference (Karpathy's), the difference with
+PADDLE_COLUMN shown as it is now, or the frame as it is with the pixels that went dark."""
 
 PADDLE_COLUMN = 71
 """The column of the 80x80 frame that "diff+paddle" shows as it is: the right half of the
@@ -57,8 +63,9 @@ class InputStream(Protocol):
         """Start an episode at observation `obs` (its input is all zeros)."""
 
     def step(self, obs: Any) -> tuple[np.ndarray, np.ndarray]:
-        """(int32 indices, float32 values) of binary(obs) - binary(previous observation);
-        the arrays may be reused by the next step."""
+        """(int32 indices, float32 values) of the step's input: binary(obs) -
+        binary(previous observation), or what INPUTS says; the arrays may be reused by the
+        next step."""
 
 
 def _signs(changed: np.ndarray, now: np.ndarray) -> np.ndarray:
@@ -70,10 +77,16 @@ _BINARY = np.arange(256, dtype=np.uint8)
 """The table of `sparse.show_column` for frames that are already 0/1 pixels."""
 
 
-def _shows_paddle(inputs: str) -> bool:
+def _checked(inputs: str) -> str:
     if inputs not in INPUTS:
         raise ValueError(f"inputs must be one of {', '.join(INPUTS)}, not {inputs!r}")
-    return inputs == "diff+paddle"
+    return inputs
+
+
+def _frame_and_trail(cur: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # +1 where a pixel is on now, -1 where it was on and went dark: cur - prev * (1 - cur).
+    shown = np.flatnonzero(cur | prev).astype(np.int32)
+    return shown, _signs(shown, cur)
 
 
 class BinaryInputs:
@@ -82,7 +95,8 @@ class BinaryInputs:
     def __init__(self, inputs: str = "diff") -> None:
         """An idle stream of `inputs` (one of INPUTS); call reset first."""
         self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
-        self._show = _shows_paddle(inputs)
+        self._inputs = _checked(inputs)
+        self._show = inputs == "diff+paddle"
         self._idx = np.empty(INPUT_SIZE, dtype=np.int32)
         self._vals = np.empty(INPUT_SIZE, dtype=np.float32)
 
@@ -93,6 +107,10 @@ class BinaryInputs:
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The changed pixels and their signs."""
         cur = binarize(obs)
+        if self._inputs == "frame+trail":
+            shown = _frame_and_trail(cur, self._prev)
+            self._prev = cur
+            return shown
         # A bool mask: ~8x faster than on ints. int32, as sparse's functions take.
         changed = np.flatnonzero(cur != self._prev).astype(np.int32)
         self._prev = cur
@@ -117,11 +135,13 @@ class PaletteInputs:
     def __init__(self, env: Any, inputs: str = "diff") -> None:
         """Look up colours through `env.binary` (FastAtari); `inputs` is one of INPUTS."""
         self._env = env
-        self._show = _shows_paddle(inputs)
+        self._trail = _checked(inputs) == "frame+trail"
+        self._show = inputs == "diff+paddle"
         # A view that `env.binary` fills in; what `palette_diff` reads the column through.
         self._table = env.table if self._show else None
         self._column = PADDLE_COLUMN if self._show else -1
         self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
+        self._prev_binary = np.zeros(INPUT_SIZE, dtype=np.uint8)
         self._change = np.full((256, 256), sparse.UNSEEN, dtype=np.int8)
         self._idx = np.empty(INPUT_SIZE, dtype=np.int32)
         self._vals = np.empty(INPUT_SIZE, dtype=np.float32)
@@ -129,12 +149,18 @@ class PaletteInputs:
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame and learn every colour in it."""
         self._prev = np.ascontiguousarray(obs).reshape(-1)
-        self._env.binary(self._prev)
+        self._prev_binary = self._env.binary(self._prev)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pixels whose colour class changed, and their signs (views that the next
         step overwrites)."""
         cur = np.ascontiguousarray(obs).reshape(-1)
+        if self._trail:
+            # The whole frame is shown: its 0/1 pixels through the table, as `binary` learns it.
+            now = self._env.binary(cur)
+            shown = _frame_and_trail(now, self._prev_binary)
+            self._prev, self._prev_binary = cur, now
+            return shown
         n = sparse.palette_diff(
             cur, self._prev, self._change, self._idx, self._vals, self._table, self._column
         )

@@ -179,7 +179,9 @@ def assert_agent_acts_as(
 
 def expected_input(inputs: str, cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
     """The dense input of `inputs`: the difference, with the paddle column as it is for
-    "diff+paddle"."""
+    "diff+paddle"; for "frame+trail" the frame, with -1 where a pixel went dark."""
+    if inputs == "frame+trail":
+        return cur - prev * (1 - cur)
     dense = cur - prev
     if inputs == "diff+paddle":
         dense[PADDLE_COLUMN::80] = cur[PADDLE_COLUMN::80]

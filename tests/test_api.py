@@ -163,6 +163,35 @@ def test_an_agent_sees_the_paddle_column_if_its_policy_was_trained_to(tmp_path: 
     assert column_told_more > 10
 
 
+def test_an_agent_sees_frame_and_trail_if_its_policy_was_trained_to(tmp_path: Path) -> None:
+    # A dense reference of "frame+trail": the frame as it is, with -1 where a pixel went dark.
+    w1t, w2 = policy.split(policy.init_params(8, 6), 8)
+    path = tmp_path / "trail.npz"
+    config = {"hidden": 8, "env": "FakePong-v0", "inputs": "frame+trail"}
+    with open(path, "wb") as fh:
+        np.savez(fh, W1=w1t.T.astype(np.float32), W2=w2, config=np.str_(json.dumps(config)))
+    agent = pong_mp.Agent.load(path)
+    params, _ = checkpoint.load_policy(path)
+    w1t, w2 = policy.split(params, 8)
+    assert agent.inputs == "frame+trail"
+    env = make_env("FakePong-v0", points_to_win=1)
+    obs, _ = env.reset(seed=3)
+    agent.reset()
+    previous, trails = None, 0
+    for step in range(60):
+        frame = policy.preprocess(obs)
+        x = np.zeros_like(frame)
+        if previous is not None:
+            x = frame.copy()
+            x[(previous == 1) & (frame == 0)] = -1.0
+            trails += int(np.any(x == -1.0))
+        previous = frame
+        expected = policy.forward(w1t, w2, x)[0]
+        assert agent.probability_up(obs) == pytest.approx(expected, rel=1e-12)
+        obs, *_ = env.step(policy.UP if step % 7 < 3 else policy.DOWN)
+    assert trails > 10
+
+
 def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> None:
     params = policy.init_params(8, 0)
     policy.split(params, 8)[1][:] = 0.0  # p(UP) = 0.5 on every frame

@@ -30,6 +30,8 @@ def test_binary_inputs_are_the_dense_inputs(kind: str) -> None:
         assert len(np.unique(idx)) == len(idx)
         if kind == "diff+paddle":  # FakePong's paddle: 16 pixels high, 8 rows of the column
             assert dense[PADDLE_COLUMN::80].sum() == 8
+        if kind == "frame+trail":  # the paddle is shown, standing or moving
+            assert (dense[PADDLE_COLUMN::80] == 1).sum() == 8
         nonzero += len(idx)
         prev = cur
     assert nonzero > 400
