@@ -137,11 +137,14 @@ class PaletteInputs:
         self._env = env
         self._trail = _checked(inputs) == "frame+trail"
         self._show = inputs == "diff+paddle"
-        # A view that `env.binary` fills in; what `palette_diff` reads the column through.
-        self._table = env.table if self._show else None
+        # A view that `env.binary` fills in; what the compiled loops read the 0/1 pixels
+        # of the shown column ("diff+paddle") or of the whole frame ("frame+trail") through.
+        self._table = env.table if self._show or self._trail else None
         self._column = PADDLE_COLUMN if self._show else -1
         self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
+        # The 0/1 pixels of the previous frame and of this one ("frame+trail"), in turn.
         self._prev_binary = np.zeros(INPUT_SIZE, dtype=np.uint8)
+        self._now_binary = np.zeros(INPUT_SIZE, dtype=np.uint8)
         self._change = np.full((256, 256), sparse.UNSEEN, dtype=np.int8)
         self._idx = np.empty(INPUT_SIZE, dtype=np.int32)
         self._vals = np.empty(INPUT_SIZE, dtype=np.float32)
@@ -149,18 +152,14 @@ class PaletteInputs:
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame and learn every colour in it."""
         self._prev = np.ascontiguousarray(obs).reshape(-1)
-        self._prev_binary = self._env.binary(self._prev)
+        self._prev_binary[:] = self._env.binary(self._prev)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The pixels whose colour class changed, and their signs (views that the next
         step overwrites)."""
         cur = np.ascontiguousarray(obs).reshape(-1)
         if self._trail:
-            # The whole frame is shown: its 0/1 pixels through the table, as `binary` learns it.
-            now = self._env.binary(cur)
-            shown = _frame_and_trail(now, self._prev_binary)
-            self._prev, self._prev_binary = cur, now
-            return shown
+            return self._frame_trail(cur)
         n = sparse.palette_diff(
             cur, self._prev, self._change, self._idx, self._vals, self._table, self._column
         )
@@ -170,6 +169,18 @@ class PaletteInputs:
                 cur, self._prev, self._change, self._idx, self._vals, self._table, self._column
             )
         self._prev = cur
+        return self._idx[:n], self._vals[:n]
+
+    def _frame_trail(self, cur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # The whole frame is shown: every pixel's 0/1 value through the palette's table.
+        table = self._table
+        now = self._now_binary
+        n = sparse.frame_trail(cur, table, self._prev_binary, now, self._idx, self._vals)
+        if n < 0:
+            self._env.binary(cur)  # learns the new colours from the screen
+            n = sparse.frame_trail(cur, table, self._prev_binary, now, self._idx, self._vals)
+        self._prev = cur
+        self._prev_binary, self._now_binary = now, self._prev_binary
         return self._idx[:n], self._vals[:n]
 
     def _learn(self, cur: np.ndarray) -> None:

@@ -79,6 +79,41 @@ def palette_diff(
     return n
 
 
+def frame_trail(
+    const uint8_t[::1] cur,
+    const uint8_t[::1] table,
+    const uint8_t[::1] prev_on,
+    uint8_t[::1] now_on,
+    int32_t[::1] idx,
+    float[::1] vals,
+) -> int:
+    """Write the input "frame+trail" of the palette indices `cur` into `idx` and `vals`:
+    value 1 where a pixel is on (`table[v]` is the 0/1 pixel of palette index v), -1 where
+    it is off and was on in `prev_on` (0/1 pixels of the previous frame); the 0/1 pixels of
+    `cur` go into `now_on`. Return how many, or -1 if a palette index has no 0/1 entry in
+    `table` yet (`now_on` is then partly written)."""
+    cdef Py_ssize_t n = 0, p
+    cdef uint8_t on
+    if prev_on.shape[0] != cur.shape[0] or now_on.shape[0] != cur.shape[0] \
+            or idx.shape[0] < cur.shape[0] or vals.shape[0] < cur.shape[0] \
+            or table.shape[0] < 256:
+        raise ValueError("frame_trail: arrays of mismatched sizes")
+    for p in range(cur.shape[0]):
+        on = table[cur[p]]
+        if on > 1:
+            return -1
+        now_on[p] = on
+        if on:
+            idx[n] = <int32_t>p
+            vals[n] = 1.0
+            n += 1
+        elif prev_on[p]:
+            idx[n] = <int32_t>p
+            vals[n] = -1.0
+            n += 1
+    return n
+
+
 cdef Py_ssize_t _append_column(
     const uint8_t[::1] frame,
     const uint8_t[::1] table,
