@@ -300,6 +300,7 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
     [
         ("advantage", "batch"),
         ("inputs", "diff+paddle"),
+        ("inputs", "frame+trail"),
         ("lr_half_life", 1000.0),
         ("entropy_bonus", 0.5),
         ("baseline", "value"),
