@@ -737,6 +737,21 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     help="The training runs' --channels, with --policy conv.",
 )
 @click.option(
+    "--epochs",
+    type=click.IntRange(min=1),
+    default=TrainConfig.epochs,
+    show_default=True,
+    help="The training runs' --epochs, with --algo ppo.",
+)
+@click.option(
+    "--minibatches",
+    type=click.IntRange(min=1),
+    default=TrainConfig.minibatches,
+    show_default=True,
+    help="The training runs' --minibatches, with --algo ppo (each an optimizer step and a "
+    "round trip to the workers).",
+)
+@click.option(
     "--compare-envs",
     "compare_envs_only",
     is_flag=True,
@@ -782,6 +797,8 @@ def bench_command(
     optimizer: str,
     net: str,
     channels: int,
+    epochs: int,
+    minibatches: int,
     compare_envs_only: bool,
     rounds: int,
     ray_driver: bool,
@@ -831,7 +848,7 @@ def bench_command(
     setup = TrainingSetup(
         batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
-        policy=net, channels=channels, model=model,
+        policy=net, channels=channels, epochs=epochs, minibatches=minibatches, model=model,
     )
     if preset is not None:
         setup = _with_preset(setup, preset)

@@ -154,6 +154,8 @@ class TrainingSetup:
     policy: str = TrainConfig.policy
     """The policy network of new weights (a model's is its own)."""
     channels: int = TrainConfig.channels
+    epochs: int = TrainConfig.epochs
+    minibatches: int = TrainConfig.minibatches
     model: Path | None = None
     """A model or checkpoint whose weights the runs start from (a trained agent's long
     episodes); None: new weights."""
@@ -169,6 +171,8 @@ class TrainingSetup:
             "optimizer": self.optimizer,
             "policy": self.policy,
             "channels": self.channels if self.policy == "conv" else None,
+            "epochs": self.epochs if self.algo == "ppo" else None,
+            "minibatches": self.minibatches if self.algo == "ppo" else None,
             "model": None if self.model is None else str(self.model),
         }
 
@@ -203,6 +207,8 @@ def training_config(
         optimizer=setup.optimizer,
         policy=net,
         channels=channels,
+        epochs=setup.epochs,
+        minibatches=setup.minibatches,
     )
     config.validate()
     if params is None:
@@ -366,6 +372,13 @@ def run_bench(
     }
 
 
+def _passes(r: dict[str, Any]) -> str:
+    # The actor-critic's passes over each batch; older results and pg's runs have none.
+    if r.get("epochs") is None:
+        return ""
+    return f"{r['epochs']} passes of {r['minibatches']} minibatches, "
+
+
 def format_bench(r: dict[str, Any]) -> str:
     """The bench's results as readable lines."""
     rss = r["peak_worker_rss_mb"]
@@ -378,7 +391,8 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r['train_steps_per_sec']:,.0f} steps/s"
         f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
         f"{r.get('batch_size', 10)} episodes, {r.get('algo', 'pg')} with "
-        f"{r.get('optimizer', 'rmsprop')}, policy lag {r.get('policy_lag', 0)}, "
+        f"{r.get('optimizer', 'rmsprop')}, "
+        f"{_passes(r)}policy lag {r.get('policy_lag', 0)}, "
         f"inputs {r.get('inputs', 'diff')}, entropy bonus {r.get('entropy_bonus', 0):g}, "
         f"baseline {r.get('baseline', 'none')}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
