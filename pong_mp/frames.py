@@ -1,7 +1,9 @@
-"""Frame differences as sparse inputs: the non-zero pixels of binary(frame) - binary(previous).
+"""What the policy sees, as sparse inputs: by default the non-zero pixels of binary(frame) -
+binary(previous), the frame difference (INPUTS lists the other kinds).
 
-A difference has ~20 non-zero pixels of 6400. An input stream turns each observation into
-the indices and signs (+1/-1) of those pixels, as cheaply as the env's observations allow:
+A difference has ~29 non-zero pixels of 6400 (a random player's game of real Pong). An
+input stream turns each observation into the indices and signs (+1/-1) of those pixels, as
+cheaply as the env's observations allow:
 - `BinaryInputs` for envs whose observations are RGB frames (FakePong, gymnasium's ALE):
   `binarize`, then compare;
 - `PaletteInputs` for FastAtari: compare the raw palette indices and look up the colours of
@@ -13,9 +15,11 @@ sticky actions hold it). ~8 more non-zero inputs a step; the weights keep their 
 
 With inputs "frame+trail" a step shows the whole frame as it is (+1: both paddles and the
 ball, standing or not) and the pixels that went dark since the previous frame (-1: where the
-ball and a moving paddle were), so that motion stays visible: what two stacked frames hold
-of Pong, in one plane of the same size. ~40 non-zero inputs a step; the weights keep their
-shape.
+ball and a moving paddle were), so that motion stays visible: the frame, and where things
+moved from, in one plane of the same size (two stacked frames would also tell a pixel that
+just lit up from one that stayed lit). ~45 non-zero inputs a step; the weights keep their
+shape. `PaletteInputs` reads every pixel of the frame through the palette's 0/1 table then
+(`sparse.frame_trail`).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ NO_VALUES = np.zeros(0, dtype=np.float32)
 
 
 class InputStream(Protocol):
-    """Sparse frame differences, one observation at a time."""
+    """Sparse inputs (frame differences, or another of INPUTS), one observation at a time."""
 
     def reset(self, obs: Any) -> None:
         """Start an episode at observation `obs` (its input is all zeros)."""
@@ -105,7 +109,7 @@ class BinaryInputs:
         self._prev = binarize(obs)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The changed pixels and their signs."""
+        """The step's input: the changed pixels and their signs, or what INPUTS says."""
         cur = binarize(obs)
         if self._inputs == "frame+trail":
             shown = _frame_and_trail(cur, self._prev)
@@ -129,7 +133,8 @@ class PaletteInputs:
     The change of a pixel from palette index a to b is binary(b) - binary(a); with a table
     of those for the pairs met so far, a step is one pass of `sparse.palette_diff` over the
     frame (a pair not met yet is looked up through `env.binary`, which learns new colours
-    from the screen).
+    from the screen). With "frame+trail" every pixel is shown, so each is read through the
+    0/1 table of palette indices (`sparse.frame_trail`) instead.
     """
 
     def __init__(self, env: Any, inputs: str = "diff") -> None:
@@ -155,8 +160,8 @@ class PaletteInputs:
         self._prev_binary[:] = self._env.binary(self._prev)
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The pixels whose colour class changed, and their signs (views that the next
-        step overwrites)."""
+        """The pixels whose colour class changed, and their signs, or what INPUTS says
+        (views that the next step overwrites)."""
         cur = np.ascontiguousarray(obs).reshape(-1)
         if self._trail:
             return self._frame_trail(cur)

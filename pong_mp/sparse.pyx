@@ -81,7 +81,7 @@ def palette_diff(
 
 def frame_trail(
     const uint8_t[::1] cur,
-    const uint8_t[::1] table,
+    const uint8_t[::1] table not None,
     const uint8_t[::1] prev_on,
     uint8_t[::1] now_on,
     int32_t[::1] idx,

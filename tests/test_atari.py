@@ -87,8 +87,14 @@ def test_palette_inputs_are_the_dense_inputs(kind: str) -> None:
     obs, _ = env.reset(seed=2)
     inputs.reset(obs)
     prev = env.binary(obs.ravel()).astype(float)
+    known_at_reset = int((env.table != 255).sum())
     nonzero = 0
-    for a in _actions(600):
+    for step, a in enumerate(_actions(600)):
+        if step == 301:  # a new game, after an odd number of steps: the buffers swapped
+            assert (env.table != 255).sum() > known_at_reset  # colours learned mid-game
+            obs, _ = env.reset(seed=3)
+            inputs.reset(obs)
+            prev = env.binary(obs.ravel()).astype(float)
         obs, *_ = env.step(int(a))
         idx, vals = inputs.step(obs)
         cur = env.binary(obs.ravel()).astype(float)

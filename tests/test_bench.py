@@ -353,7 +353,10 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     def spy(config, state, backend):
         head = policy.value_head(state.params, config.hidden, config.conv_channels)
         seen.append(
-            (config.algo, config.optimizer, config.policy, head is not None, config.minibatches)
+            (
+                config.algo, config.optimizer, config.policy, head is not None,
+                config.epochs, config.minibatches,
+            )
         )
         return original(config, state, backend)
 
@@ -362,13 +365,13 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     monkeypatch.setattr(bench, "dense_reference_rate", lambda env, seconds: 100.0)
     monkeypatch.setattr(bench, "episode_memory", lambda *args, **kwargs: None)
     results = bench.run_bench(1, 0.2, "FakePong-v0", bench.TrainingSetup(batch_size=1))
-    assert seen == [("ppo", "adam", "conv", True, 4)]
+    assert seen == [("ppo", "adam", "conv", True, 4, 4)]
     assert results["algo"] == "ppo" and results["policy"] == "conv"
     assert results["train_updates"] >= 1
     assert "ppo with adam, 4 passes of 4 minibatches" in bench.format_bench(results)
     more = bench.TrainingSetup(batch_size=1, epochs=2, minibatches=16)
     results = bench.run_bench(1, 0.2, "FakePong-v0", more)
-    assert seen[-1][-1] == 16 and (results["epochs"], results["minibatches"]) == (2, 16)
+    assert seen[-1][-2:] == (2, 16) and (results["epochs"], results["minibatches"]) == (2, 16)
     assert "2 passes of 16 minibatches" in bench.format_bench(results)
 
 
@@ -384,12 +387,14 @@ def test_bench_takes_a_preset_where_its_options_are_not_given(monkeypatch) -> No
     for args in (["--preset", "pg"], ["--preset", "pg", "--optimizer", "adam"]):
         done = runner.invoke(cli.main, ["bench", "--env", "FakePong-v0", *args])
         assert done.exit_code == 0, done.output
-    done = runner.invoke(cli.main, ["bench", "--env", "FakePong-v0", "--minibatches", "16"])
-    assert done.exit_code == 0, done.output
-    pg, adam, passes = seen
+    for args in (["--minibatches", "16"], ["--preset", "ppo", "--minibatches", "16"]):
+        done = runner.invoke(cli.main, ["bench", "--env", "FakePong-v0", *args])
+        assert done.exit_code == 0, done.output
+    pg, adam, passes, ppo = seen
     assert (pg.algo, pg.optimizer, pg.entropy_bonus, pg.policy) == ("pg", "rmsprop", 0.0, "mlp")
     assert (adam.algo, adam.optimizer, adam.policy) == ("pg", "adam", "mlp")
     assert (passes.algo, passes.epochs, passes.minibatches) == ("ppo", 4, 16)
+    assert (ppo.algo, ppo.policy, ppo.minibatches) == ("ppo", "mlp", 16)  # given beats preset
 
 
 def test_bench_refuses_a_mix_train_refuses_before_it_measures(tmp_path) -> None:

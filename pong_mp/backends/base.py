@@ -83,7 +83,8 @@ class RolloutSpec:
     advantage: str = "episode"
     """Returns standardised per episode, or over the batch (the gradient is then A and B)."""
     inputs: str = "diff"
-    """What the policy sees (frames.INPUTS): frame differences, or with the paddle shown."""
+    """What the policy sees (frames.INPUTS): frame differences, with the paddle shown, or
+    the frame with its trail."""
     entropy_bonus: float = 0.0
     """Weight of the policy's entropy in each episode's objective (0: none)."""
     baseline: str = "none"
