@@ -17,9 +17,8 @@ import pong_mp
 from pong_mp import checkpoint, policy
 from pong_mp.config import ConfigError
 from pong_mp.envs import make_env
-from pong_mp.frames import PADDLE_COLUMN
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import assert_agent_acts_as
+from tests.helpers import assert_agent_acts_as, expected_input
 
 SMALL = dict(env="FakePong-v0", env_arg={"points_to_win": 2}, batch_size=2, hidden=8)
 
@@ -133,63 +132,35 @@ def test_agent_acts_like_the_training_policy(fake_checkpoint: Path) -> None:
     assert agent.config["env"] == "FakePong-v0"
 
 
-def test_an_agent_sees_the_paddle_column_if_its_policy_was_trained_to(tmp_path: Path) -> None:
-    # A dense reference of "diff+paddle": the frame difference, with the paddle's column of
-    # the current frame as it is (a paddle standing still would be invisible otherwise).
+@pytest.mark.parametrize("inputs", ["diff+paddle", "frame+trail"])
+def test_an_agent_sees_the_inputs_its_policy_was_trained_on(tmp_path: Path, inputs: str) -> None:
+    # The dense reference of each kind: the paddle's column as it is ("diff+paddle"), or the
+    # frame with -1 where pixels went dark ("frame+trail"), where a difference would not
+    # show a paddle standing still.
     w1t, w2 = policy.split(policy.init_params(8, 5), 8)
-    path = tmp_path / "paddle.npz"
-    config = {"hidden": 8, "env": "FakePong-v0", "inputs": "diff+paddle"}
+    path = tmp_path / "agent.npz"
+    config = {"hidden": 8, "env": "FakePong-v0", "inputs": inputs}
     with open(path, "wb") as fh:
         np.savez(fh, W1=w1t.T.astype(np.float32), W2=w2, config=np.str_(json.dumps(config)))
     agent = pong_mp.Agent.load(path)
     params, _ = checkpoint.load_policy(path)
     w1t, w2 = policy.split(params, 8)
-    assert agent.inputs == "diff+paddle"
+    assert agent.inputs == inputs
     env = make_env("FakePong-v0", points_to_win=1)
     obs, _ = env.reset(seed=3)
     agent.reset()
-    previous, column_told_more = None, 0
+    previous, told_more = None, 0
     for step in range(60):
         frame = policy.preprocess(obs)
         x = np.zeros_like(frame)
         if previous is not None:
-            x = frame - previous
-            column_told_more += int(np.any(x[PADDLE_COLUMN::80] != frame[PADDLE_COLUMN::80]))
-            x[PADDLE_COLUMN::80] = frame[PADDLE_COLUMN::80]
+            x = expected_input(inputs, frame, previous)
+            told_more += int(np.any(x != frame - previous))
         previous = frame
         expected = policy.forward(w1t, w2, x)[0]
         assert agent.probability_up(obs) == pytest.approx(expected, rel=1e-12)
         obs, *_ = env.step(policy.UP if step % 7 < 3 else policy.DOWN)
-    assert column_told_more > 10
-
-
-def test_an_agent_sees_frame_and_trail_if_its_policy_was_trained_to(tmp_path: Path) -> None:
-    # A dense reference of "frame+trail": the frame as it is, with -1 where a pixel went dark.
-    w1t, w2 = policy.split(policy.init_params(8, 6), 8)
-    path = tmp_path / "trail.npz"
-    config = {"hidden": 8, "env": "FakePong-v0", "inputs": "frame+trail"}
-    with open(path, "wb") as fh:
-        np.savez(fh, W1=w1t.T.astype(np.float32), W2=w2, config=np.str_(json.dumps(config)))
-    agent = pong_mp.Agent.load(path)
-    params, _ = checkpoint.load_policy(path)
-    w1t, w2 = policy.split(params, 8)
-    assert agent.inputs == "frame+trail"
-    env = make_env("FakePong-v0", points_to_win=1)
-    obs, _ = env.reset(seed=3)
-    agent.reset()
-    previous, trails = None, 0
-    for step in range(60):
-        frame = policy.preprocess(obs)
-        x = np.zeros_like(frame)
-        if previous is not None:
-            x = frame.copy()
-            x[(previous == 1) & (frame == 0)] = -1.0
-            trails += int(np.any(x == -1.0))
-        previous = frame
-        expected = policy.forward(w1t, w2, x)[0]
-        assert agent.probability_up(obs) == pytest.approx(expected, rel=1e-12)
-        obs, *_ = env.step(policy.UP if step % 7 < 3 else policy.DOWN)
-    assert trails > 10
+    assert told_more > 10
 
 
 def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> None:
