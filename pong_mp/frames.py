@@ -18,8 +18,8 @@ ball, standing or not) and the pixels that went dark since the previous frame (-
 ball and a moving paddle were), so that motion stays visible: the frame, and where things
 moved from, in one plane of the same size (two stacked frames would also tell a pixel that
 just lit up from one that stayed lit). ~45 non-zero inputs a step; the weights keep their
-shape. `PaletteInputs` reads every pixel of the frame through the palette's 0/1 table then
-(`sparse.frame_trail`).
+shape. Both streams run one compiled loop then (`sparse.frame_trail`), which reads every
+pixel through a 0/1 table: the palette's, or for frames already 0/1 the identity.
 """
 
 from __future__ import annotations
@@ -78,7 +78,8 @@ def _signs(changed: np.ndarray, now: np.ndarray) -> np.ndarray:
 
 
 _BINARY = np.arange(256, dtype=np.uint8)
-"""The table of `sparse.show_column` for frames that are already 0/1 pixels."""
+"""The table of `sparse.show_column` and `sparse.frame_trail` for frames that are already 0/1
+pixels."""
 
 
 def _checked(inputs: str) -> str:
@@ -87,20 +88,15 @@ def _checked(inputs: str) -> str:
     return inputs
 
 
-def _frame_and_trail(cur: np.ndarray, prev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    # +1 where a pixel is on now, -1 where it was on and went dark: cur - prev * (1 - cur).
-    shown = np.flatnonzero(cur | prev).astype(np.int32)
-    return shown, _signs(shown, cur)
-
-
 class BinaryInputs:
     """Inputs for envs with ALE-format RGB observations."""
 
     def __init__(self, inputs: str = "diff") -> None:
         """An idle stream of `inputs` (one of INPUTS); call reset first."""
         self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
-        self._inputs = _checked(inputs)
+        self._trail = _checked(inputs) == "frame+trail"
         self._show = inputs == "diff+paddle"
+        self._on = np.empty(INPUT_SIZE, dtype=np.uint8)  # what frame_trail writes: the frame
         self._idx = np.empty(INPUT_SIZE, dtype=np.int32)
         self._vals = np.empty(INPUT_SIZE, dtype=np.float32)
 
@@ -111,10 +107,11 @@ class BinaryInputs:
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The step's input: the changed pixels and their signs, or what INPUTS says."""
         cur = binarize(obs)
-        if self._inputs == "frame+trail":
-            shown = _frame_and_trail(cur, self._prev)
+        if self._trail:
+            # A 0/1 frame is a palette of its own (_BINARY): FastAtari's stream's loop.
+            n = sparse.frame_trail(cur, _BINARY, self._prev, self._on, self._idx, self._vals)
             self._prev = cur
-            return shown
+            return self._idx[:n], self._vals[:n]
         # A bool mask: ~8x faster than on ints. int32, as sparse's functions take.
         changed = np.flatnonzero(cur != self._prev).astype(np.int32)
         self._prev = cur
