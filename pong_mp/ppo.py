@@ -325,8 +325,9 @@ class EpochTask:
     """Global episode index of the episode, as its EpisodeTask's."""
     seed: int
     """The episode's seed: with `epoch`, it deals the episode's steps into minibatches."""
-    trajectory: Trajectory
-    """The episode as it was played."""
+    trajectory: Trajectory | None
+    """The episode as it was played; None on its way to a worker that keeps it
+    (`backends/kept.py`), which puts it back before the pass."""
     epoch: int
     """The pass over the batch (0, 1, ...)."""
     part: int
@@ -348,6 +349,8 @@ def epoch_gradient(
 ) -> PassStats:
     """Write into `out` the gradient, summed over the episode's steps in the task's
     minibatch, of the actor-critic's objective at `weights`; return what the pass saw."""
+    if task.trajectory is None:
+        raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
     steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
     if work is None:
         work = PassWork(weights.w2.shape[0], weights.channels)

@@ -369,6 +369,9 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     assert results["algo"] == "ppo" and results["policy"] == "conv"
     assert results["train_updates"] >= 1
     assert "ppo with adam, 4 passes of 4 minibatches" in bench.format_bench(results)
+    # One worker played every episode: every pass went without its trajectory.
+    assert results["passes_light_share"] == 1.0
+    assert "passes sent without their trajectory: 100%" in bench.format_bench(results)
     more = bench.TrainingSetup(batch_size=1, epochs=2, minibatches=16)
     results = bench.run_bench(1, 0.2, "FakePong-v0", more)
     assert seen[-1][-2:] == (2, 16) and (results["epochs"], results["minibatches"]) == (2, 16)

@@ -17,6 +17,7 @@ import pytest
 from pong_mp import policy, ppo
 from pong_mp.backends import RolloutSpec
 from pong_mp.batch_sum import BatchSum
+from pong_mp.episode import make_tasks
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.rundir import prepare_run
 from pong_mp.trainer import train
@@ -360,6 +361,53 @@ def test_a_worker_killed_mid_pass_changes_no_bit(clean_system) -> None:
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
     assert got == expected
+
+
+def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[bytes]:
+    # A batch of 6 FakePong episodes, then 2 epochs of 2 minibatches over it: the summed
+    # gradient of each pass, as the trainer would step with.
+    params = policy.init_params(HIDDEN, 5, value=True)
+    params[policy.param_count(HIDDEN) :] = 0.01
+    tasks = make_tasks(11, 0, 6)
+    trajectories = {
+        item.stats.index: item.stats.trajectory for item in backend.run_batch(params, tasks)
+    }
+    if kill_before_passes:
+        os.kill(backend.worker_pids()[0], signal.SIGKILL)
+        backend._workers[0].process.join(5)
+    sums = []
+    for epoch in range(2):
+        for part in range(2):
+            passes = [
+                ppo.EpochTask(t.index, t.seed, trajectories[t.index], epoch, part, 2, 0.1, 0.9)
+                for t in tasks
+            ]
+            total = BatchSum(0, len(passes), np.empty(len(params)))
+            for item in backend.run_batch(params, passes):
+                total.add(item)
+            assert total.complete
+            sums.append(total.total.tobytes())
+    return sums
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["all-kept", "a-worker-replaced"])
+def test_passes_go_without_their_trajectory_to_the_worker_that_keeps_it(
+    kill: bool, clean_system
+) -> None:
+    spec = RolloutSpec("FakePong-v0", HIDDEN, 0.99, workers=2, algo="ppo")
+    with new_backend("serial", spec) as serial:
+        expected = _passes_after_a_batch(serial)
+    with new_backend("local", spec) as backend:
+        kept_by_first = len(backend._workers[0].kept)  # nothing yet: records start empty
+        got = _passes_after_a_batch(backend, kill_before_passes=kill)
+        light, whole = backend.light_passes, backend.whole_passes
+        assert backend.replacements == int(kill)
+    assert got == expected
+    assert kept_by_first == 0 and light + whole == 4 * 6
+    # A trajectory crosses the pipe at most once per worker that did not play it...
+    assert whole <= 6 * (spec.workers - 1) + (6 if kill else 0)
+    # ...and a worker replaced keeps nothing: its predecessor's episodes go whole.
+    assert whole >= 1 if kill else light >= 4 * 6 - 6
 
 
 def test_a_pg_run_forks_into_the_actor_critic(tmp_path: Path, clean_system) -> None:

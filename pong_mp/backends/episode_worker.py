@@ -13,6 +13,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.backends.base import RolloutSpec
+from pong_mp.backends.kept import KeptTrajectories
 from pong_mp.envs import make_training_env
 from pong_mp.episode import EpisodeResult, Task, epoch_pass, play_episode, play_recorded
 from pong_mp.frames import InputStream
@@ -31,6 +32,8 @@ class EpisodeWorker:
         self._work: EpisodeGradient | None = None
         self._recorder: TrajectoryRecorder | None = None
         self._passes: PassWork | None = None
+        self.kept = KeptTrajectories()
+        """The trajectories of the episodes it played or was sent, for light EpochTasks."""
 
     @property
     def is_open(self) -> bool:
@@ -63,16 +66,20 @@ class EpisodeWorker:
 
         With the actor-critic, an EpisodeTask is played into a trajectory (which comes
         back in the statistics; the gradient is zero) and an EpochTask gives its share of
-        a minibatch's gradient, playing nothing."""
+        a minibatch's gradient, playing nothing: with the trajectory it carries, or, when
+        it carries none, with the one kept of that episode (`kept`)."""
         if self._env is None or self._inputs is None:
             raise RuntimeError("EpisodeWorker.play() before open()")
         if isinstance(task, EpochTask):
-            return epoch_pass(weights, task, self.spec.ppo, out, self._passes)
+            self.kept.passed(task)
+            return epoch_pass(weights, self.kept.whole(task), self.spec.ppo, out, self._passes)
         if self._recorder is not None:
             stats = play_recorded(
                 self._env, self._inputs, weights, self.spec.gamma, self.spec.ppo.gae_lambda,
                 task, self._recorder,
             )
+            if stats.trajectory is not None:
+                self.kept.played(task.index, stats.trajectory)
             size = policy.param_count(self.spec.hidden, True, self.spec.channels)
             grad = np.empty(size, np.float32) if out is None else out
             grad[:] = 0.0
@@ -85,5 +92,6 @@ class EpisodeWorker:
         """Close the env; safe to call more than once."""
         env, self._env, self._inputs, self._work = self._env, None, None, None
         self._recorder = self._passes = None
+        self.kept = KeptTrajectories()
         if env is not None:
             env.close()

@@ -15,6 +15,11 @@ one batch goes on with the next batch's. A worker that dies or hangs is replaced
 episode played again with the same seed; an exception in a worker comes back with its
 traceback and the episode is retried a bounded number of times.
 
+With --algo ppo, an idle worker takes first the EpochTasks of the episodes it played (or was
+sent before), which go without their trajectory (`kept.py`): a trajectory crosses the pipe
+once an update instead of once a pass, unless the worker that keeps it is busy when another
+is idle.
+
 Data flow of one batch:
 
     coordinator (publish, submit, results)          worker N (worker_main, an EpisodeWorker)
@@ -39,7 +44,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 
@@ -55,6 +60,7 @@ from pong_mp.backends.base import (
     main_guard_error,
     worker_error,
 )
+from pong_mp.backends.kept import KeptTrajectories
 from pong_mp.backends.shm import (
     SharedGradient,
     SharedWeights,
@@ -73,6 +79,7 @@ from pong_mp.backends.worker_process import (
     worker_main,
 )
 from pong_mp.episode import EpisodeResult, Task
+from pong_mp.ppo import EpochTask
 from pong_mp.signals import (
     start_resource_tracker,
     stop_signals_deferred,
@@ -98,6 +105,7 @@ class _Worker:
     abandoned: bool = False  # stopped with its episode dropped: replaced at the next results
     sent: float = 0.0  # perf_counter when its job was sent (for the pipes' share)
     idle_since: float | None = None  # perf_counter since when it waits for a job, if it does
+    kept: KeptTrajectories = field(default_factory=KeptTrajectories)  # what it keeps, mirrored
 
 
 class LocalBackend(BackendBase):
@@ -131,6 +139,10 @@ class LocalBackend(BackendBase):
         """An episode's round trip less its play: the pipes, the weights' lookup, and the
         coordinator's delay in reading a result."""
         self._last_result = 0.0  # perf_counter of the latest result received
+        self.light_passes = 0
+        """EpochTasks sent without their trajectory, to a worker that keeps it."""
+        self.whole_passes = 0
+        """EpochTasks sent with their trajectory (no idle worker kept it)."""
 
     # lifecycle
 
@@ -275,7 +287,16 @@ class LocalBackend(BackendBase):
                 self._replace(w, "died while idle")
         for w in self._workers:
             if w.job is None and self._pending:
-                self._send(w, self._pending.popleft())
+                self._send(w, self._take(w))
+
+    def _take(self, w: _Worker) -> Play:
+        """The first pending job whose trajectory `w` keeps, else the first pending job: a
+        worker goes on with the episodes it played, and takes another's rather than wait."""
+        for position, job in enumerate(self._pending):
+            if isinstance(job.task, EpochTask) and w.kept.holds(job.task):
+                del self._pending[position]
+                return job
+        return self._pending.popleft()
 
     def cancel(self) -> None:
         """Drop the episodes not yet yielded. Workers still playing one are stopped: their
@@ -323,9 +344,17 @@ class LocalBackend(BackendBase):
         if w.idle_since is not None:
             self.coordinator_seconds += w.sent - w.idle_since
             w.idle_since = None
+        message = job
+        if isinstance(job.task, EpochTask):
+            if w.kept.holds(job.task):
+                message = job._replace(task=w.kept.light(job.task))
+                self.light_passes += 1
+            else:
+                self.whole_passes += 1
+            w.kept.passed(message.task)  # as the worker will on receiving it
         # If it died, sending fails or goes nowhere; its sentinel reports the death next wait.
         with contextlib.suppress(OSError, ValueError):
-            w.conn.send(job)
+            w.conn.send(message)
 
     def _collect(self, w: _Worker, ready: list[object]) -> EpisodeResult | None:
         """The result `w` sent, or None after handling its death, failure or readiness."""
@@ -350,6 +379,8 @@ class LocalBackend(BackendBase):
             self.pipe_seconds += max(0.0, received - w.sent - message.stats.seconds)
             w.idle_since = self._last_result = received
             self._retries.forget(message.stats.index)
+            if message.stats.trajectory is not None:  # as the worker kept it
+                w.kept.played(message.stats.index, message.stats.trajectory)
             # A view of the worker's slot: valid until this worker gets its next episode.
             return EpisodeResult(message.stats, w.grad.array)
         index, tb = message.index, message.traceback

@@ -13,7 +13,8 @@ plays episodes with one EpisodeWorker (`episode_worker.py`) until it is told to 
 The gradient never travels through the pipe: the worker writes it into its shared slot, and
 Done carries only the episode's statistics. With --algo ppo a task may also be an EpochTask
 (an episode's share of a minibatch's gradient): the trajectory an episode was played into
-comes back in Done's statistics, and goes out again in each of its EpochTasks.
+comes back in Done's statistics; its EpochTasks go out without it to the worker that keeps it
+(`kept.py`), and with it to any other.
 """
 
 from __future__ import annotations

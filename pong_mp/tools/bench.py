@@ -246,6 +246,7 @@ def training_rate(
             if time.perf_counter() - start >= seconds:
                 break
         spent = {name: getattr(backend, name) - before[name] for name in counters}
+        passes = backend.light_passes + backend.whole_passes
         rss = [_rss_mb(pid) for pid in backend.worker_pids()]
     finally:
         backend.close()
@@ -271,6 +272,8 @@ def training_rate(
         "workers_busy": spent["busy_seconds"] / (workers * wall),
         "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
+        # The actor-critic's passes that went without their trajectory (None with pg).
+        "passes_light_share": backend.light_passes / passes if passes else None,
     }
 
 
@@ -362,6 +365,7 @@ def run_bench(
         **setup.describe(),
         "inputs": training["inputs"],
         "coordinator_share": training["coordinator_share"],
+        "passes_light_share": training.get("passes_light_share"),
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
         "episode_memory_mb_1k_steps": short,
         "episode_memory_mb_10k_steps": long,
@@ -472,11 +476,15 @@ def _idle_line(r: dict[str, Any]) -> list[str]:
     if not shares:
         return []
     idle = 1 - r["workers_busy"]
-    return [
+    lines = [
         f"workers idle {100 * idle:.1f}% of the time: batch barrier "
         f"{100 * shares['barrier']:.0f}%, coordinator {100 * shares['coordinator']:.0f}%, "
         f"pipes {100 * shares['pipes']:.0f}%, other {100 * shares['other']:.0f}% of it"
     ]
+    light = r.get("passes_light_share")
+    if light is not None:
+        lines.append(f"actor-critic passes sent without their trajectory: {100 * light:.0f}%")
+    return lines
 
 
 def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, Any]:
