@@ -45,16 +45,27 @@ def test_a_whole_task_received_is_kept_for_the_next_passes() -> None:
     assert kept.whole(_task(1, None)).trajectory is sent
 
 
-def test_the_first_episode_played_after_a_pass_drops_the_last_update() -> None:
+def test_an_episode_handed_out_after_a_pass_drops_the_last_update() -> None:
     kept, old, new = KeptTrajectories(), _trajectory(4), _trajectory(6)
-    kept.played(0, old)
-    kept.played(1, old)  # episodes of one update accumulate
+    for index in (0, 1):  # episodes of one update accumulate
+        kept.playing()
+        kept.played(index, old)
     assert len(kept) == 2
     kept.passed(_task(0, None))
+    kept.playing()  # the next update's first episode, before it is played
+    assert len(kept) == 0
     kept.played(10, new)
-    assert len(kept) == 1 and kept.holds(_task(10, new)) and not kept.holds(_task(0, old))
+    kept.playing()
     kept.played(11, new)
-    assert len(kept) == 2
+    assert len(kept) == 2 and kept.holds(_task(10, new)) and not kept.holds(_task(0, old))
+
+
+def test_a_failed_pass_is_forgotten_so_that_its_retry_goes_whole() -> None:
+    kept, played = KeptTrajectories(), _trajectory(3)
+    kept.played(2, played)
+    kept.forget(2)
+    assert not kept.holds(_task(2, played))
+    kept.forget(2)  # twice is harmless
 
 
 def test_a_light_task_of_an_episode_not_kept_is_refused() -> None:

@@ -326,8 +326,10 @@ def _synthetic(steps: int, seed: int) -> ppo.Trajectory:
     )
 
 
-def test_a_worker_killed_mid_pass_changes_no_bit(clean_system) -> None:
+@pytest.mark.parametrize("light", [False, True], ids=["whole-pass", "light-pass"])
+def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> None:
     # The local backend's; Ray's replaces an actor whatever the task it held (test_backends).
+    # A light pass (its trajectory kept by the worker) is played again whole elsewhere.
     hidden = 200
     spec = RolloutSpec("FakePong-v0", hidden, 0.99, workers=2, algo="ppo")
     params = policy.init_params(hidden, 3, value=True)
@@ -356,10 +358,15 @@ def test_a_worker_killed_mid_pass_changes_no_bit(clean_system) -> None:
         killed.append(pid)
 
     with backend:
+        if light:  # a first round, whole: each worker keeps the trajectories it was sent
+            assert summed(backend.run_batch(params, tasks)) == expected
+            assert (backend.light_passes, backend.whole_passes) == (0, len(tasks))
         threading.Thread(target=kill_one_mid_pass).start()
         got = summed(backend.run_batch(params, tasks))
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
+        if light:  # both started light, and the killed one's pass was played again whole
+            assert backend.light_passes >= 2 and backend.whole_passes >= len(tasks) + 1
     assert got == expected
 
 

@@ -24,16 +24,18 @@ from pong_mp.ppo import EpochTask, PassWork, TrajectoryRecorder
 class EpisodeWorker:
     """Plays episodes of a run (its spec) with one persistent env and workspace."""
 
-    def __init__(self, spec: RolloutSpec) -> None:
-        """Remember the spec; the env is built by `open`."""
+    def __init__(self, spec: RolloutSpec, keep: bool = False) -> None:
+        """Remember the spec; the env is built by `open`. With `keep`, the worker keeps
+        trajectories for EpochTasks that come without theirs (`kept`: the local pool's)."""
         self.spec = spec
+        self._keep = keep
         self._env: gym.Env | None = None
         self._inputs: InputStream | None = None
         self._work: EpisodeGradient | None = None
         self._recorder: TrajectoryRecorder | None = None
         self._passes: PassWork | None = None
         self.kept = KeptTrajectories()
-        """The trajectories of the episodes it played or was sent, for light EpochTasks."""
+        """With `keep`: the trajectories of the episodes it played or was sent whole."""
 
     @property
     def is_open(self) -> bool:
@@ -71,14 +73,18 @@ class EpisodeWorker:
         if self._env is None or self._inputs is None:
             raise RuntimeError("EpisodeWorker.play() before open()")
         if isinstance(task, EpochTask):
-            self.kept.passed(task)
-            return epoch_pass(weights, self.kept.whole(task), self.spec.ppo, out, self._passes)
+            if self._keep:
+                self.kept.passed(task)
+                task = self.kept.whole(task)
+            return epoch_pass(weights, task, self.spec.ppo, out, self._passes)
+        if self._keep:
+            self.kept.playing()
         if self._recorder is not None:
             stats = play_recorded(
                 self._env, self._inputs, weights, self.spec.gamma, self.spec.ppo.gae_lambda,
                 task, self._recorder,
             )
-            if stats.trajectory is not None:
+            if self._keep and stats.trajectory is not None:
                 self.kept.played(task.index, stats.trajectory)
             size = policy.param_count(self.spec.hidden, True, self.spec.channels)
             grad = np.empty(size, np.float32) if out is None else out

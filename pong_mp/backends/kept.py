@@ -10,12 +10,18 @@ trajectory with `trajectory=None` (`light`).
 Both sides apply one rule to the same messages in the same order, so they agree on what is
 kept without telling each other:
 
-- an episode played (its trajectory came back): kept; but the first one played after a pass
-  first drops everything kept, the trajectories of the update before;
-- an EpochTask handed out (the worker: received): its trajectory, if it carries one, is kept.
+- an episode handed out (the worker: received) after a pass drops everything kept, the
+  trajectories of the update before; once played (its trajectory came back), it is kept;
+- an EpochTask handed out (received): its trajectory, if it carries one, is kept;
+- an EpochTask that failed: the pool forgets that its worker keeps that episode, so the
+  retry goes whole (the worker may keep it still, which is harmless).
 
-A replaced worker starts with nothing kept, and so does its record. The gradient is a pure
-function of the weights and the task, whole or light, so no bit depends on who keeps what.
+So a worker keeps at most one update's trajectories (those it played and those it was sent
+whole; about one batch at worst, ~0.5 MB a game). A replaced worker starts with nothing
+kept, and so does its record. Only the local pool's workers keep anything: the serial
+backend's tasks carry their trajectories, and a Ray actor's come whole. The gradient is a
+pure function of the weights and the task, whole or light, so no bit depends on who keeps
+what.
 """
 
 from __future__ import annotations
@@ -31,17 +37,24 @@ class KeptTrajectories:
     def __init__(self) -> None:
         """Nothing kept."""
         self._kept: dict[int, Trajectory] = {}
-        self._passed = False  # an EpochTask came since the last episode played
+        self._passed = False  # an EpochTask came since the last episode handed out
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def played(self, index: int, trajectory: Trajectory) -> None:
-        """Episode `index` was played into `trajectory`."""
+    def playing(self) -> None:
+        """An episode was handed out (or received): after a pass, drop everything kept."""
         if self._passed:
             self._kept.clear()
             self._passed = False
+
+    def played(self, index: int, trajectory: Trajectory) -> None:
+        """Episode `index` was played into `trajectory`."""
         self._kept[index] = trajectory
+
+    def forget(self, index: int) -> None:
+        """Episode `index` is no longer counted as kept (its pass failed)."""
+        self._kept.pop(index, None)
 
     def passed(self, task: EpochTask) -> None:
         """`task` was handed out (or received): keep its trajectory if it carries one."""

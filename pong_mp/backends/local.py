@@ -17,8 +17,8 @@ traceback and the episode is retried a bounded number of times.
 
 With --algo ppo, an idle worker takes first the EpochTasks of the episodes it played (or was
 sent before), which go without their trajectory (`kept.py`): a trajectory crosses the pipe
-once an update instead of once a pass, unless the worker that keeps it is busy when another
-is idle.
+once an update instead of once a pass, and again only to a worker that would otherwise wait
+while the one that keeps it is busy (or was replaced).
 
 Data flow of one batch:
 
@@ -142,7 +142,7 @@ class LocalBackend(BackendBase):
         self.light_passes = 0
         """EpochTasks sent without their trajectory, to a worker that keeps it."""
         self.whole_passes = 0
-        """EpochTasks sent with their trajectory (no idle worker kept it)."""
+        """EpochTasks sent with their trajectory (the worker did not keep it)."""
 
     # lifecycle
 
@@ -285,18 +285,25 @@ class LocalBackend(BackendBase):
                 self._workers[self._workers.index(w)] = self._spawn(w.slot)
             elif w.job is None and w.process.exitcode is not None:
                 self._replace(w, "died while idle")
-        for w in self._workers:
+        idle = [w for w in self._workers if w.job is None]
+        # Each idle worker takes first a pass whose trajectory it keeps; then the rest go in
+        # order, a pass to a worker that does not keep it (which gets it whole) rather than
+        # waiting for the one that does.
+        for w in idle:
+            job = self._kept_job(w) if self._pending and len(w.kept) else None
+            if job is not None:
+                self._send(w, job)
+        for w in idle:
             if w.job is None and self._pending:
-                self._send(w, self._take(w))
+                self._send(w, self._pending.popleft())
 
-    def _take(self, w: _Worker) -> Play:
-        """The first pending job whose trajectory `w` keeps, else the first pending job: a
-        worker goes on with the episodes it played, and takes another's rather than wait."""
+    def _kept_job(self, w: _Worker) -> Play | None:
+        """Take from the pending jobs the first pass whose trajectory `w` keeps, if any."""
         for position, job in enumerate(self._pending):
             if isinstance(job.task, EpochTask) and w.kept.holds(job.task):
                 del self._pending[position]
                 return job
-        return self._pending.popleft()
+        return None
 
     def cancel(self) -> None:
         """Drop the episodes not yet yielded. Workers still playing one are stopped: their
@@ -352,6 +359,8 @@ class LocalBackend(BackendBase):
             else:
                 self.whole_passes += 1
             w.kept.passed(message.task)  # as the worker will on receiving it
+        else:
+            w.kept.playing()
         # If it died, sending fails or goes nowhere; its sentinel reports the death next wait.
         with contextlib.suppress(OSError, ValueError):
             w.conn.send(message)
@@ -388,6 +397,8 @@ class LocalBackend(BackendBase):
         if job is None or index is None:  # it failed before it could play anything
             raise worker_error(f"worker {w.slot} failed to start", tb)
         w.job = None
+        if isinstance(job.task, EpochTask):
+            w.kept.forget(job.task.index)  # its retry goes whole, wherever it goes
         count = self._retries.again(
             job.task, self._pending, job, lambda n: f"failed {n} times in a worker", tb
         )

@@ -109,7 +109,7 @@ def worker_main(
     ignore_in_worker()
     _set_os_process_name(mp.current_process().name)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
-    worker = EpisodeWorker(spec)
+    worker = EpisodeWorker(spec, keep=True)
     weights = None
     grad = None
     try:
