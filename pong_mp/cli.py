@@ -236,7 +236,8 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="A named set of algorithm options; options given beside it win. karpathy: "
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
     "(the defaults before the actor-critic); ppo: the actor-critic on the MLP (Adam, lr "
-    "1e-3, entropy 0.01, 4 passes of 4 minibatches). The defaults are ppo on --policy conv.",
+    "1e-3, entropy 0.01, 4 passes of 4 minibatches). The defaults are ppo on --policy conv "
+    "with --minibatches 16.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context

@@ -136,7 +136,7 @@ class TrainConfig:
         choices=ALGOS,
     )
     epochs: int = option(4, "ppo: passes over each batch.")
-    minibatches: int = option(4, "ppo: optimizer steps per pass (each episode's steps dealt out).")
+    minibatches: int = option(16, "ppo: optimizer steps per pass (each episode's steps dealt out).")
     clip: float = option(0.1, "ppo: the probability ratio's clipping range, 1 +- CLIP.")
     gae_lambda: float = option(0.95, "ppo: GAE's lambda (1: returns minus the value).")
     value_coef: float = option(0.5, "ppo: weight of the value loss, (V - R)^2 / 2 a step.")
@@ -499,7 +499,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Named sets of algorithm options, each exact whatever the defaults: `karpathy` is pg-pong;
 `pg` is Karpathy's learner at lr 1e-3 with the MLP (the defaults before the actor-critic);
 `ppo` is the actor-critic with the MLP. The defaults themselves are the actor-critic with
-the convolutional policy (docs/learning.md has the evidence for each)."""
+the convolutional policy and 16 minibatches a pass (docs/learning.md has the evidence for
+each)."""
 
 
 def apply_preset(

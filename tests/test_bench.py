@@ -365,10 +365,10 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     monkeypatch.setattr(bench, "dense_reference_rate", lambda env, seconds: 100.0)
     monkeypatch.setattr(bench, "episode_memory", lambda *args, **kwargs: None)
     results = bench.run_bench(1, 0.2, "FakePong-v0", bench.TrainingSetup(batch_size=1))
-    assert seen == [("ppo", "adam", "conv", True, 4, 4)]
+    assert seen == [("ppo", "adam", "conv", True, 4, 16)]
     assert results["algo"] == "ppo" and results["policy"] == "conv"
     assert results["train_updates"] >= 1
-    assert "ppo with adam, 4 passes of 4 minibatches" in bench.format_bench(results)
+    assert "ppo with adam, 4 passes of 16 minibatches" in bench.format_bench(results)
     # One worker played every episode: every pass went without its trajectory.
     assert results["passes_light_share"] == 1.0
     assert "passes sent without their trajectory: 100%" in bench.format_bench(results)

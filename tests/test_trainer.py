@@ -458,9 +458,12 @@ def test_a_config_from_before_the_actor_critic_resumes_as_karpathys_learner() ->
 
 
 def test_the_defaults_are_the_actor_critic_preset_on_the_conv_policy() -> None:
-    # docs/runs/conv's records were made as `--preset ppo --policy conv`: the defaults remake them.
+    # docs/runs/conv's records were made as `--preset ppo --policy conv`, with
+    # `--minibatches 16` for those of the defaults: both remake them.
     defaults = dataclasses.asdict(TrainConfig())
-    assert config_module.apply_preset("ppo", defaults, explicit={"policy"}) == defaults
+    assert defaults["minibatches"] == 16 and config_module.PRESETS["ppo"]["minibatches"] == 4
+    explicit = {"policy", "minibatches"}
+    assert config_module.apply_preset("ppo", defaults, explicit=explicit) == defaults
     for name in ("pg", "karpathy"):
         chosen = config_module.apply_preset(name, defaults)
         assert (chosen["algo"], chosen["policy"], chosen["entropy_bonus"]) == ("pg", "mlp", 0.0)
