@@ -238,17 +238,18 @@ def training_rate(
         start_state = TrainState(params=params, cache=np.zeros_like(params), momentum=momentum)
         stream = learner(config, start_state, backend)
         next(stream)  # warm-up: first touches of memory and caches
-        counters = ("busy_seconds", "barrier_seconds", "coordinator_seconds", "pipe_seconds")
+        counters = (
+            "busy_seconds", "barrier_seconds", "coordinator_seconds", "pipe_seconds",
+            "light_passes", "whole_passes",
+        )
         before = {name: getattr(backend, name) for name in counters}
-        passes_before = (backend.light_passes, backend.whole_passes)
         start = time.perf_counter()
         for _, record in stream:
             records.append(record)
             if time.perf_counter() - start >= seconds:
                 break
         spent = {name: getattr(backend, name) - before[name] for name in counters}
-        light = backend.light_passes - passes_before[0]
-        passes = light + backend.whole_passes - passes_before[1]
+        passes = spent["light_passes"] + spent["whole_passes"]
         rss = [_rss_mb(pid) for pid in backend.worker_pids()]
     finally:
         backend.close()
@@ -275,7 +276,7 @@ def training_rate(
         "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
         # The actor-critic's passes that went without their trajectory (None with pg).
-        "passes_light_share": light / passes if passes else None,
+        "passes_light_share": spent["light_passes"] / passes if passes else None,
     }
 
 
