@@ -244,3 +244,23 @@ def test_resume_through_the_cli_is_bit_identical(tmp_path: Path, clean_system) -
     assert checkpoint_weights(tmp_path / "split") == checkpoint_weights(tmp_path / "straight")
     metrics = (tmp_path / "split" / "metrics.jsonl").read_text().splitlines()
     assert len(metrics) == 4
+
+
+def test_a_run_stopped_with_its_workers_takes_none_for_hung_when_continued(
+    tmp_path: Path, clean_system
+) -> None:
+    # Ctrl-Z, then `fg` later than --episode-timeout: the time stopped is no episode's.
+    proc = start(
+        "train", *SLOW, *"--workers 2 --batch-size 2 --batches 3 --episode-timeout 2".split(),
+        "--env-arg", "delay=0.002", "--run-dir", str(tmp_path),
+    )
+    wait_for_updates(proc, tmp_path, 1)
+    group = [proc.pid, *workers_of(proc.pid)]
+    for pid in group:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(5)
+    for pid in reversed(group):
+        os.kill(pid, signal.SIGCONT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "hung" not in err and "replaced" not in err, err

@@ -91,6 +91,10 @@ log = logging.getLogger("pong_mp")
 _JOIN_SECONDS = 5.0  # how long close() waits for a worker before it is killed
 _START_SECONDS = 120.0  # how long start() waits for workers to import and build their envs
 _POLL_SECONDS = 1.0  # longest wait between checks for hung workers
+# A longer gap between two of those checks means this process did not run for a while
+# (stopped by Ctrl-Z or SIGSTOP, most likely with its workers, or held up elsewhere): the
+# gap does not count against the workers' episodes, so none is taken for hung on `fg`.
+_STALL_SECONDS = 3.0
 
 
 @dataclass
@@ -139,6 +143,7 @@ class LocalBackend(BackendBase):
         """An episode's round trip less its play: the pipes, the weights' lookup, and the
         coordinator's delay in reading a result."""
         self._last_result = 0.0  # perf_counter of the latest result received
+        self._checked = time.monotonic()  # when the workers were last checked for hangs
         self.light_passes = 0
         """EpochTasks sent without their trajectory, to a worker that keeps it."""
         self.whole_passes = 0
@@ -338,6 +343,7 @@ class LocalBackend(BackendBase):
                     if result is not None:
                         yield result
             now = time.monotonic()
+            self._skip_stall(now)
             for w in busy:
                 if w.job is None:
                     continue
@@ -345,6 +351,15 @@ class LocalBackend(BackendBase):
                     self._replace(w, f"hung for {now - w.since:.0f} s")
                 elif not w.ready and now - w.since > _START_SECONDS:
                     self._replace(w, f"did not start within {_START_SECONDS:.0f} s")
+
+    def _skip_stall(self, now: float) -> None:
+        """Take the time since the last check off the workers' episode clocks if it is too
+        long for this process to have been running (`_STALL_SECONDS`)."""
+        gap = now - self._checked
+        if gap > _STALL_SECONDS:
+            for w in self._workers:  # each clock skips what of the gap it has run through
+                w.since += max(0.0, now - max(w.since, self._checked))
+        self._checked = now
 
     def _send(self, w: _Worker, job: Play) -> None:
         w.job, w.since, w.sent = job, time.monotonic(), time.perf_counter()
