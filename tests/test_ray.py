@@ -19,7 +19,7 @@ from pong_mp import policy
 from pong_mp.backends import make_backend
 from pong_mp.batch_sum import GROUP, GroupSum
 from pong_mp.episode import EpisodeStats, make_tasks
-from tests.helpers import SPEC_HIDDEN, fake_spec, play_batch, pong_mp, sum_batch
+from tests.helpers import SPEC_HIDDEN, fake_config, fake_spec, play_batch, pong_mp, sum_batch
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -174,3 +174,28 @@ def test_an_unreachable_cluster_is_one_line_and_quick(tmp_path: Path) -> None:
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "cannot reach a Ray cluster at 127.0.0.1:" in done.stderr
     assert not (tmp_path / "R").exists()
+
+
+def test_the_actor_critic_puts_each_trajectory_in_the_store_once_an_update(
+    tmp_path: Path, clean_system
+) -> None:
+    from pong_mp.state import TrainState
+    from pong_mp.trainer import ppo_updates, rollout_spec
+
+    # 2 updates of 3 episodes, each with 2 passes of 2 minibatches: 12 passes an update.
+    config = fake_config(tmp_path, algo="ppo", optimizer="adam", epochs=2, minibatches=2)
+    params = policy.with_value_head(
+        policy.init_params(config.hidden, 0, channels=config.conv_channels),
+        config.hidden, True, config.conv_channels,
+    )
+    zeros = np.zeros_like(params)
+    state = TrainState(params=params, cache=zeros, momentum=zeros.copy())
+    backend = make_backend("ray", rollout_spec(config))
+    backend.start()
+    try:
+        updates = ppo_updates(config, state, backend)
+        for _ in range(2):
+            next(updates)
+    finally:
+        backend.close()
+    assert backend.trajectory_puts == 2 * config.batch_size

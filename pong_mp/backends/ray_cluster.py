@@ -8,7 +8,8 @@ episodes is summed there, by batch_sum's own function and order, and the driver 
 one float64 sum per group and the episodes' small results. Episodes go preferably to
 actors on the node that plays the rest of their group. So the weights are bit-identical
 to the local backend's, and the driver receives ~GROUP times fewer bytes than one
-gradient per episode. An actor that dies or hangs is replaced
+gradient per episode. With --algo ppo each trajectory goes into the object store once an
+update, and its passes carry a reference to it. An actor that dies or hangs is replaced
 and its episode played again with the same seed; an exception inside an episode comes back
 with the actor's traceback and is retried a bounded number of times.
 """
@@ -16,6 +17,7 @@ with the actor's traceback and is retried a bounded number of times.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -46,6 +48,7 @@ from pong_mp.backends.base import (
 )
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
 from pong_mp.episode import EpisodeStats, Task
+from pong_mp.ppo import EpochTask, Trajectory
 
 log = logging.getLogger("pong_mp")
 
@@ -77,12 +80,17 @@ class EpisodeActor:
         return ray.get_runtime_context().get_node_id()
 
     @ray.method(num_returns=2)
-    def play(self, flat32: np.ndarray, task: Task) -> tuple[EpisodeStats, np.ndarray]:
-        """Play one episode with the float32 weights `flat32` (a zero-copy view).
+    def play(
+        self, flat32: np.ndarray, task: Task, trajectory: Trajectory | None = None
+    ) -> tuple[EpisodeStats, np.ndarray]:
+        """Play one episode with the float32 weights `flat32` (a zero-copy view); an
+        EpochTask's trajectory may come apart from it, as `trajectory`.
 
         Returns the result without its gradient, and the gradient: two objects, so that the
         driver fetches only the small one and the gradient stays on this node for its
         group's sum."""
+        if trajectory is not None:
+            task = dataclasses.replace(task, trajectory=trajectory)
         weights = policy.Weights32.from_flat32(flat32, self.spec.hidden, self.spec.channels)
         result = self.worker.play(weights, task)
         return result.stats, result.grad
@@ -227,6 +235,12 @@ class RayBackend(BackendBase):
         self.replacements = 0
         """How many actors were replaced after dying or hanging."""
         self.group_sums = 0
+        # Each trajectory of the actor-critic's passes goes into the object store once an
+        # update, not with each of its passes (16 minibatches x 4 passes of ~0.5 MB):
+        # episode index -> (the trajectory, its ref), dropped when the next batch is played.
+        self._trajectories: dict[int, tuple[Trajectory, Any]] = {}
+        self.trajectory_puts = 0
+        """Trajectories put into the object store (for tests)."""
         """How many group sums were made on the cluster."""
 
     def start(self) -> None:
@@ -269,6 +283,7 @@ class RayBackend(BackendBase):
         summers, self._summers = list(self._summers.values()), {}
         self._groups.clear()
         self._versions.clear()
+        self._trajectories.clear()
         for actor in [slot.actor for slot in slots] + summers:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
@@ -287,6 +302,8 @@ class RayBackend(BackendBase):
         """Queue `tasks` as groups of batch_sum.GROUP behind those submitted before."""
         if version not in self._versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")
+        if any(not isinstance(task, EpochTask) for task in tasks):
+            self._trajectories.clear()  # a batch to play: the last one's passes are over
         first = tasks[0].index if tasks else 0
         self._groups.extend(
             _Group(number, first, version, tasks[start : start + GROUP])
@@ -381,7 +398,23 @@ class RayBackend(BackendBase):
             group.node = slot.node
         slot.task, slot.group, slot.since = group.pending.popleft(), group, time.monotonic()
         weights = self._versions[group.version]
-        slot.ref, slot.grad_ref = slot.actor.play.remote(weights, slot.task)
+        task = slot.task
+        if isinstance(task, EpochTask) and task.trajectory is not None:
+            light = dataclasses.replace(task, trajectory=None)
+            call = slot.actor.play.remote(weights, light, self._trajectory_ref(task))
+        else:
+            call = slot.actor.play.remote(weights, task)
+        slot.ref, slot.grad_ref = call
+
+    def _trajectory_ref(self, task: EpochTask) -> Any:
+        # The object of `task`'s trajectory, put on its first pass. The same object, not an
+        # equal one: a trajectory is identified as the local pool's kept ones are.
+        kept = self._trajectories.get(task.index)
+        if kept is None or kept[0] is not task.trajectory:
+            assert task.trajectory is not None
+            kept = self._trajectories[task.index] = (task.trajectory, ray.put(task.trajectory))
+            self.trajectory_puts += 1
+        return kept[1]
 
     def _sum(self, group: _Group) -> None:
         refs = [group.grads[index] for index in sorted(group.grads)]
