@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pong_mp import sparse
 from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.gradient import Moments
 
@@ -72,8 +73,24 @@ def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
             np.copyto(total, grad)
         return total
     assert total is not None
-    total += grad
+    if _compiled_add(total, grad):
+        sparse.add_float32(total, grad)
+    else:
+        total += grad
     return total
+
+
+def _compiled_add(total: np.ndarray, grad: np.ndarray) -> bool:
+    # Workers' float32 gradients into a float64 sum, both flat and contiguous: the compiled
+    # loop (same bits); any other pair (a group's float64 sum) numpy's own addition.
+    return (
+        total.dtype == np.float64
+        and grad.dtype == np.float32
+        and total.ndim == grad.ndim == 1
+        and total.flags.c_contiguous
+        and grad.flags.c_contiguous
+        and total.flags.writeable
+    )
 
 
 class BatchSum:

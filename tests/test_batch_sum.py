@@ -91,3 +91,30 @@ def test_an_episode_added_twice_is_refused() -> None:
     summed.add(results[1])
     with pytest.raises(ValueError, match="episode 1 was added twice"):
         summed.add(results[1])
+
+
+def test_a_float32_gradient_is_added_as_numpy_adds_it() -> None:
+    # The compiled addition of a worker's float32 gradient into the float64 sum gives
+    # numpy's bytes, for magnitudes far apart, infinities, NaN and signed zeros.
+    from pong_mp import sparse
+
+    rng = np.random.default_rng(3)
+    total = rng.standard_normal(10_001) * 1e3
+    grad = (rng.standard_normal(10_001) * rng.choice([1e-30, 1.0, 1e30], 10_001)).astype(
+        np.float32
+    )
+    grad[:5] = [np.inf, -np.inf, np.nan, -0.0, 0.0]
+    total[5:8] = [-0.0, np.inf, 1e308]
+    expected = total.copy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        expected += grad
+    got = total.copy()
+    sparse.add_float32(got, grad)
+    assert got.tobytes() == expected.tobytes()
+    # A float32 sum of these in float64 differs in its bytes: the test sees an addition
+    # done in the wrong width.
+    with np.errstate(over="ignore", invalid="ignore"):
+        narrow = (total.astype(np.float32) + grad).astype(np.float64)
+    assert narrow.tobytes() != expected.tobytes()
+    with pytest.raises(ValueError, match="mismatched sizes"):
+        sparse.add_float32(got, grad[:-1])
