@@ -89,7 +89,10 @@ def _compiled_add(total: np.ndarray, grad: np.ndarray) -> bool:
         and total.ndim == grad.ndim == 1
         and total.flags.c_contiguous
         and grad.flags.c_contiguous
+        and total.flags.aligned
+        and grad.flags.aligned
         and total.flags.writeable
+        and not np.may_share_memory(total, grad)
     )
 
 

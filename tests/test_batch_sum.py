@@ -118,3 +118,24 @@ def test_a_float32_gradient_is_added_as_numpy_adds_it() -> None:
     assert narrow.tobytes() != expected.tobytes()
     with pytest.raises(ValueError, match="mismatched sizes"):
         sparse.add_float32(got, grad[:-1])
+
+
+@pytest.mark.parametrize("kind", ["plain", "read-only", "strided", "float64"])
+def test_a_group_sum_gives_numpy_bytes_for_any_gradient_array(kind: str) -> None:
+    # Whichever way the addition goes (the compiled loop or numpy's), the bytes are the
+    # plain numpy sum's in order.
+    rng = np.random.default_rng(5)
+    grads = [
+        (rng.standard_normal(2 * SIZE) * 10.0 ** rng.integers(-8, 8, 2 * SIZE)).astype(np.float32)
+        for _ in range(4)
+    ]
+    grads = [g[::2] if kind == "strided" else g[:SIZE] for g in grads]
+    if kind == "float64":
+        grads = [g.astype(np.float64) for g in grads]
+    if kind == "read-only":
+        for g in grads:
+            g.flags.writeable = False
+    expected = grads[0].astype(np.float64)
+    for g in grads[1:]:
+        expected = expected + g
+    assert sum_group(grads).tobytes() == expected.tobytes()

@@ -196,6 +196,8 @@ def test_the_actor_critic_puts_each_trajectory_in_the_store_once_an_update(
         updates = ppo_updates(config, state, backend)
         for _ in range(2):
             next(updates)
+        last = range(config.batch_size, 2 * config.batch_size)
+        assert sorted(backend._trajectories) == list(last)  # the last batch's only
     finally:
         backend.close()
     assert backend.trajectory_puts == 2 * config.batch_size

@@ -235,13 +235,13 @@ class RayBackend(BackendBase):
         self.replacements = 0
         """How many actors were replaced after dying or hanging."""
         self.group_sums = 0
+        """How many group sums were made on the cluster."""
         # Each trajectory of the actor-critic's passes goes into the object store once an
         # update, not with each of its passes (16 minibatches x 4 passes of ~0.5 MB):
         # episode index -> (the trajectory, its ref), dropped when the next batch is played.
         self._trajectories: dict[int, tuple[Trajectory, Any]] = {}
         self.trajectory_puts = 0
         """Trajectories put into the object store (for tests)."""
-        """How many group sums were made on the cluster."""
 
     def start(self) -> None:
         """Start or join Ray and create the actors; WorkerError if one cannot start."""
