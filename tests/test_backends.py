@@ -6,13 +6,14 @@ import os
 import signal
 import threading
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from pong_mp import policy
 from pong_mp.backends import RolloutSpec, WorkerError, make_backend
-from pong_mp.backends.base import RemoteTraceback
+from pong_mp.backends.base import RemoteTraceback, skip_stall
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.episode import make_tasks
 from tests.fault_envs import CRASHING_PONG, SLOW_PONG
@@ -271,3 +272,13 @@ def test_a_local_worker_goes_on_with_the_next_batch(clean_system) -> None:
     last_of_first = max(i for i, (index, _) in enumerate(arrivals) if index < 3)
     assert 3 in arrivals[last_of_first][1]
     assert sorted(index for index, _ in arrivals) == list(range(6))
+
+
+def test_a_stall_is_taken_off_the_episode_clocks() -> None:
+    # Last checked at 101, now 111: a clock started before the check skips the whole gap,
+    # one started within it skips what it ran through; a gap of 2 s is no stall.
+    clocks = [SimpleNamespace(since=100.0), SimpleNamespace(since=104.0)]
+    skip_stall(clocks, checked=101.0, now=111.0)
+    assert [c.since for c in clocks] == [110.0, 111.0]
+    skip_stall(clocks, checked=111.0, now=113.0)
+    assert [c.since for c in clocks] == [110.0, 111.0]

@@ -246,13 +246,18 @@ def test_resume_through_the_cli_is_bit_identical(tmp_path: Path, clean_system) -
     assert len(metrics) == 4
 
 
-def test_a_run_stopped_with_its_workers_takes_none_for_hung_when_continued(
-    tmp_path: Path, clean_system
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_a_run_stopped_and_continued_takes_no_worker_for_hung(
+    tmp_path: Path, backend: str, clean_system
 ) -> None:
-    # Ctrl-Z, then `fg` later than --episode-timeout: the time stopped is no episode's.
+    # Ctrl-Z, then `fg` later than --episode-timeout: the time stopped is no episode's. The
+    # local workers are stopped with the coordinator; Ray's actors, in processes of their
+    # own, play on and wait.
+    if backend == "ray":
+        pytest.importorskip("ray")
     proc = start(
         "train", *SLOW, *"--workers 2 --batch-size 2 --batches 3 --episode-timeout 2".split(),
-        "--env-arg", "delay=0.002", "--run-dir", str(tmp_path),
+        "--env-arg", "delay=0.002", "--backend", backend, "--run-dir", str(tmp_path),
     )
     wait_for_updates(proc, tmp_path, 1)
     group = [proc.pid, *workers_of(proc.pid)]

@@ -7,7 +7,7 @@ import ctypes
 import os
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -216,6 +216,28 @@ class BackendBase:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+STALL_SECONDS = 3.0
+"""A longer gap between two of a backend's checks for hung workers (about one a second while
+it waits for results) means the coordinator did not run for a while: stopped by Ctrl-Z or
+SIGSTOP (often with its workers), or held up elsewhere."""
+
+
+class Clocked(Protocol):
+    """A worker or actor whose episode's clock started at `since` (time.monotonic)."""
+
+    since: float
+
+
+def skip_stall(clocks: Iterable[Clocked], checked: float, now: float) -> None:
+    """Take a stall off the episode clocks: if the coordinator last checked them at
+    `checked`, longer than STALL_SECONDS before `now`, each clock skips what of that gap it
+    has run through, so that no worker is taken for hung on `fg`. A truly hung one is found
+    at most that much later."""
+    if now - checked > STALL_SECONDS:
+        for clock in clocks:
+            clock.since += max(0.0, now - max(clock.since, checked))
 
 
 class RemoteTraceback(Exception):

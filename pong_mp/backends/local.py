@@ -58,6 +58,7 @@ from pong_mp.backends.base import (
     RolloutSpec,
     WorkerError,
     main_guard_error,
+    skip_stall,
     worker_error,
 )
 from pong_mp.backends.kept import KeptTrajectories
@@ -91,10 +92,6 @@ log = logging.getLogger("pong_mp")
 _JOIN_SECONDS = 5.0  # how long close() waits for a worker before it is killed
 _START_SECONDS = 120.0  # how long start() waits for workers to import and build their envs
 _POLL_SECONDS = 1.0  # longest wait between checks for hung workers
-# A longer gap between two of those checks means this process did not run for a while
-# (stopped by Ctrl-Z or SIGSTOP, most likely with its workers, or held up elsewhere): the
-# gap does not count against the workers' episodes, so none is taken for hung on `fg`.
-_STALL_SECONDS = 3.0
 
 
 @dataclass
@@ -343,7 +340,8 @@ class LocalBackend(BackendBase):
                     if result is not None:
                         yield result
             now = time.monotonic()
-            self._skip_stall(now)
+            skip_stall(self._workers, self._checked, now)
+            self._checked = now
             for w in busy:
                 if w.job is None:
                     continue
@@ -351,15 +349,6 @@ class LocalBackend(BackendBase):
                     self._replace(w, f"hung for {now - w.since:.0f} s")
                 elif not w.ready and now - w.since > _START_SECONDS:
                     self._replace(w, f"did not start within {_START_SECONDS:.0f} s")
-
-    def _skip_stall(self, now: float) -> None:
-        """Take the time since the last check off the workers' episode clocks if it is too
-        long for this process to have been running (`_STALL_SECONDS`)."""
-        gap = now - self._checked
-        if gap > _STALL_SECONDS:
-            for w in self._workers:  # each clock skips what of the gap it has run through
-                w.since += max(0.0, now - max(w.since, self._checked))
-        self._checked = now
 
     def _send(self, w: _Worker, job: Play) -> None:
         w.job, w.since, w.sent = job, time.monotonic(), time.perf_counter()

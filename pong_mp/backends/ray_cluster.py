@@ -44,6 +44,7 @@ from pong_mp.backends.base import (
     RolloutSpec,
     WorkerError,
     prepare_worker_process,
+    skip_stall,
     worker_error,
 )
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
@@ -236,6 +237,7 @@ class RayBackend(BackendBase):
         """How many actors were replaced after dying or hanging."""
         self.group_sums = 0
         """How many group sums were made on the cluster."""
+        self._checked = time.monotonic()  # when the actors were last checked for hangs
         # Each trajectory of the actor-critic's passes goes into the object store once an
         # update, not with each of its passes (16 minibatches x 4 passes of ~0.5 MB):
         # episode index -> (the trajectory, its ref), dropped when the next batch is played.
@@ -371,6 +373,8 @@ class RayBackend(BackendBase):
                     group.reported.add(task.index)
                     yield result
             now = time.monotonic()
+            skip_stall(self._slots, self._checked, now)
+            self._checked = now
             for slot in self._slots:
                 if slot.task is not None and now - slot.since > self.spec.episode_timeout:
                     task, group = slot.task, slot.group
