@@ -878,6 +878,64 @@ def conv_backward(
 # same order (so the same bits), in one pass over memory instead of one per operation.
 
 
+cdef extern from *:
+    """
+    /* The optimizers' loops in plain C, their arrays marked restrict (none overlaps
+       another; the callers check) and built with -fno-math-errno (setup.py), so that the
+       compiler vectorizes them: each lane does the scalar loop's operations in its order,
+       so the bits are the same. */
+    static void pong_mp_rmsprop(
+        const double *restrict params, const double *restrict cache,
+        const double *restrict grad, double lr, double decay, double eps,
+        double *restrict new_params, double *restrict new_cache, Py_ssize_t n)
+    {
+        double keep = 1.0 - decay;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double g = grad[i];
+            double c = cache[i] * decay + (g * g) * keep;
+            new_cache[i] = c;
+            new_params[i] = params[i] + (g / (sqrt(c) + eps)) * lr;
+        }
+    }
+    static void pong_mp_adam(
+        const double *restrict params, const double *restrict momentum,
+        const double *restrict cache, const double *restrict grad, double lr, double beta1,
+        double beta2, double eps, double correction1, double correction2,
+        double *restrict new_params, double *restrict new_momentum,
+        double *restrict new_cache, Py_ssize_t n)
+    {
+        double keep1 = 1.0 - beta1, keep2 = 1.0 - beta2;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            double g = grad[i];
+            double m = momentum[i] * beta1 + keep1 * g;
+            double v = cache[i] * beta2 + keep2 * (g * g);
+            new_momentum[i] = m;
+            new_cache[i] = v;
+            new_params[i] = ((m / correction1) / (sqrt(v / correction2) + eps)) * lr + params[i];
+        }
+    }
+    """
+    void pong_mp_rmsprop(const double* params, const double* cache, const double* grad,
+                         double lr, double decay, double eps, double* new_params,
+                         double* new_cache, Py_ssize_t n) nogil
+    void pong_mp_adam(const double* params, const double* momentum, const double* cache,
+                      const double* grad, double lr, double beta1, double beta2, double eps,
+                      double correction1, double correction2, double* new_params,
+                      double* new_momentum, double* new_cache, Py_ssize_t n) nogil
+
+
+def _overlap(outputs, inputs) -> bool:
+    # restrict: an output may share no memory with another array of the call.
+    import numpy as np
+    arrays = [np.asarray(a) for a in (*outputs, *inputs)]
+    return any(
+        np.may_share_memory(arrays[i], arrays[j])
+        for i in range(len(outputs))
+        for j in range(len(arrays))
+        if j != i
+    )
+
+
 def add_float32(double[::1] total, const float[::1] grad) -> None:
     """total += grad, a float32 gradient into a float64 sum, as numpy's `+=` adds it (each
     float32 widened exactly, then one float64 addition): the batch sum's step
@@ -901,16 +959,16 @@ def rmsprop(
 ) -> None:
     """cache' = decay * cache + (1 - decay) * grad^2;
     params' = params + lr * grad / (sqrt(cache') + eps), as `optim.rmsprop_step`'s numpy."""
-    cdef Py_ssize_t n = params.shape[0], i
-    cdef double g, c, keep = 1.0 - decay
+    cdef Py_ssize_t n = params.shape[0]
     if not (cache.shape[0] == n and grad.shape[0] == n and new_params.shape[0] == n
             and new_cache.shape[0] == n):
         raise ValueError("rmsprop: arrays of mismatched sizes")
-    for i in range(n):
-        g = grad[i]
-        c = cache[i] * decay + (g * g) * keep
-        new_cache[i] = c
-        new_params[i] = params[i] + (g / (sqrt(c) + eps)) * lr
+    if _overlap((new_params, new_cache), (params, cache, grad)):
+        raise ValueError("rmsprop: the new arrays overlap each other or the inputs")
+    if n == 0:
+        return
+    pong_mp_rmsprop(&params[0], &cache[0], &grad[0], lr, decay, eps, &new_params[0],
+                    &new_cache[0], n)
 
 
 def adam(
@@ -930,16 +988,14 @@ def adam(
 ) -> None:
     """Adam's step as `optim.adam_step`'s numpy writes it, with correction1 = 1 - beta1^step
     and correction2 = 1 - beta2^step."""
-    cdef Py_ssize_t n = params.shape[0], i
-    cdef double g, m, v, keep1 = 1.0 - beta1, keep2 = 1.0 - beta2
+    cdef Py_ssize_t n = params.shape[0]
     if not (momentum.shape[0] == n and cache.shape[0] == n and grad.shape[0] == n
             and new_params.shape[0] == n and new_momentum.shape[0] == n
             and new_cache.shape[0] == n):
         raise ValueError("adam: arrays of mismatched sizes")
-    for i in range(n):
-        g = grad[i]
-        m = momentum[i] * beta1 + keep1 * g
-        v = cache[i] * beta2 + keep2 * (g * g)
-        new_momentum[i] = m
-        new_cache[i] = v
-        new_params[i] = ((m / correction1) / (sqrt(v / correction2) + eps)) * lr + params[i]
+    if _overlap((new_params, new_momentum, new_cache), (params, momentum, cache, grad)):
+        raise ValueError("adam: the new arrays overlap each other or the inputs")
+    if n == 0:
+        return
+    pong_mp_adam(&params[0], &momentum[0], &cache[0], &grad[0], lr, beta1, beta2, eps,
+                 correction1, correction2, &new_params[0], &new_momentum[0], &new_cache[0], n)

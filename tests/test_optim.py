@@ -155,3 +155,16 @@ def test_the_compiled_steps_keep_numpy_bits() -> None:
         got = adam_step(params, momentum, cache, grad, step=step, lr=3e-4)
         want = _numpy_adam(params, momentum, cache, grad, step, 3e-4)
         assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
+
+
+@pytest.mark.parametrize("name", ["rmsprop", "adam"])
+def test_a_step_refuses_new_arrays_that_overlap_its_inputs(name: str) -> None:
+    # The compiled loops take their arrays as distinct memory (so that they vectorize): a
+    # step written over its own input is refused, not computed wrongly.
+    params, cache, momentum, grad = (np.ones(8) for _ in range(4))
+    with pytest.raises(ValueError, match="overlap"):
+        if name == "adam":
+            adam_step(params, momentum, cache, grad, step=1, lr=0.1,
+                      out=(params, np.empty(8), np.empty(8)))
+        else:
+            rmsprop_step(params, cache, grad, lr=0.1, decay=0.9, out=(np.empty(8), cache))
