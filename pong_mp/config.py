@@ -101,6 +101,15 @@ class TrainConfig:
         "Halve the learning rate every STEPS env steps, smoothly (0: constant, Karpathy's).",
         metavar="STEPS",
     )
+    lr_drop_at: float = option(
+        0.0,
+        "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never). A lower "
+        "rate late lifts the level a run settles at.",
+        metavar="STEPS",
+    )
+    lr_drop_to: float = option(
+        3e-4, "The learning rate from --lr-drop-at on.", metavar="LR"
+    )
     gamma: float = option(0.99, "Discount factor; the return restarts at every point.")
     decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
     advantage: str = option(
@@ -189,8 +198,8 @@ class TrainConfig:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
         for name in (
-            "lr", "lr_half_life", "gamma", "decay_rate", "entropy_bonus", "episode_timeout",
-            "clip", "gae_lambda", "value_coef", "max_grad_norm",
+            "lr", "lr_half_life", "lr_drop_at", "lr_drop_to", "gamma", "decay_rate",
+            "entropy_bonus", "episode_timeout", "clip", "gae_lambda", "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{_flag(name)} must be a finite number")
@@ -220,6 +229,11 @@ class TrainConfig:
                 "default is 1e-3, Karpathy's 1e-4)",
             ),
             (self.lr_half_life >= 0, "--lr-half-life must be >= 0 (0: constant)"),
+            (self.lr_drop_at >= 0, "--lr-drop-at must be >= 0 (0: never)"),
+            (
+                0 < self.lr_drop_to <= MAX_LR,
+                f"--lr-drop-to must be > 0 and at most {MAX_LR:g}",
+            ),
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
             (self.entropy_bonus >= 0, "--entropy-bonus must be >= 0 (0: none)"),
@@ -344,6 +358,8 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "policy_lag": 0,
     "inputs": "diff",
     "lr_half_life": 0.0,
+    "lr_drop_at": 0.0,
+    "lr_drop_to": 3e-4,
     "entropy_bonus": 0.0,
     "baseline": "none",
     "algo": "pg",
@@ -433,6 +449,8 @@ ALGORITHM_FIELDS = (
     "optimizer",
     "lr",
     "lr_half_life",
+    "lr_drop_at",
+    "lr_drop_to",
     "gamma",
     "decay_rate",
     "hidden",
@@ -468,6 +486,7 @@ _KARPATHY: dict[str, Any] = {
     "optimizer": "rmsprop",
     "lr": 1e-4,
     "lr_half_life": 0.0,
+    "lr_drop_at": 0.0,
     "decay_rate": 0.99,
     "batch_size": 10,
     "hidden": 200,

@@ -83,17 +83,21 @@ def adam_step(
     return new_params, new_momentum, new_cache
 
 
-def scheduled_lr(lr: float, half_life: float, steps: int) -> float:
-    """The learning rate after `steps` env steps: `lr` halved every `half_life` steps, or
-    `lr` itself when `half_life` is 0 (constant).
+def scheduled_lr(
+    lr: float, half_life: float, steps: int, drop_at: float = 0.0, drop_to: float = 0.0
+) -> float:
+    """The learning rate after `steps` env steps: `lr`, or `drop_to` once `steps` reaches
+    `drop_at` (when that is not 0), halved every `half_life` steps (when that is not 0).
 
     Counting env steps rather than updates ties the schedule to the experience played, so
     the same setting means the same thing at any batch size, and a run stopped and resumed
-    carries on where it was (the checkpoint holds the steps).
+    carries on where it was (the checkpoint holds the steps). A drop at S steps gives the
+    bytes of a run forked with `--lr drop_to` at its first update to start at S or later.
     """
+    rate = drop_to if drop_at and steps >= drop_at else lr
     if half_life == 0:
-        return lr
-    return lr * 0.5 ** (steps / half_life)
+        return rate
+    return rate * 0.5 ** (steps / half_life)
 
 
 class Optimizer:

@@ -180,7 +180,9 @@ def step_batch(
         if optimizer is None:
             optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
         # The rate at the env steps played before this batch: update 1 uses --lr itself.
-        lr = scheduled_lr(config.lr, config.lr_half_life, state.steps)
+        lr = scheduled_lr(
+            config.lr, config.lr_half_life, state.steps, config.lr_drop_at, config.lr_drop_to
+        )
         params, cache, momentum = optimizer.step(
             state.params, state.cache, state.momentum, grad, state.batch + 1, lr
         )
@@ -453,7 +455,9 @@ def ppo_updates(
         params, cache, momentum = state.params, state.cache, state.momentum
         seen = PassStats()
         grad_norm = 0.0
-        lr = scheduled_lr(config.lr, config.lr_half_life, state.steps)
+        lr = scheduled_lr(
+            config.lr, config.lr_half_life, state.steps, config.lr_drop_at, config.lr_drop_to
+        )
         coordinator = 0.0  # the workers wait on the coordinator between minibatches
         for epoch in range(config.epochs):
             for part in range(config.minibatches):

@@ -82,6 +82,8 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--preset", "fast"], "'fast' is not one of 'karpathy', 'pg', 'ppo'"),
         (["--lr", "inf"], "--lr must be a finite number"),
         (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
+        (["--lr-drop-at", "-5"], "--lr-drop-at must be >= 0"),
+        (["--lr-drop-to", "0"], "--lr-drop-to must be > 0 and at most 1"),
         (["--entropy-bonus", "-0.1"], "--entropy-bonus must be >= 0"),
         (
             ["--algo", "pg", "--policy", "mlp", "--entropy-bonus", "0.01", "--advantage", "batch"],
@@ -122,6 +124,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
     )
     assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
     assert (config["inputs"], config["lr_half_life"], config["entropy_bonus"]) == ("diff", 0, 0)
+    assert config["lr_drop_at"] == 0
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")
     )

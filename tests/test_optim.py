@@ -103,6 +103,15 @@ def test_the_scheduled_rate_halves_every_half_life_and_zero_keeps_it_constant() 
     assert scheduled_lr(1e-3, 2e6, 1_000_000) == pytest.approx(1e-3 / np.sqrt(2), rel=1e-15)
 
 
+def test_a_drop_replaces_the_rate_from_its_step_on_and_the_half_life_still_applies() -> None:
+    assert scheduled_lr(1e-3, 0.0, 10**9, 0.0, 3e-4) == 1e-3  # 0: never
+    assert scheduled_lr(1e-3, 0.0, 4_999_999, 5e6, 3e-4) == 1e-3
+    assert scheduled_lr(1e-3, 0.0, 5_000_000, 5e6, 3e-4) == 3e-4
+    assert scheduled_lr(1e-3, 0.0, 9_000_000, 5e6, 2e-3) == 2e-3
+    assert scheduled_lr(1e-3, 2e6, 6_000_000, 5e6, 4e-4) == pytest.approx(5e-5, rel=1e-15)
+    assert scheduled_lr(1e-3, 2e6, 4_000_000, 5e6, 4e-4) == pytest.approx(2.5e-4, rel=1e-15)
+
+
 @pytest.mark.parametrize("name", ["rmsprop", "adam"])
 def test_a_rate_given_to_a_step_replaces_the_optimizer_own(name: str) -> None:
     grad = np.array([1.0, -2.0, 0.5])

@@ -302,6 +302,7 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
         ("inputs", "diff+paddle"),
         ("inputs", "frame+trail"),
         ("lr_half_life", 1000.0),
+        ("lr_drop_at", 300.0),
         ("entropy_bonus", 0.5),
         ("baseline", "value"),
     ],
@@ -334,6 +335,33 @@ def test_each_update_uses_the_scheduled_rate_of_the_steps_before_its_batch(
     before = [record["total_steps"] - record["steps"] for record in records]
     assert before[0] == 0 and before[-1] > 200  # the rate fell by half or more
     assert [record["lr"] for record in records] == [0.01 * 0.5 ** (s / 200.0) for s in before]
+
+
+def test_a_drop_gives_the_bytes_of_a_fork_at_a_lower_rate_where_the_drop_falls(
+    tmp_path: Path, clean_system
+) -> None:
+    dropped = tmp_path / "dropped"
+    train(
+        fake_config(dropped, backend="serial", batches=4, lr_drop_at=300.0, lr_drop_to=2.5e-4),
+        log=_quiet,
+    )
+    records = [json.loads(line) for line in (dropped / "metrics.jsonl").read_text().splitlines()]
+    before = [record["total_steps"] - record["steps"] for record in records]
+    first = next(k for k, steps in enumerate(before) if steps >= 300)  # the first dropped
+    assert 0 < first < 4  # the drop falls inside the run, not at its start
+    lr = fake_config(tmp_path).lr
+    assert [record["lr"] for record in records] == [lr] * first + [2.5e-4] * (4 - first)
+    source = tmp_path / "source"
+    train(fake_config(source, backend="serial", batches=first), log=_quiet)
+    fork = tmp_path / "fork"
+    train(
+        fake_config(fork, backend="serial", batches=4, fork_from=str(source), lr=2.5e-4),
+        log=_quiet,
+    )
+    assert checkpoint_weights(fork) == checkpoint_weights(dropped)
+    constant = tmp_path / "constant"
+    train(fake_config(constant, backend="serial", batches=4), log=_quiet)
+    assert checkpoint_weights(constant) != checkpoint_weights(dropped)
 
 
 def test_resume_refuses_another_optimizer(tmp_path: Path) -> None:
