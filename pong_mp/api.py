@@ -99,16 +99,19 @@ class Agent:
         seed: int | None = None,
         inputs: str = "diff",
         channels: int = 0,
+        noop_margin: float = 0.0,
     ) -> None:
         """An agent with flat float64 `params` of a `hidden`-unit policy that sees `inputs`
         (one of frames.INPUTS; a loaded agent takes its config's), on the features of a
-        convolutional layer of `channels` for --policy conv (0: the MLP); `seed` seeds the
+        convolutional layer of `channels` for --policy conv (0: the MLP), whose actions
+        `noop_margin` sets (0: UP and DOWN; `policy.action_probs`); `seed` seeds the
         sampling of actions (None: fresh entropy)."""
         flat = np.asarray(params, dtype=np.float64)
         self._w1t, self._w2 = policy.split(flat, hidden, channels)
         self._kernel = policy.conv_kernel(flat, hidden, channels)
         self.hidden = hidden
         self.inputs = inputs
+        self.noop_margin = noop_margin
         self._stream = BinaryInputs(inputs)  # the stream training uses on RGB frames
         self._rng = np.random.default_rng(seed)
         self._started = False
@@ -121,7 +124,10 @@ class Agent:
         params, config = load_policy(Path(path))
         inputs = stored_option(config, "inputs")
         channels = stored_conv_channels(config)
-        agent = cls(params, int(config["hidden"]), seed=seed, inputs=inputs, channels=channels)
+        agent = cls(
+            params, int(config["hidden"]), seed=seed, inputs=inputs, channels=channels,
+            noop_margin=stored_option(config, "noop_margin"),
+        )
         agent.config = config
         return agent
 
@@ -132,8 +138,9 @@ class Agent:
         """Start a new game: forget the previous frame."""
         self._started = False
 
-    def probability_up(self, observation: np.ndarray) -> float:
-        """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
+    def probabilities(self, observation: np.ndarray) -> policy.ActionProbs:
+        """The action probabilities for this frame (210 x 160 x 3 uint8), given the frames
+        seen since reset: P(UP), P(DOWN) and P(NOOP) (0 for a two-action policy)."""
         x = np.zeros(INPUT_SIZE)
         if self._started:
             changed, values = self._stream.step(observation)
@@ -143,12 +150,17 @@ class Agent:
             self._started = True
         if self._kernel is not None:
             x = policy.conv_features(self._kernel, x)
-        p_up, _ = policy.forward(self._w1t, self._w2, x)
-        return p_up
+        if self.noop_margin == 0.0:
+            p_up, _ = policy.forward(self._w1t, self._w2, x)
+            return policy.ActionProbs.two(p_up)
+        h = np.maximum(x @ self._w1t, 0.0)
+        return policy.action_probs(float(h @ self._w2), self.noop_margin)
+
+    def probability_up(self, observation: np.ndarray) -> float:
+        """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
+        return self.probabilities(observation).up
 
     def act(self, observation: np.ndarray, greedy: bool = False) -> int:
-        """The action for this frame: 2 (UP) or 3 (DOWN), sampled as in training, or the
-        likelier one if `greedy`."""
-        p_up = self.probability_up(observation)
-        up = p_up >= 0.5 if greedy else self._rng.random() < p_up
-        return policy.UP if up else policy.DOWN
+        """The action for this frame: 2 (UP), 3 (DOWN) or, with a NOOP margin, 0 (NOOP),
+        sampled as in training, or the likeliest one if `greedy`."""
+        return policy.choose_action(self.probabilities(observation), self._rng.random, greedy)

@@ -436,6 +436,7 @@ def play_command(
             on_game=on_game,
             inputs=inputs,
             channels=stored_conv_channels(config),
+            noop_margin=stored_option(config, "noop_margin"),
         )
         if recorder is not None:
             recorder.close()

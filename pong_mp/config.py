@@ -137,6 +137,13 @@ class TrainConfig:
         choices=POLICIES,
     )
     channels: int = option(16, "conv: filters of the convolutional layer.")
+    noop_margin: float = option(
+        0.0,
+        "The policy's actions: 0, UP and DOWN (Karpathy's); D > 0, NOOP too, on the same "
+        "logit z: P(UP) = sigmoid(z - D), P(DOWN) = sigmoid(-z - D), NOOP the rest (--algo "
+        "ppo).",
+        metavar="D",
+    )
     algo: str = option(
         "ppo",
         "ppo: an actor-critic (a value head on the hidden layer, GAE advantages, the clipped "
@@ -199,7 +206,8 @@ class TrainConfig:
         check_types(dataclasses.asdict(self))
         for name in (
             "lr", "lr_half_life", "lr_drop_at", "lr_drop_to", "gamma", "decay_rate",
-            "entropy_bonus", "episode_timeout", "clip", "gae_lambda", "value_coef", "max_grad_norm",
+            "entropy_bonus", "episode_timeout", "clip", "noop_margin", "gae_lambda",
+            "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{_flag(name)} must be a finite number")
@@ -271,6 +279,14 @@ class TrainConfig:
                 self.policy == "mlp" or self.algo == "ppo",
                 "--policy conv works with --algo ppo; --algo pg takes --policy mlp (as "
                 "--preset pg and --preset karpathy set it)",
+            ),
+            (
+                0 <= self.noop_margin <= MAX_NOOP_MARGIN,
+                f"--noop-margin must be between 0 and {MAX_NOOP_MARGIN:g}",
+            ),
+            (
+                self.noop_margin == 0 or self.algo == "ppo",
+                "--noop-margin works with --algo ppo (Karpathy's learner has two actions)",
             ),
             (
                 1 <= self.channels <= MAX_CHANNELS,
@@ -371,6 +387,7 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "max_grad_norm": 0.5,
     "policy": "mlp",
     "channels": 16,
+    "noop_margin": 0.0,
 }
 """The defaults of older runs: options added after runs were first stored, with the value
 that a config without them was trained with (whatever the default is now), so that a
@@ -394,6 +411,10 @@ def stored_conv_channels(config: dict[str, Any]) -> int:
     `conv_channels`): 0 for the MLP."""
     return stored_option(config, "channels") if stored_option(config, "policy") == "conv" else 0
 
+
+MAX_NOOP_MARGIN = 20.0
+"""The largest NOOP margin: P(NOOP) is then within 2e-9 of 1 at logit 0, and the logit
+needs to pass 20 for UP or DOWN to be likely."""
 
 MAX_CHANNELS = 64
 """The most filters of --policy conv: its hidden layer then has 23,104 input rows, 3.6
@@ -456,6 +477,7 @@ ALGORITHM_FIELDS = (
     "hidden",
     "policy",
     "channels",
+    "noop_margin",
     "advantage",
     "entropy_bonus",
     "baseline",
@@ -496,6 +518,7 @@ _KARPATHY: dict[str, Any] = {
     "baseline": "none",
     "inputs": "diff",
     "policy_lag": 0,
+    "noop_margin": 0.0,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {

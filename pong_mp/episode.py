@@ -101,25 +101,26 @@ def run_episode(
     env: gym.Env,
     inputs: InputStream,
     seed: int,
-    p_up: Callable[[np.ndarray, np.ndarray], float],
-    on_step: Callable[[bool, float, float], None],
+    probs: Callable[[np.ndarray, np.ndarray], policy.ActionProbs],
+    on_step: Callable[[int, policy.ActionProbs, float], None],
     greedy: bool = False,
 ) -> None:
     """The loop of every episode, trained or watched: reset from `seed`, then step until the
     game ends.
 
-    Each step, `p_up(pixels, values)` gives P(UP) for the step's sparse input; the action is
-    UP with that probability (drawn from the episode's seeded generator), or if it is the
-    likelier one when `greedy`; then `on_step(up, p_up, reward)` sees what happened.
+    Each step, `probs(pixels, values)` gives the action probabilities for the step's sparse
+    input; the action is drawn with them (one number from the episode's seeded generator),
+    or is the likeliest when `greedy` (`policy.choose_action`); then
+    `on_step(action, probs, reward)` sees what happened.
     """
     uniform = start_episode(env, inputs, seed)
     idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
     done = False
     while not done:
-        p = p_up(idx, vals)
-        up = p >= 0.5 if greedy else uniform() < p
-        obs, reward, terminated, truncated, _ = env.step(policy.UP if up else policy.DOWN)
-        on_step(up, p, reward)
+        p = probs(idx, vals)
+        action = policy.choose_action(p, uniform, greedy)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        on_step(action, p, reward)
         done = terminated or truncated
         idx, vals = inputs.step(obs)
 
@@ -148,10 +149,14 @@ def play_episode(
     work.start(weights, gamma)
     record = work.add
 
-    def on_step(up: bool, p_up: float, reward: float) -> None:
-        record((1.0 if up else 0.0) - p_up, reward)  # dlogp: d log pi(a) / d logit
+    def probs(idx: np.ndarray, vals: np.ndarray) -> policy.ActionProbs:
+        return policy.ActionProbs.two(work.forward(idx, vals))
 
-    run_episode(env, inputs, task.seed, work.forward, on_step)
+    def on_step(action: int, p: policy.ActionProbs, reward: float) -> None:
+        # dlogp: d log pi(a) / d logit
+        record((1.0 if action == policy.UP else 0.0) - p.up, reward)
+
+    run_episode(env, inputs, task.seed, probs, on_step)
     grad = np.empty(work.size, np.float32) if out is None else out
     work.finish(grad)
     moments = work.moments
@@ -174,17 +179,20 @@ def play_recorded(
     lam: float,
     task: EpisodeTask,
     recorder: ppo.TrajectoryRecorder | None = None,
+    margin: float = 0.0,
 ) -> EpisodeStats:
     """Play one episode with the actor-critic's weights (with a value head) and return its
     statistics with its trajectory (GAE(`lam`) advantages); `recorder` is the working memory
-    a worker reuses. Like `play_episode`, the result depends only on (weights, task)."""
+    a worker reuses (it holds its NOOP margin), else one for actions of `margin`
+    (`policy.action_probs`). Like `play_episode`, the result depends only on (weights,
+    task)."""
     start = time.perf_counter()
     if recorder is None:
-        recorder = ppo.TrajectoryRecorder(weights.w2.shape[0], weights.channels)
+        recorder = ppo.TrajectoryRecorder(weights.w2.shape[0], weights.channels, margin)
     recorder.start(weights)
 
-    def on_step(up: bool, p_up: float, reward: float) -> None:
-        recorder.add(up, reward)
+    def on_step(action: int, p: policy.ActionProbs, reward: float) -> None:
+        recorder.add(action, reward)
 
     run_episode(env, inputs, task.seed, recorder.forward, on_step)
     reward_sum, entropy = recorder.reward_sum, recorder.entropy_sum

@@ -29,7 +29,6 @@ do, and a rally's last step bootstraps from nothing.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -53,6 +52,8 @@ class PPOSettings:
     """Weight of the value loss, (V - R)^2 / 2 a step."""
     entropy_coef: float = TrainConfig.entropy_bonus
     """Weight of the policy's entropy (nats) a step."""
+    noop_margin: float = TrainConfig.noop_margin
+    """The policy's actions: 0 for UP and DOWN, d > 0 for NOOP too (`policy.action_probs`)."""
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class Trajectory:
     """int8 values (+1 or -1) of those pixels."""
     indptr: np.ndarray
     """int64 (steps + 1): step t's pixels are pixels[indptr[t]:indptr[t + 1]]."""
-    up: np.ndarray
-    """uint8 (steps): 1 where the action was UP."""
+    actions: np.ndarray
+    """uint8 (steps): the action of each step, 1 UP, 0 DOWN, 2 NOOP (`policy.ACTION_CODES`)."""
     logp_old: np.ndarray
     """float64 (steps): log pi(action) under the weights that played it."""
     values: np.ndarray
@@ -82,7 +83,7 @@ class Trajectory:
     @property
     def steps(self) -> int:
         """Env steps played."""
-        return len(self.up)
+        return len(self.actions)
 
     def inputs(self, steps: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The inputs of `steps` (increasing step numbers) in CSR form for the compiled
@@ -123,11 +124,14 @@ def gae(
 
 class TrajectoryRecorder:
     """Records an episode as it is played with the actor-critic's weights: a step is
-    `forward` (P(UP) for its input) then `add` (the action taken and the reward)."""
+    `forward` (the action probabilities for its input) then `add` (the action taken and the
+    reward)."""
 
-    def __init__(self, hidden: int, channels: int = 0) -> None:
-        """Working memory for a policy of `hidden` units (on `channels` conv features)."""
+    def __init__(self, hidden: int, channels: int = 0, noop_margin: float = 0.0) -> None:
+        """Working memory for a policy of `hidden` units (on `channels` conv features) whose
+        actions `noop_margin` sets (`policy.action_probs`)."""
         self._forward = policy.SparseForward(hidden, channels)
+        self.noop_margin = noop_margin
         self._weights: policy.Weights32 | None = None
         self._clear()
 
@@ -137,7 +141,7 @@ class TrajectoryRecorder:
         self._counts: list[int] = []
         self._logits: list[float] = []
         self._values: list[float] = []
-        self._up: list[int] = []
+        self._actions: list[int] = []
         self._logp: list[float] = []
         self._rewards: list[float] = []
         self.entropy_sum = 0.0
@@ -148,7 +152,7 @@ class TrajectoryRecorder:
     @property
     def steps(self) -> int:
         """Steps added so far."""
-        return len(self._up)
+        return len(self._actions)
 
     def start(self, weights: policy.Weights32) -> None:
         """Begin an episode played with `weights` (which must have a value head)."""
@@ -157,8 +161,9 @@ class TrajectoryRecorder:
         self._clear()
         self._weights = weights
 
-    def forward(self, idx: np.ndarray, vals: np.ndarray) -> float:
-        """P(UP) for this step's input (int32 pixels `idx`, float32 values `vals`)."""
+    def forward(self, idx: np.ndarray, vals: np.ndarray) -> policy.ActionProbs:
+        """The action probabilities for this step's input (int32 pixels `idx`, float32
+        values `vals`)."""
         weights = self._weights
         assert weights is not None and weights.value is not None, "start() was not called"
         logit = self._forward.logit(weights, idx, vals)
@@ -168,14 +173,16 @@ class TrajectoryRecorder:
         self._pixels.append(idx.astype(np.uint16))
         self._signs.append(vals.astype(np.int8))
         self._counts.append(len(idx))
-        p_up = 1.0 / (1.0 + math.exp(-logit)) if logit > -700.0 else 0.0
-        self.entropy_sum += policy.entropy(p_up)
-        return p_up
+        probs = policy.action_probs(logit, self.noop_margin)
+        self.entropy_sum += policy.action_entropy(probs)
+        return probs
 
-    def add(self, up: bool, reward: float) -> None:
-        """Complete the step begun by `forward`: the action taken, and the reward."""
-        self._up.append(1 if up else 0)
-        self._logp.append(sparse.log_prob(self._logits[len(self._up) - 1], up))
+    def add(self, action: int, reward: float) -> None:
+        """Complete the step begun by `forward`: the action taken (ALE's), and the reward."""
+        code = policy.ACTION_CODES[action]
+        self._actions.append(code)
+        logit = self._logits[len(self._actions) - 1]
+        self._logp.append(sparse.log_prob(logit, code, self.noop_margin))
         self._rewards.append(reward)
         self.reward_sum += reward
 
@@ -192,7 +199,7 @@ class TrajectoryRecorder:
             pixels=pixels,
             signs=signs,
             indptr=indptr,
-            up=np.array(self._up, np.uint8),
+            actions=np.array(self._actions, np.uint8),
             logp_old=np.array(self._logp, np.float64),
             values=values,
             rewards=rewards,
@@ -291,9 +298,9 @@ class PassWork:
         coef_logit = np.empty(count)
         coef_value = np.empty(count)
         clipped, entropy, error, kl = sparse.ppo_coefficients(
-            logits, values, trajectory.up[steps], trajectory.logp_old[steps], advantages,
+            logits, values, trajectory.actions[steps], trajectory.logp_old[steps], advantages,
             trajectory.returns[steps], settings.clip, settings.value_coef,
-            settings.entropy_coef, coef_logit, coef_value,
+            settings.entropy_coef, coef_logit, coef_value, settings.noop_margin,
         )
         dh = None if kernel is None else np.empty((count, hidden))
         sparse.ppo_accumulate(

@@ -117,6 +117,7 @@ def ppo_settings(config: TrainConfig) -> PPOSettings:
         gae_lambda=config.gae_lambda,
         value_coef=config.value_coef,
         entropy_coef=config.entropy_bonus,
+        noop_margin=config.noop_margin,
     )
 
 

@@ -13,7 +13,7 @@ def _trajectory(steps: int) -> ppo.Trajectory:
     zeros = np.zeros(steps)
     return ppo.Trajectory(
         pixels=np.zeros(0, np.uint16), signs=np.zeros(0, np.int8),
-        indptr=np.zeros(steps + 1, np.int64), up=np.zeros(steps, np.uint8),
+        indptr=np.zeros(steps + 1, np.int64), actions=np.zeros(steps, np.uint8),
         logp_old=zeros, values=zeros, rewards=zeros, advantages=zeros, returns=zeros,
     )
 

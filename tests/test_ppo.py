@@ -78,9 +78,11 @@ def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32
     return params, policy.Weights32.from_params(params, HIDDEN, channels)
 
 
-def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
+def _record(
+    weights: policy.Weights32, steps: int, seed: int, margin: float = 0.0
+) -> ppo.Trajectory:
     rng = np.random.default_rng(seed)
-    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels)
+    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels, margin)
     recorder.start(weights)
     # One pair of arrays for every step, as an input stream reuses its own.
     idx_room = np.empty(INPUT_SIZE, np.int32)
@@ -92,7 +94,7 @@ def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
         vals[:] = rng.choice([-1.0, 1.0], n)
         p = recorder.forward(idx, vals)
         reward = 0.0 if t % 9 != 8 else float(rng.choice([-1.0, 1.0]))
-        recorder.add(bool(rng.random() < p), reward)
+        recorder.add(policy.choose_action(p, rng.random, greedy=False), reward)
     return recorder.finish(0.99, 0.95)
 
 
@@ -116,9 +118,18 @@ def test_the_recorded_trajectory_keeps_the_inputs_and_the_playing_policy() -> No
         x = np.zeros(INPUT_SIZE)
         x[idx] = vals
         p, h = policy.forward(w1t, w2, x)
-        up = trajectory.up[t] == 1
+        up = trajectory.actions[t] == 1
         assert trajectory.logp_old[t] == pytest.approx(np.log(p if up else 1 - p), rel=1e-5)
         assert trajectory.values[t] == pytest.approx(h @ head[:HIDDEN] + head[HIDDEN], rel=1e-5)
+
+
+def _log_probs(z: float, margin: float) -> np.ndarray:
+    # log P(DOWN), log P(UP), log P(NOOP) (the codes' order), from the definition.
+    if margin == 0:
+        p = 1 / (1 + np.exp(-z))
+        return np.log([1 - p, p, 1.0])  # NOOP unused
+    up, down = 1 / (1 + np.exp(margin - z)), 1 / (1 + np.exp(z + margin))
+    return np.log([down, up, 1 - up - down])
 
 
 def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
@@ -136,28 +147,34 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
             x = policy.conv_features(kernel, x)
         h = np.maximum(x @ w1t, 0.0)
         z, v = h @ w2, h @ head[:HIDDEN] + head[HIDDEN]
-        p = 1 / (1 + np.exp(-z))
-        logp = np.log(p) if trajectory.up[t] else np.log(1 - p)
+        logps = _log_probs(z, settings.noop_margin)
+        logp = logps[trajectory.actions[t]]
         ratio = np.exp(logp - trajectory.logp_old[t])
         adv = (trajectory.advantages[t] - mean) * scale
         clipped = np.clip(ratio, 1 - settings.clip, 1 + settings.clip)
-        entropy = -p * np.log(p) - (1 - p) * np.log(1 - p)
+        kept = logps[:2] if settings.noop_margin == 0 else logps
+        entropy = -np.sum(np.exp(kept) * kept)
         total += min(ratio * adv, clipped * adv)
         total += -settings.value_coef / 2 * (v - trajectory.returns[t]) ** 2
         total += settings.entropy_coef * entropy
     return total
 
 
+@pytest.mark.parametrize("margin", [0.0, 0.7], ids=["two-actions", "noop"])
 @pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
 @pytest.mark.parametrize("moved", [0.0, 0.3])
-def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -> None:
+def test_the_surrogate_gradient_is_the_objectives(
+    moved: float, channels: int, margin: float
+) -> None:
     params, weights = _weights(0, channels)
-    trajectory = _record(weights, 60, seed=2)
+    trajectory = _record(weights, 60, seed=2, margin=margin)
+    if margin:  # every action was played
+        assert set(trajectory.actions.tolist()) == {0, 1, 2}
     # Later passes see weights that have moved from those that played.
     rng = np.random.default_rng(3)
     new = params + moved * rng.standard_normal(len(params)) * (np.abs(params) > 0)
     new = new.astype(np.float32).astype(np.float64)
-    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5, entropy_coef=0.01)
+    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5, entropy_coef=0.01, noop_margin=margin)
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
     mean, scale = 0.1, 1.7
     out = np.empty(len(params), np.float32)
@@ -317,7 +334,7 @@ def _synthetic(steps: int, seed: int) -> ppo.Trajectory:
         pixels=rng.integers(0, INPUT_SIZE, indptr[-1]).astype(np.uint16),
         signs=rng.choice([-1, 1], indptr[-1]).astype(np.int8),
         indptr=indptr,
-        up=rng.integers(0, 2, steps).astype(np.uint8),
+        actions=rng.integers(0, 2, steps).astype(np.uint8),
         logp_old=np.log(rng.uniform(0.3, 0.7, steps)),
         values=values,
         rewards=rewards,
@@ -575,12 +592,12 @@ def test_a_trajectory_of_real_pong_keeps_every_steps_input(channels: int) -> Non
     recorder.start(weights)
     seen: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
+    def probs(idx: np.ndarray, vals: np.ndarray) -> policy.ActionProbs:
         seen.append((idx.copy(), vals.copy()))
         return recorder.forward(idx, vals)
 
     try:
-        run_episode(env, stream, 7, p_up, lambda up, p, reward: recorder.add(up, reward))
+        run_episode(env, stream, 7, probs, lambda a, p, reward: recorder.add(a, reward))
     finally:
         env.close()
     trajectory = recorder.finish(0.99, 0.95)
