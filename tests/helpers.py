@@ -149,11 +149,16 @@ def play_batches(
 
 
 def assert_agent_acts_as(
-    agent: Any, params: np.ndarray, hidden: int, steps: int, channels: int = 0
-) -> None:
+    agent: Any,
+    params: np.ndarray,
+    hidden: int,
+    steps: int,
+    channels: int = 0,
+    noop_margin: float = 0.0,
+) -> list[int]:
     """Play `steps` steps of FakePong with `agent` (greedy) and check each action is the one
-    the dense reference policy of flat `params` (--policy conv's with `channels`) takes on
-    the frame difference."""
+    the dense reference policy of flat `params` (--policy conv's with `channels`, the
+    actions of `noop_margin`) takes on the frame difference; return the actions."""
     from pong_mp.envs import make_env
 
     w1t, w2 = policy.split(params, hidden, channels)
@@ -162,16 +167,24 @@ def assert_agent_acts_as(
     obs, _ = env.reset(seed=3)
     agent.reset()
     previous = None
+    actions = []
     for _ in range(steps):
         frame = policy.preprocess(obs)
         x = np.zeros_like(frame) if previous is None else frame - previous
         previous = frame
         if kernel is not None:
             x = policy.conv_features(kernel, x)
-        expected = policy.forward(w1t, w2, x)[0]
+        h = np.maximum(x @ w1t, 0.0)
+        probs = policy.action_probs(float(h @ w2), noop_margin)
         action = agent.act(obs, greedy=True)
-        assert action == (policy.UP if expected >= 0.5 else policy.DOWN)
+        if noop_margin == 0.0:
+            assert action == (policy.UP if probs.up >= 0.5 else policy.DOWN)
+        else:
+            likeliest = (policy.UP, policy.DOWN, policy.NOOP)[int(np.argmax(probs))]
+            assert action == likeliest
+        actions.append(action)
         obs, *_ = env.step(action)
+    return actions
 
 
 # -- inputs ------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import threading
 import time
@@ -17,6 +18,7 @@ import pytest
 from pong_mp import policy, ppo
 from pong_mp.backends import RolloutSpec
 from pong_mp.batch_sum import BatchSum
+from pong_mp.config import ConfigError
 from pong_mp.episode import make_tasks
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.rundir import prepare_run
@@ -299,6 +301,12 @@ def test_an_actor_critic_checkpoint_plays(tmp_path: Path, ppo_serial, clean_syst
         (["--clip", "0"], "--clip must be in (0, 1)"),
         (["--epochs", "0"], "--epochs must be between 1 and 100"),
         (["--gae-lambda", "1.5"], "--gae-lambda must be in [0, 1]"),
+        (["--noop-margin", "-1"], "--noop-margin must be between 0 and 20"),
+        (["--noop-margin", "nan"], "--noop-margin must be a finite number"),
+        (
+            ["--algo", "pg", "--policy", "mlp", "--noop-margin", "1"],
+            "--noop-margin works with --algo ppo (Karpathy's learner has two actions)",
+        ),
     ],
 )
 def test_options_the_actor_critic_cannot_take_are_one_line(
@@ -470,14 +478,17 @@ def test_the_ppo_preset_is_the_measured_actor_critic() -> None:
     assert "ppo: the actor-critic on the MLP" in " ".join(done.stdout.split())
 
 
-@pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
+@pytest.mark.parametrize(
+    ("channels", "margin"), [(0, 0.0), (3, 0.0), (3, 1.5)], ids=["mlp", "conv", "conv-noop"]
+)
 def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model_and_plays(
-    tmp_path: Path, channels: int, clean_system
+    tmp_path: Path, channels: int, margin: float, clean_system
 ) -> None:
     from pong_mp import checkpoint
     from pong_mp.api import Agent
 
     options = {**PPO, "policy": "conv", "channels": channels} if channels else PPO
+    options = {**options, "noop_margin": margin}
     state = train(fake_config(tmp_path / "run", backend="serial", **options), log=_quiet)
     done = pong_mp("export", str(tmp_path / "run"), str(tmp_path / "model.npz"))
     assert done.returncode == 0, done.stderr
@@ -487,8 +498,10 @@ def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model_and_plays(
     # W2 and, with --policy conv, the filters).
     without_head = policy.with_value_head(state.params, 16, False, channels)
     assert np.array_equal(params.astype(np.float32), without_head.astype(np.float32))
+    assert config.get("noop_margin", 0.0) == margin
     for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
-        assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels)
+        actions = assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels, margin)
+        assert (policy.NOOP in actions) == (margin > 0)
     done = pong_mp("play", str(tmp_path / "model.npz"), "--episodes", "2", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["games"] == 2
@@ -532,6 +545,41 @@ def test_the_conv_policy_resumes_bit_for_bit_and_learns_its_filters(
     first = policy.init_params(16, 4, value=True, channels=3)
     with np.load(tmp_path / "checkpoint.npz") as npz:
         assert not np.array_equal(npz["conv"].ravel(), policy.conv_kernel(first, 16, 3).ravel())
+
+
+NOOP = {**CONV, "noop_margin": 1.0}
+"""The conv actor-critic with a third action, NOOP."""
+
+
+@pytest.mark.parametrize(("backend", "workers"), [("local", 3), ("ray", 2)])
+def test_a_noop_margin_gives_the_same_bits_on_every_backend_and_resumes(
+    tmp_path: Path, backend: str, workers: int, conv_serial, clean_system
+) -> None:
+    if backend == "ray":
+        pytest.importorskip("ray")
+    reference = tmp_path / "serial"
+    train(fake_config(reference, backend="serial", **NOOP), log=_quiet)
+    assert checkpoint_weights(reference) != conv_serial[0]  # NOOP was played and learned
+    run_dir = tmp_path / backend
+    train(fake_config(run_dir, backend=backend, workers=workers, batches=2, **NOOP), log=_quiet)
+    train(fake_config(run_dir, backend=backend, workers=2, **NOOP), resume=True, log=_quiet)
+    assert checkpoint_weights(run_dir) == checkpoint_weights(reference)
+    assert _metrics(run_dir) == _metrics(reference)
+    with pytest.raises(ConfigError, match=re.escape("trained with --noop-margin 1.0")):
+        prepare_run(run_dir, True, {"noop_margin": 0.0})
+
+
+def test_a_two_action_run_forks_into_three_actions(tmp_path: Path, clean_system) -> None:
+    train(fake_config(tmp_path / "two", backend="serial", batches=2, **CONV), log=_quiet)
+    given = {"fork_from": str(tmp_path / "two"), "noop_margin": 1.0}
+    fork = train(fake_config(tmp_path / "three", backend="serial", **CONV, **given), log=_quiet)
+    assert fork.batch == 3
+    # Its first batch is played with the run's weights, and takes NOOP too: other games.
+    two_on = train(fake_config(tmp_path / "two", backend="serial", **CONV), resume=True,
+                   log=_quiet)
+    records = [json.loads(r) for r in (tmp_path / "three" / "metrics.jsonl").open()]
+    assert records[:2] == [json.loads(r) for r in (tmp_path / "two" / "metrics.jsonl").open()][:2]
+    assert fork.params.tobytes() != two_on.params.tobytes()
 
 
 def test_a_damaged_conv_checkpoint_is_named(tmp_path: Path, clean_system) -> None:
