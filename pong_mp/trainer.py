@@ -46,6 +46,7 @@ from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
 from pong_mp.optim import Optimizer, scheduled_lr
+from pong_mp.policy import ACTION_CODES, NOOP
 from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
 from pong_mp.progress import GuardedReporter, LineReporter, Reporter
 from pong_mp.rundir import (
@@ -523,6 +524,12 @@ def ppo_updates(
             "clip_fraction": seen.clipped / seen.steps if seen.steps else None,
             "approx_kl": seen.kl / seen.steps if seen.steps else None,
         }
+        if config.noop_margin:
+            noops = sum(
+                int(np.count_nonzero(trajectories[task.index].actions == ACTION_CODES[NOOP]))
+                for task in tasks
+            )
+            stats_out["noop_share"] = noops / played.steps if played.steps else None
         now = time.perf_counter()
         seconds, last = now - last, now
         new_state.elapsed = state.elapsed + seconds
@@ -557,9 +564,10 @@ def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
     return index - (index - first) % batch_size
 
 
-PPO_FIELDS = ("value_loss", "clip_fraction", "approx_kl")
+PPO_FIELDS = ("value_loss", "clip_fraction", "approx_kl", "noop_share")
 """The metrics fields of --algo ppo: the value head's mean (V - R)^2 / 2, the share of steps
-whose ratio was clipped, and the mean of log pi_old - log pi, over the update's passes."""
+whose ratio was clipped, and the mean of log pi_old - log pi, over the update's passes; with
+--noop-margin, the share of the batch's steps played with NOOP."""
 
 
 def _record(

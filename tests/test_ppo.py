@@ -565,6 +565,7 @@ def test_a_noop_margin_gives_the_same_bits_on_every_backend_and_resumes(
     train(fake_config(run_dir, backend=backend, workers=2, **NOOP), resume=True, log=_quiet)
     assert checkpoint_weights(run_dir) == checkpoint_weights(reference)
     assert _metrics(run_dir) == _metrics(reference)
+    assert all(0 < record["noop_share"] < 1 for record in _metrics(reference))
     with pytest.raises(ConfigError, match=re.escape("trained with --noop-margin 1.0")):
         prepare_run(run_dir, True, {"noop_margin": 0.0})
 
