@@ -165,6 +165,7 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
         "training_rate",
         lambda env, workers, seconds, setup: {
             "inputs": setup.inputs or "diff",
+            "noop_margin": 0.0,
             "steps_per_sec": 90.0 * workers,
             "coordinator_share": 0.01,
             "workers_busy": 0.9,
@@ -175,6 +176,7 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
     assert raw_calls == [1, 1, 2, 2, 3, 3]  # before and after each training run
     assert [r["workers"] for r in rows] == [1, 2, 3]
     assert all(r["train_ratio"] == pytest.approx(0.9) and r["batch_size"] == 6 for r in rows)
+    assert all(r["noop_margin"] == 0.0 for r in rows)
     table = bench.format_scaling(rows)
     assert "| 3 | 300 | 270 | 0.90 | 3.00x |" in table
 
