@@ -179,16 +179,14 @@ def play_recorded(
     lam: float,
     task: EpisodeTask,
     recorder: ppo.TrajectoryRecorder | None = None,
-    margin: float = 0.0,
 ) -> EpisodeStats:
     """Play one episode with the actor-critic's weights (with a value head) and return its
     statistics with its trajectory (GAE(`lam`) advantages); `recorder` is the working memory
-    a worker reuses (it holds its NOOP margin), else one for actions of `margin`
-    (`policy.action_probs`). Like `play_episode`, the result depends only on (weights,
-    task)."""
+    a worker reuses, and holds the policy's NOOP margin (none without one). Like
+    `play_episode`, the result depends only on (weights, task)."""
     start = time.perf_counter()
     if recorder is None:
-        recorder = ppo.TrajectoryRecorder(weights.w2.shape[0], weights.channels, margin)
+        recorder = ppo.TrajectoryRecorder(weights.w2.shape[0], weights.channels)
     recorder.start(weights)
 
     def on_step(action: int, p: policy.ActionProbs, reward: float) -> None:

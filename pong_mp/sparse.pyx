@@ -167,6 +167,11 @@ def show_column(
     return _append_column(frame, table, column, width, out_idx, out_vals, n)
 
 
+cdef inline double _sigmoid(double x):
+    # exp overflows only for x < -709; then the sigmoid is 0 for all practical purposes.
+    return 1.0 / (1.0 + exp(-x)) if x > -700.0 else 0.0
+
+
 cdef double _logit(
     const float[:, ::1] w1t,
     const float[::1] w2,
@@ -229,9 +234,7 @@ def forward(
 ) -> float:
     """P(UP) for the input with values `vals` at pixels `idx`; the hidden units (after the
     relu) are written into `h`."""
-    cdef double logit = _checked_logit(w1t, w2, idx, vals, h, "forward")
-    # exp overflows only for logit < -709; then p is 0 for all practical purposes.
-    return 1.0 / (1.0 + exp(-logit)) if logit > -700.0 else 0.0
+    return _sigmoid(_checked_logit(w1t, w2, idx, vals, h, "forward"))
 
 
 cdef void _group_by_pixel(
@@ -474,10 +477,6 @@ cdef enum:
     NOOP_CODE = 2
 
 
-cdef inline double _sigmoid(double x):
-    return 1.0 / (1.0 + exp(-x)) if x > -700.0 else 0.0
-
-
 cdef inline double _log_prob(double z, int action, double margin):
     # The two-action policy (margin 0): -softplus(-z) for UP, -softplus(z) for DOWN. With a
     # margin d: P(UP) = sigmoid(z - d), P(DOWN) = sigmoid(-z - d), and NOOP the rest,
@@ -494,12 +493,25 @@ cdef inline double _log_prob(double z, int action, double margin):
 
 
 cdef inline double _log_prob_slope(double z, int action, double margin):
-    # d log pi(action) / d z, for a margin > 0.
+    # d log pi(action) / d z, for a margin > 0 (with margin 0 it is 1[UP] - sigmoid(z)).
     if action == UP_CODE:
         return _sigmoid(margin - z)
     if action == DOWN_CODE:
         return -_sigmoid(z + margin)
     return _sigmoid(margin - z) + _sigmoid(-margin - z) - 1.0
+
+
+cdef inline double _entropy3(double z, double margin, double* slope):
+    # H = -sum_i p_i log p_i of the three actions, and into `slope` d H / d z =
+    # -sum_i p_i (d log p_i / d z) log p_i.
+    cdef double lu = _log_prob(z, UP_CODE, margin)
+    cdef double ld = _log_prob(z, DOWN_CODE, margin)
+    cdef double ln = _log_prob(z, NOOP_CODE, margin)
+    cdef double pu = exp(lu), pd = exp(ld), pn = exp(ln)
+    slope[0] = -(pu * _log_prob_slope(z, UP_CODE, margin) * lu
+                 + pd * _log_prob_slope(z, DOWN_CODE, margin) * ld
+                 + pn * _log_prob_slope(z, NOOP_CODE, margin) * ln)
+    return -(pu * lu + pd * ld + pn * ln)
 
 
 def log_prob(double logit, int action, double margin=0.0) -> float:
@@ -536,7 +548,7 @@ def ppo_coefficients(
     """
     cdef Py_ssize_t n = logits.shape[0], t, clipped = 0
     cdef double z, p, logp, ratio, adv, grad, err, ent, entropy_sum = 0.0
-    cdef double error_sum = 0.0, kl_sum = 0.0, lu, ld, ln, pu, pd, pn, slope
+    cdef double error_sum = 0.0, kl_sum = 0.0, slope
     cdef int a
     if not (values.shape[0] == n and actions.shape[0] == n and logp_old.shape[0] == n
             and advantages.shape[0] == n and returns.shape[0] == n
@@ -550,39 +562,28 @@ def ppo_coefficients(
     for t in range(n):
         z = logits[t]
         a = actions[t]
-        adv = advantages[t]
+        logp = _log_prob(z, a, margin)
         if margin == 0.0:
-            p = 1.0 / (1.0 + exp(-z)) if z > -700.0 else 0.0
-            logp = -_softplus(-z) if a == UP_CODE else -_softplus(z)
-            ratio = exp(logp - logp_old[t])
-            # The min takes the clipped term, whose slope in r is 0, only where the ratio
-            # has left the interval in the direction the advantage pushes it.
-            if (adv > 0.0 and ratio > 1.0 + clip) or (adv < 0.0 and ratio < 1.0 - clip):
-                grad = 0.0
-                clipped += 1
-            else:
-                grad = adv * ratio * ((1.0 if a == UP_CODE else 0.0) - p)
+            p = _sigmoid(z)
+            slope = (1.0 if a == UP_CODE else 0.0) - p
+        else:
+            slope = _log_prob_slope(z, a, margin)
+        ratio = exp(logp - logp_old[t])
+        adv = advantages[t]
+        # The min takes the clipped term, whose slope in r is 0, only where the ratio has
+        # left the interval in the direction the advantage pushes it.
+        if (adv > 0.0 and ratio > 1.0 + clip) or (adv < 0.0 and ratio < 1.0 - clip):
+            grad = 0.0
+            clipped += 1
+        else:
+            grad = adv * ratio * slope
+        if margin == 0.0:
             ent = 0.0
             if 0.0 < p < 1.0:
                 ent = -p * (-_softplus(-z)) - (1.0 - p) * (-_softplus(z))
                 grad += entropy_coef * (-z * p * (1.0 - p))
         else:
-            logp = _log_prob(z, a, margin)
-            ratio = exp(logp - logp_old[t])
-            if (adv > 0.0 and ratio > 1.0 + clip) or (adv < 0.0 and ratio < 1.0 - clip):
-                grad = 0.0
-                clipped += 1
-            else:
-                grad = adv * ratio * _log_prob_slope(z, a, margin)
-            # H = -sum_i p_i log p_i, and d H / d z = -sum_i p_i (d log p_i / d z) log p_i.
-            lu = _log_prob(z, UP_CODE, margin)
-            ld = _log_prob(z, DOWN_CODE, margin)
-            ln = _log_prob(z, NOOP_CODE, margin)
-            pu, pd, pn = exp(lu), exp(ld), exp(ln)
-            ent = -(pu * lu + pd * ld + pn * ln)
-            slope = -(pu * _log_prob_slope(z, UP_CODE, margin) * lu
-                      + pd * _log_prob_slope(z, DOWN_CODE, margin) * ld
-                      + pn * _log_prob_slope(z, NOOP_CODE, margin) * ln)
+            ent = _entropy3(z, margin, &slope)
             grad += entropy_coef * slope
         coef_logit[t] = grad
         err = values[t] - returns[t]

@@ -110,6 +110,13 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
     )
 
 
+def _scheduled_lr(config: TrainConfig, steps: int) -> float:
+    # The run's schedule (--lr, --lr-half-life, --lr-drop-at/-to) at `steps` env steps.
+    return scheduled_lr(
+        config.lr, config.lr_half_life, steps, config.lr_drop_at, config.lr_drop_to
+    )
+
+
 def ppo_settings(config: TrainConfig) -> PPOSettings:
     """What the workers need of the actor-critic's hyperparameters, taken from the run's
     config."""
@@ -182,9 +189,7 @@ def step_batch(
         if optimizer is None:
             optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
         # The rate at the env steps played before this batch: update 1 uses --lr itself.
-        lr = scheduled_lr(
-            config.lr, config.lr_half_life, state.steps, config.lr_drop_at, config.lr_drop_to
-        )
+        lr = _scheduled_lr(config, state.steps)
         params, cache, momentum = optimizer.step(
             state.params, state.cache, state.momentum, grad, state.batch + 1, lr
         )
@@ -457,9 +462,7 @@ def ppo_updates(
         params, cache, momentum = state.params, state.cache, state.momentum
         seen = PassStats()
         grad_norm = 0.0
-        lr = scheduled_lr(
-            config.lr, config.lr_half_life, state.steps, config.lr_drop_at, config.lr_drop_to
-        )
+        lr = _scheduled_lr(config, state.steps)
         coordinator = 0.0  # the workers wait on the coordinator between minibatches
         for epoch in range(config.epochs):
             for part in range(config.minibatches):
