@@ -643,7 +643,12 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
             f"; only {playable} of the {config.workers} workers can be busy "
             f"(--batch-size {config.workers} would use them all)"
         )
+    # The env's arguments change the game (v5's sticky actions off is another game), so a
+    # log names them with the env.
+    env = config.env
+    if config.env_kwargs:
+        env += f" ({', '.join(f'{k}={v!r}' for k, v in config.env_kwargs.items())})"
     return (
-        f"pong-mp: {config.env} on {where}, batch size {config.batch_size}, {until}; "
+        f"pong-mp: {env} on {where}, batch size {config.batch_size}, {until}; "
         f"{start} in {config.run_dir}{idle}"
     )

@@ -54,6 +54,13 @@ def test_the_banner_says_when_workers_outnumber_a_batch(tmp_path: Path, clean_sy
     )
 
 
+def test_the_banner_names_the_env_alone_without_arguments(tmp_path: Path, clean_system) -> None:
+    lines: list[str] = []
+    config = fake_config(tmp_path, env_kwargs={}, batch_size=1, batches=1, backend="serial")
+    train(config, log=lines.append)
+    assert lines[0].startswith("pong-mp: FakePong-v0 on this process, batch size 1")
+
+
 def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
     lines: list[str] = []
     state = train(fake_config(tmp_path), log=lines.append)
@@ -78,7 +85,8 @@ def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
     loaded, _ = checkpoint.load(tmp_path / "checkpoint.npz")
     assert (loaded.batch, loaded.episodes) == (3, 9)
     assert loaded.running_reward == pytest.approx(records[-1]["running_reward"])
-    assert lines[0].startswith("pong-mp: FakePong-v0 on 2 local workers")
+    # The env's arguments are part of the game trained on: the log names them.
+    assert lines[0].startswith("pong-mp: FakePong-v0 (points_to_win=2) on 2 local workers")
     assert "batch      3 | episodes       9" in lines[-1]
 
 
