@@ -42,6 +42,7 @@ from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend, BackendItem
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.config import TrainConfig
+from pong_mp.envs import env_args_text
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
@@ -647,7 +648,7 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
     # log names them with the env.
     env = config.env
     if config.env_kwargs:
-        env += f" ({', '.join(f'{k}={v!r}' for k, v in config.env_kwargs.items())})"
+        env += f" ({env_args_text(config.env_kwargs)})"
     return (
         f"pong-mp: {env} on {where}, batch size {config.batch_size}, {until}; "
         f"{start} in {config.run_dir}{idle}"

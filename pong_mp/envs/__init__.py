@@ -28,11 +28,17 @@ __all__ = [
     "UnknownEnvError",
     "check_env",
     "check_env_id",
+    "env_args_text",
     "is_pong",
     "make_env",
     "make_training_env",
     "register_fake_pong",
 ]
+
+def env_args_text(env_kwargs: dict[str, Any]) -> str:
+    """An env's arguments as --env-arg gives them: "KEY=VALUE ..." ("" for none)."""
+    return " ".join(f"{k}={v!r}" for k, v in env_kwargs.items())
+
 
 def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     """Raise UnknownEnvError, in one line, unless `env_id` is a supported Pong that can be
@@ -51,7 +57,7 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     try:
         env, _ = make_training_env(env_id, **env_kwargs)
     except Exception as exc:  # an env constructor may raise anything on bad arguments
-        args = " ".join(f"{k}={v!r}" for k, v in env_kwargs.items()) or "no --env-arg"
+        args = env_args_text(env_kwargs) or "no --env-arg"
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         # gymnasium appends the whole kwargs dict; the arguments are named already.
         message = message.split(" was raised from the environment creator")[0]
