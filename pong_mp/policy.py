@@ -344,6 +344,25 @@ def conv_features(kernel: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.maximum(np.einsum("ijyx,yxc->ijc", windows, kernel), 0.0).ravel()
 
 
+CONV2_SIZE = 4
+"""--conv-layers 2: the side of the second layer's filters, in positions of the first's map."""
+CONV2_STRIDE = 2
+"""--conv-layers 2: the step between the second layer's filters' positions."""
+CONV2_SIDE = (CONV_SIDE - CONV2_SIZE) // CONV2_STRIDE + 1
+"""--conv-layers 2: positions a side (8): its feature map is 8 x 8 x channels2."""
+
+
+def conv2_features(kernel2: np.ndarray, features: np.ndarray) -> np.ndarray:
+    """The dense float64 reference of the second convolutional layer: the relu of the
+    convolution of the first layer's features (`conv_features`, 19 x 19 x channels flat)
+    with `kernel2` (CONV2_SIZE, CONV2_SIZE, channels, channels2), stride CONV2_STRIDE, no
+    padding and no bias; flat, feature (row * CONV2_SIDE + column) * channels2 + channel."""
+    grid = features.reshape(CONV_SIDE, CONV_SIDE, kernel2.shape[2])
+    windows = np.lib.stride_tricks.sliding_window_view(grid, kernel2.shape[:2], axis=(0, 1))
+    windows = windows[::CONV2_STRIDE, ::CONV2_STRIDE]
+    return np.maximum(np.einsum("ijcyx,yxcd->ijd", windows, kernel2), 0.0).ravel()
+
+
 class SparseForward:
     """P(UP) of sparse inputs with `Weights32`, through the compiled loops (`sparse.pyx`):
     the MLP on the pixels, or --policy conv's hidden layer on the features of its

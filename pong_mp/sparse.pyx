@@ -939,6 +939,275 @@ def conv_backward(
         free(grad)
 
 
+# -- a second convolutional layer (--conv-layers 2) ------------------------------------------
+# Filters of 4 x 4 positions of the first layer's 19 x 19 map, over all its channels, stride
+# 2, no padding and no bias: an 8 x 8 map of channels2 features. Its input is the first
+# layer's sparse features (CSR, feature pos1 * channels1 + c1 in increasing order); a
+# feature reaches at most 2 x 2 positions, channels2 multiply-adds each, so this layer costs
+# about what the first does, and its features come out sparse in the same form.
+
+cdef enum:
+    _SIZE2 = 4
+    _STRIDE2 = 2
+    _SIDE2 = 8
+
+
+cdef inline Py_ssize_t _windows2(Py_ssize_t pos1, Py_ssize_t* positions, Py_ssize_t* taps):
+    # The second layer's positions whose window covers first-layer position pos1 (at most
+    # 2 x 2, row by row), and for each the tap that sees it (dy * _SIZE2 + dx).
+    cdef Py_ssize_t y = pos1 // _SIDE, x = pos1 % _SIDE, ylo, yhi, xlo, xhi, oy, ox
+    cdef Py_ssize_t n = 0
+    ylo = (y - _SIZE2 + _STRIDE2) // _STRIDE2 if y >= _SIZE2 else 0
+    yhi = y // _STRIDE2 if y // _STRIDE2 < _SIDE2 else _SIDE2 - 1
+    xlo = (x - _SIZE2 + _STRIDE2) // _STRIDE2 if x >= _SIZE2 else 0
+    xhi = x // _STRIDE2 if x // _STRIDE2 < _SIDE2 else _SIDE2 - 1
+    for oy in range(ylo, yhi + 1):
+        for ox in range(xlo, xhi + 1):
+            positions[n] = oy * _SIDE2 + ox
+            taps[n] = (y - oy * _STRIDE2) * _SIZE2 + (x - ox * _STRIDE2)
+            n += 1
+    return n
+
+
+cdef Py_ssize_t _conv2_step(
+    const float[:, :, :, ::1] kernel,
+    const int32_t[::1] fidx,
+    const float[::1] fvals,
+    Py_ssize_t first,
+    Py_ssize_t last,
+    float* pre,
+    uint8_t* seen,
+    int32_t* positions,
+    int32_t* out_idx,
+    float* out_vals,
+):
+    # The non-zero second-layer features of first-layer features fidx[first:last] into
+    # out_idx/out_vals; returns their count. `pre` (_SIDE2^2 x channels2) and `seen`
+    # (_SIDE2^2) come zeroed and are left so.
+    cdef Py_ssize_t channels1 = kernel.shape[2], channels2 = kernel.shape[3]
+    cdef Py_ssize_t j, w, windows, c, pos, n_pos = 0, n = 0, a, b, f
+    cdef Py_ssize_t at[4]
+    cdef Py_ssize_t tap[4]
+    cdef const float* filters = &kernel[0, 0, 0, 0]
+    cdef const float* row
+    cdef float* dst
+    cdef float v
+    cdef int32_t keep
+    for j in range(first, last):
+        f = fidx[j]
+        v = fvals[j]
+        windows = _windows2(f // channels1, at, tap)
+        for w in range(windows):
+            pos = at[w]
+            if not seen[pos]:
+                seen[pos] = 1
+                positions[n_pos] = <int32_t>pos
+                n_pos += 1
+            row = &filters[(tap[w] * channels1 + f % channels1) * channels2]
+            dst = &pre[pos * channels2]
+            for c in range(channels2):
+                dst[c] += v * row[c]
+    for a in range(1, n_pos):  # insertion sort: at most 64 positions
+        keep = positions[a]
+        b = a - 1
+        while b >= 0 and positions[b] > keep:
+            positions[b + 1] = positions[b]
+            b -= 1
+        positions[b + 1] = keep
+    for a in range(n_pos):
+        pos = positions[a]
+        seen[pos] = 0
+        dst = &pre[pos * channels2]
+        for c in range(channels2):
+            if dst[c] > 0.0:
+                out_idx[n] = <int32_t>(pos * channels2 + c)
+                out_vals[n] = dst[c]
+                n += 1
+            dst[c] = 0.0
+    return n
+
+
+cdef void _check_kernel2(const float[:, :, :, ::1] kernel, str name) except *:
+    if kernel.shape[0] != _SIZE2 or kernel.shape[1] != _SIZE2 or kernel.shape[2] < 1 \
+            or kernel.shape[3] < 1:
+        raise ValueError(f"{name}: filters must be {_SIZE2} x {_SIZE2} x channels x channels2")
+
+
+def conv2_step(
+    const float[:, :, :, ::1] kernel,
+    const int32_t[::1] fidx,
+    const float[::1] fvals,
+    int32_t[::1] out_idx,
+    float[::1] out_vals,
+    float[::1] pre,
+    uint8_t[::1] seen,
+) -> int:
+    """The non-zero second-layer features of one step's first-layer features (values
+    `fvals` at features `fidx`, as `conv_step` gives them) into out_idx/out_vals (room for
+    8^2 x channels2 each); returns how many. `pre` (8^2 x channels2) and `seen` (8^2) are
+    zeroed scratch the call leaves zeroed."""
+    cdef Py_ssize_t rows2 = _SIDE2 * _SIDE2 * kernel.shape[3]
+    cdef int32_t positions[_SIDE2 * _SIDE2]
+    _check_kernel2(kernel, "conv2_step")
+    if fvals.shape[0] < fidx.shape[0] or out_idx.shape[0] < rows2 \
+            or out_vals.shape[0] < rows2 or pre.shape[0] != rows2 \
+            or seen.shape[0] != _SIDE2 * _SIDE2:
+        raise ValueError("conv2_step: arrays of mismatched sizes")
+    _check_pixels(fidx, 0, fidx.shape[0], _SIDE * _SIDE * kernel.shape[2], "conv2_step")
+    return _conv2_step(kernel, fidx, fvals, 0, fidx.shape[0], &pre[0], &seen[0], positions,
+                       &out_idx[0], &out_vals[0])
+
+
+def conv2_many(
+    const float[:, :, :, ::1] kernel,
+    const int32_t[::1] fidx,
+    const float[::1] fvals,
+    const int64_t[::1] findptr,
+    Py_ssize_t count,
+):
+    """The non-zero second-layer features of steps t < `count` of CSR first-layer features
+    (fidx, fvals, findptr), each as `conv2_step` computes them: (int32 features, float32
+    values, int64 indptr)."""
+    import numpy as np
+    cdef Py_ssize_t channels2, t, n = 0, room, step_room
+    cdef float* pre = NULL
+    cdef uint8_t* seen = NULL
+    cdef int32_t* positions = NULL
+    _check_kernel2(kernel, "conv2_many")
+    channels2 = kernel.shape[3]
+    if not (0 <= count < findptr.shape[0]):
+        raise ValueError("conv2_many: arrays of mismatched sizes")
+    if not 0 <= findptr[count] <= min(fidx.shape[0], fvals.shape[0]):
+        raise ValueError("conv2_many: indptr points outside idx")
+    _check_pixels(fidx, 0, findptr[count], _SIDE * _SIDE * kernel.shape[2], "conv2_many")
+    step_room = _SIDE2 * _SIDE2 * channels2
+    # A feature reaches at most 4 positions: room for every feature of those, or of all.
+    room = min(4 * channels2 * findptr[count], step_room * count) + 1
+    out_idx = np.empty(room, np.int32)
+    out_vals = np.empty(room, np.float32)
+    out_indptr = np.zeros(count + 1, np.int64)
+    cdef int32_t[::1] oi = out_idx
+    cdef float[::1] ov = out_vals
+    cdef int64_t[::1] op = out_indptr
+    try:
+        pre = <float*>calloc(step_room, sizeof(float))
+        seen = <uint8_t*>calloc(_SIDE2 * _SIDE2, sizeof(uint8_t))
+        positions = <int32_t*>malloc(_SIDE2 * _SIDE2 * sizeof(int32_t))
+        if not (pre and seen and positions):
+            raise MemoryError()
+        for t in range(count):
+            n += _conv2_step(kernel, fidx, fvals, findptr[t], findptr[t + 1], pre, seen,
+                             positions, &oi[n], &ov[n])
+            op[t + 1] = n
+    finally:
+        free(pre)
+        free(seen)
+        free(positions)
+    return out_idx[:n], out_vals[:n], out_indptr
+
+
+def conv2_backward(
+    const float[:, ::1] w1t,
+    const float[:, :, :, ::1] kernel2,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    const int64_t[::1] indptr,
+    const int32_t[::1] fidx,
+    const float[::1] fvals,
+    const int64_t[::1] findptr,
+    const int32_t[::1] gidx,
+    const int64_t[::1] gindptr,
+    const double[:, ::1] dh,
+    Py_ssize_t count,
+    double[:, :, ::1] out1,
+    double[:, :, :, ::1] out2,
+) -> None:
+    """Add to `out1` and `out2` (the two layers' filters' shapes) the gradient w.r.t. the
+    filters of sum_t dh[t] . h_t over steps t < `count`, where h_t are the hidden units
+    (before their relu) of the second-layer features gidx[gindptr[t]:gindptr[t + 1]] of the
+    first-layer features (fidx, fvals, findptr) of input t (idx, vals, indptr), with W1
+    transposed `w1t` and second-layer filters `kernel2`. A second-layer feature's gradient
+    is its W1 row . dh[t] (0 where the relu cut it); it reaches the second layer's taps
+    through each first-layer feature in its window, and those features (0 where the relu
+    cut them) through their filters' weights; they reach the first layer's taps as in
+    `conv_backward`."""
+    cdef Py_ssize_t hidden = w1t.shape[1], channels1 = out1.shape[2]
+    cdef Py_ssize_t channels2 = out2.shape[3]
+    cdef Py_ssize_t t, j, e, k, w, c, windows, f, base
+    cdef Py_ssize_t at[4]
+    cdef Py_ssize_t taps[4]
+    cdef double total, v, s
+    cdef double* g1 = NULL
+    cdef double* g2 = NULL
+    cdef double* sums1
+    cdef double* sums2
+    cdef double* dst
+    cdef const double* src
+    cdef const double* d
+    cdef const float* row
+    cdef const float* k2
+    if not (out1.shape[0] == _SIZE and out1.shape[1] == _SIZE and channels1 >= 1
+            and out2.shape[0] == _SIZE2 and out2.shape[1] == _SIZE2
+            and out2.shape[2] == channels1 and channels2 >= 1
+            and kernel2.shape[0] == _SIZE2 and kernel2.shape[1] == _SIZE2
+            and kernel2.shape[2] == channels1 and kernel2.shape[3] == channels2
+            and w1t.shape[0] == _SIDE2 * _SIDE2 * channels2 and dh.shape[1] == hidden
+            and 0 <= count <= dh.shape[0] and count < indptr.shape[0]
+            and count < findptr.shape[0] and count < gindptr.shape[0]):
+        raise ValueError("conv2_backward: arrays of mismatched sizes")
+    if not (0 <= indptr[count] <= min(idx.shape[0], vals.shape[0])
+            and 0 <= findptr[count] <= min(fidx.shape[0], fvals.shape[0])
+            and 0 <= gindptr[count] <= gidx.shape[0]):
+        raise ValueError("conv2_backward: indptr points outside idx")
+    sums1 = &out1[0, 0, 0]
+    sums2 = &out2[0, 0, 0, 0]
+    _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv2_backward")
+    _check_pixels(fidx, 0, findptr[count], _SIDE * _SIDE * channels1, "conv2_backward")
+    _check_pixels(gidx, 0, gindptr[count], w1t.shape[0], "conv2_backward")
+    try:
+        g1 = <double*>calloc(_SIDE * _SIDE * channels1, sizeof(double))
+        g2 = <double*>calloc(_SIDE2 * _SIDE2 * channels2, sizeof(double))
+        if not (g1 and g2):
+            raise MemoryError()
+        for t in range(count):
+            d = &dh[t, 0]
+            for e in range(gindptr[t], gindptr[t + 1]):
+                row = &w1t[gidx[e], 0]
+                total = 0.0
+                for k in range(hidden):
+                    total += row[k] * d[k]
+                g2[gidx[e]] = total
+            for e in range(findptr[t], findptr[t + 1]):
+                f = fidx[e]
+                v = fvals[e]
+                windows = _windows2(f // channels1, at, taps)
+                s = 0.0
+                for w in range(windows):
+                    base = (taps[w] * channels1 + f % channels1) * channels2
+                    src = &g2[at[w] * channels2]
+                    dst = &sums2[base]
+                    k2 = &kernel2[0, 0, 0, 0] + base
+                    for c in range(channels2):
+                        dst[c] += v * src[c]
+                        s += k2[c] * src[c]
+                g1[f] = s
+            for j in range(indptr[t], indptr[t + 1]):
+                v = vals[j]
+                windows = _windows(idx[j], at, taps)
+                for w in range(windows):
+                    dst = &sums1[taps[w] * channels1]
+                    src = &g1[at[w] * channels1]
+                    for c in range(channels1):
+                        dst[c] += v * src[c]
+            for e in range(gindptr[t], gindptr[t + 1]):
+                g2[gidx[e]] = 0.0
+            for e in range(findptr[t], findptr[t + 1]):
+                g1[fidx[e]] = 0.0
+    finally:
+        free(g1)
+        free(g2)
+
+
 # -- the coordinator's loops over the flat parameters (optim.py, batch_sum.py) ---------------
 # Each does, element by element, the very operations of the numpy code it replaces, in the
 # same order (so the same bits), in one pass over memory instead of one per operation.

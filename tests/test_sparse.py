@@ -210,3 +210,111 @@ def test_conv_loops_refuse_bad_arrays() -> None:
                          *room, *scratch)
     with pytest.raises(ValueError):
         sparse.conv_many(kernel, np.array([0], np.int32), one, np.array([0, 5]), 1)
+
+
+# -- a second convolutional layer --------------------------------------------------------------
+
+def _two_layers(
+    channels: int, channels2: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Filters of both layers, float32, with a bias towards positive first-layer features
+    (so that the second layer sees many)."""
+    rng = np.random.default_rng(seed)
+    kernel = (rng.standard_normal((8, 8, channels)) + 0.3).astype(np.float32)
+    kernel2 = rng.standard_normal((4, 4, channels, channels2)).astype(np.float32)
+    return kernel, kernel2
+
+
+def _dense(idx: np.ndarray, vals: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size)
+    out[idx] = vals
+    return out
+
+
+def test_second_layer_features_match_the_dense_reference() -> None:
+    channels, channels2 = 3, 5
+    kernel, kernel2 = _two_layers(channels, channels2, 0)
+    xs = _clustered_inputs(60, 2)
+    idx, vals, indptr = _csr(xs)
+    features, values, starts = sparse.conv_many(kernel, idx, vals, indptr, len(xs))
+    features2, values2, starts2 = sparse.conv2_many(kernel2, features, values, starts, len(xs))
+    rows2 = policy.CONV2_SIDE**2 * channels2
+    out_idx, out_vals = np.empty(rows2, np.int32), np.empty(rows2, np.float32)
+    pre, seen = np.zeros(rows2, np.float32), np.zeros(policy.CONV2_SIDE**2, np.uint8)
+    active = 0
+    for t in range(len(xs)):
+        one = slice(starts[t], starts[t + 1])
+        first = _dense(features[one], values[one], policy.input_rows(channels))
+        dense = policy.conv2_features(kernel2.astype(np.float64), first)
+        n = sparse.conv2_step(kernel2, features[one], values[one], out_idx, out_vals, pre, seen)
+        np.testing.assert_array_equal(out_idx[:n], np.flatnonzero(dense))
+        np.testing.assert_allclose(out_vals[:n], dense[dense > 0], rtol=1e-5, atol=1e-5)
+        assert not pre.any() and not seen.any()  # the scratch is left zeroed
+        # conv2_many computes each step as conv2_step does, bit for bit.
+        np.testing.assert_array_equal(features2[starts2[t] : starts2[t + 1]], out_idx[:n])
+        assert values2[starts2[t] : starts2[t + 1]].tobytes() == out_vals[:n].tobytes()
+        active += n
+    assert active > 100
+    # Through both layers the reference agrees with the compiled loops on what is active.
+    x = xs[7]
+    both = policy.conv2_features(
+        kernel2.astype(np.float64), policy.conv_features(kernel.astype(np.float64), x)
+    )
+    np.testing.assert_array_equal(
+        np.flatnonzero(both), features2[starts2[7] : starts2[8]]
+    )
+
+
+def test_second_layer_backward_is_the_gradient_of_both_layers_filters() -> None:
+    channels, channels2, hidden = 2, 3, 4
+    kernel, kernel2 = _two_layers(channels, channels2, 1)
+    rng = np.random.default_rng(5)
+    w1t = rng.standard_normal((policy.CONV2_SIDE**2 * channels2, hidden)).astype(np.float32)
+    xs = _clustered_inputs(12, 3)
+    dh = rng.standard_normal((len(xs), hidden))
+    idx, vals, indptr = _csr(xs)
+    features, values, starts = sparse.conv_many(kernel, idx, vals, indptr, len(xs))
+    features2, _, starts2 = sparse.conv2_many(kernel2, features, values, starts, len(xs))
+    out1, out2 = np.zeros((8, 8, channels)), np.zeros((4, 4, channels, channels2))
+    sparse.conv2_backward(
+        w1t, kernel2, idx, vals, indptr, features, values, starts, features2, starts2, dh,
+        len(xs), out1, out2,
+    )
+
+    def objective(k1: np.ndarray, k2: np.ndarray) -> float:
+        # sum_t dh[t] . h_t, h_t the hidden units (before their relu), in float64.
+        total = 0.0
+        for t, x in enumerate(xs):
+            g = policy.conv2_features(k2, policy.conv_features(k1, x))
+            total += float(dh[t] @ (g @ w1t.astype(np.float64)))
+        return total
+
+    k1, k2 = kernel.astype(np.float64), kernel2.astype(np.float64)
+    assert np.count_nonzero(out1) > 20 and np.count_nonzero(out2) > 20
+    for grad, which in ((out1, 0), (out2, 1)):
+        for flat in rng.choice(grad.size, 25, replace=False):
+            at = np.unravel_index(flat, grad.shape)
+            eps = 1e-6
+            moved = [[k1.copy(), k2.copy()] for _ in range(2)]
+            moved[0][which][at] += eps
+            moved[1][which][at] -= eps
+            slope = (objective(*moved[0]) - objective(*moved[1])) / (2 * eps)
+            assert grad[at] == pytest.approx(slope, rel=1e-3, abs=1e-4), (which, at)
+
+
+def test_second_layer_loops_refuse_bad_arrays() -> None:
+    kernel2 = np.ones((4, 4, 2, 3), np.float32)
+    rows2 = policy.CONV2_SIDE**2 * 3
+    room = np.empty(rows2, np.int32), np.empty(rows2, np.float32)
+    scratch = np.zeros(rows2, np.float32), np.zeros(policy.CONV2_SIDE**2, np.uint8)
+    one = np.ones(1, np.float32)
+    with pytest.raises(IndexError):  # a feature past the first layer's map
+        sparse.conv2_step(kernel2, np.array([19 * 19 * 2], np.int32), one, *room, *scratch)
+    with pytest.raises(ValueError):  # no room for every feature
+        sparse.conv2_step(kernel2, np.array([0], np.int32), one, room[0][:10], room[1],
+                          *scratch)
+    with pytest.raises(ValueError):  # filters that are not 4 x 4
+        sparse.conv2_step(np.ones((3, 3, 2, 3), np.float32), np.array([0], np.int32), one,
+                          *room, *scratch)
+    with pytest.raises(ValueError):
+        sparse.conv2_many(kernel2, np.array([0], np.int32), one, np.array([0, 5]), 1)
