@@ -9,7 +9,10 @@ A run with a value head (--baseline value, --algo ppo) adds it as `value`, with 
 optimizer state (`rmsprop_value`, `adam_m_value`) and lagged copies (`lag_value`). A
 --policy conv run's W1 is H x (19 x 19 x channels), one column per feature of its
 convolutional layer, whose filters are `conv` (8 x 8 x channels), with `rmsprop_conv` and
-`adam_m_conv`; a model file of one holds `conv` too.
+`adam_m_conv`; a model file of one holds `conv` too. With --conv-layers 2, W1 is H x (8 x 8
+x channels2), one column per feature of the second layer, whose filters are `conv2` (4 x 4
+x channels x channels2), with `rmsprop_conv2` and `adam_m_conv2` (and `conv2` in a model
+file).
 """
 
 from __future__ import annotations
@@ -22,10 +25,12 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.config import (
+    CONV_LAYERS,
     MAX_CHANNELS,
     ConfigError,
     check_types,
     stored_conv_channels,
+    stored_conv_layers,
     stored_option,
     stored_value_head,
 )
@@ -47,10 +52,15 @@ _SCALARS = ("batch", "episodes", "steps", "elapsed")
 
 
 def save(
-    path: Path, state: TrainState, hidden: int, config_json: str, channels: int = 0
+    path: Path,
+    state: TrainState,
+    hidden: int,
+    config_json: str,
+    channels: int = 0,
+    layers: int = 1,
 ) -> None:
     """Write `state` to `path` atomically: a reader sees the old file or the new, never half.
-    `channels` are --policy conv's (0 for the MLP)."""
+    `channels` and `layers` are --policy conv's (channels 0 for the MLP)."""
     named = [("params", state.params), ("cache", state.cache)]
     if state.momentum is not None:
         named.append(("momentum", state.momentum))
@@ -58,8 +68,8 @@ def save(
         if not np.all(np.isfinite(arr)):
             raise CheckpointError(f"refusing to save non-finite {name} to {path}")
     # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
-    w1t, w2 = policy.split(state.params, hidden, channels)
-    c1t, c2 = policy.split(state.cache, hidden, channels)
+    w1t, w2 = policy.split(state.params, hidden, channels, layers)
+    c1t, c2 = policy.split(state.cache, hidden, channels, layers)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T),
         "W2": w2,
@@ -76,26 +86,28 @@ def save(
         "format_version": np.int64(FORMAT_VERSION),
     }
     if state.momentum is not None:
-        m1t, m2 = policy.split(state.momentum, hidden, channels)
+        m1t, m2 = policy.split(state.momentum, hidden, channels, layers)
         arrays["adam_m_W1"] = np.ascontiguousarray(m1t.T)
         arrays["adam_m_W2"] = m2
     if state.lagged:
-        views = [policy.split(flat, hidden, channels) for flat in state.lagged]
+        views = [policy.split(flat, hidden, channels, layers) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
     named = {"": state.params, "rmsprop_": state.cache}
     if state.momentum is not None:
         named["adam_m_"] = state.momentum
-    if policy.value_head(state.params, hidden, channels) is not None:  # --baseline value, ppo
+    if policy.value_head(state.params, hidden, channels, layers) is not None:  # pg value, ppo
         for prefix, flat in named.items():
-            arrays[prefix + "value"] = policy.value_head(flat, hidden, channels)
+            arrays[prefix + "value"] = policy.value_head(flat, hidden, channels, layers)
         if state.lagged:
             arrays["lag_value"] = np.stack(
-                [policy.value_head(f, hidden, channels) for f in state.lagged]
+                [policy.value_head(f, hidden, channels, layers) for f in state.lagged]
             )
     if channels:  # --policy conv (no policy lag)
         for prefix, flat in named.items():
-            arrays[prefix + "conv"] = policy.conv_kernel(flat, hidden, channels)
+            arrays[prefix + "conv"] = policy.conv_kernel(flat, hidden, channels, layers)
+            if layers == 2:
+                arrays[prefix + "conv2"] = policy.conv2_kernel(flat, hidden, channels, layers)
     _write_npz_atomic(Path(path), arrays)
 
 
@@ -141,8 +153,8 @@ def _read(path: Path) -> dict[str, np.ndarray]:
         raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from None
 
 
-def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0) -> None:
-    rows = policy.input_rows(channels)
+def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0, layers: int = 1) -> None:
+    rows = policy.input_rows(channels, layers)
     if w1.ndim != 2 or w1.shape[1] != rows or w2.shape != (w1.shape[0],):
         raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, {rows})/(H,)")
 
@@ -158,21 +170,44 @@ def _channels_of(data: dict[str, np.ndarray]) -> int:
     return channels if ok and 1 <= channels <= MAX_CHANNELS else 0
 
 
+def _layers_of(data: dict[str, np.ndarray]) -> int:
+    # --conv-layers as the stored config gives it, as _channels_of reads --channels: 1 where
+    # it is malformed (the config check that follows names it).
+    try:
+        layers = stored_conv_layers(json.loads(str(data["config"])))
+    except (ValueError, TypeError, AttributeError, KeyError):
+        return 1
+    return layers if layers in CONV_LAYERS and not isinstance(layers, bool) else 1
+
+
 def _filters(
-    data: dict[str, np.ndarray], channels: int, keys: tuple[str, ...], dtype: type
+    data: dict[str, np.ndarray],
+    channels: int,
+    keys: tuple[str, ...],
+    dtype: type,
+    layers: int = 1,
 ) -> list[np.ndarray]:
-    # --policy conv's filters (and the optimizer's state for them): [] for the MLP.
+    # --policy conv's filters (and the optimizer's state for them), one flat vector a key,
+    # the second layer's (key + "2") after the first's with --conv-layers 2: [] for the MLP.
     if not channels:
         return []
-    want = (policy.CONV_SIZE, policy.CONV_SIZE, channels)
-    for key in keys:
-        if key not in data:
-            raise CheckpointError(f"missing {key}, which a --policy conv run needs")
-        if data[key].shape != want or data[key].dtype != dtype:
-            found = f"{data[key].dtype} {data[key].shape}"
-            raise CheckpointError(f"{key} is {found}, not {np.dtype(dtype)} {want}")
-        _check_finite(data, (key,))
-    return [data[key].ravel().astype(np.float64) for key in keys]
+    want = {"": (policy.CONV_SIZE, policy.CONV_SIZE, channels)}
+    if layers == 2:
+        channels2 = policy.CONV2_WIDENING * channels
+        want["2"] = (policy.CONV2_SIZE, policy.CONV2_SIZE, channels, channels2)
+    for base in keys:
+        for suffix, shape in want.items():
+            key = base + suffix
+            if key not in data:
+                raise CheckpointError(f"missing {key}, which this --policy conv run needs")
+            if data[key].shape != shape or data[key].dtype != dtype:
+                found = f"{data[key].dtype} {data[key].shape}"
+                raise CheckpointError(f"{key} is {found}, not {np.dtype(dtype)} {shape}")
+            _check_finite(data, (key,))
+    return [
+        np.concatenate([data[base + suffix].ravel() for suffix in want]).astype(np.float64)
+        for base in keys
+    ]
 
 
 def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
@@ -204,8 +239,8 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     if missing:
         raise CheckpointError(f"missing {', '.join(missing)}")
     w1, w2 = data["W1"], data["W2"]
-    channels = _channels_of(data)
-    _check_shapes(w1, w2, channels)
+    channels, layers = _channels_of(data), _layers_of(data)
+    _check_shapes(w1, w2, channels, layers)
     hidden = w1.shape[0]
     if ("adam_m_W1" in data) != ("adam_m_W2" in data):
         raise CheckpointError("holds only one of adam_m_W1 and adam_m_W2")
@@ -233,7 +268,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     lagged = _lagged(data, config, w1.shape)
     heads = _value_heads(data, config, hidden, "adam_m_W1" in data)
     adam = ("adam_m_conv",) if "adam_m_W1" in data else ()
-    filters = _filters(data, channels, ("conv", "rmsprop_conv", *adam), np.float64)
+    filters = _filters(data, channels, ("conv", "rmsprop_conv", *adam), np.float64, layers)
     params = policy.join(w1, w2)
     cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
     momentum = policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
@@ -360,7 +395,8 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         if "W1" not in existing:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
     hidden, channels = int(config["hidden"]), stored_conv_channels(config)
-    w1t, w2 = policy.split(state.params, hidden, channels)
+    layers = stored_conv_layers(config)
+    w1t, w2 = policy.split(state.params, hidden, channels, layers)
     run, options = _model_provenance(checkpoint_path, config)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
@@ -373,7 +409,11 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         "format_version": np.int64(FORMAT_VERSION),
     }
     if channels:
-        arrays["conv"] = policy.conv_kernel(state.params, hidden, channels).astype(np.float32)
+        kernel = policy.conv_kernel(state.params, hidden, channels, layers)
+        arrays["conv"] = kernel.astype(np.float32)
+    if channels and layers == 2:
+        kernel2 = policy.conv2_kernel(state.params, hidden, channels, layers)
+        arrays["conv2"] = kernel2.astype(np.float32)
     _write_npz_atomic(out, arrays)
     return out
 
@@ -392,11 +432,11 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
             config = json.loads(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
-        channels = _channels_of(data)
-        _check_shapes(w1, w2, channels)
+        channels, layers = _channels_of(data), _layers_of(data)
+        _check_shapes(w1, w2, channels, layers)
         _check_finite(data, ("W1", "W2"))
         _check_config(config, w1.shape[0])
-        filters = _filters(data, channels, ("conv",), np.float32)
+        filters = _filters(data, channels, ("conv",), np.float32, layers)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     return np.concatenate([policy.join(w1, w2), *filters]), config

@@ -38,6 +38,7 @@ from pong_mp.config import (
     apply_preset,
     default_workers,
     stored_conv_channels,
+    stored_conv_layers,
     stored_option,
 )
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
@@ -438,6 +439,7 @@ def play_command(
             inputs=inputs,
             channels=stored_conv_channels(config),
             noop_margin=stored_option(config, "noop_margin"),
+            layers=stored_conv_layers(config),
         )
         if recorder is not None:
             recorder.close()
@@ -740,6 +742,13 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     help="The training runs' --channels, with --policy conv.",
 )
 @click.option(
+    "--conv-layers",
+    type=click.IntRange(1, 2),
+    default=TrainConfig.conv_layers,
+    show_default=True,
+    help="The training runs' --conv-layers, with --policy conv.",
+)
+@click.option(
     "--epochs",
     type=click.IntRange(min=1),
     default=TrainConfig.epochs,
@@ -808,6 +817,7 @@ def bench_command(
     optimizer: str,
     net: str,
     channels: int,
+    conv_layers: int,
     epochs: int,
     minibatches: int,
     noop_margin: float | None,
@@ -860,8 +870,8 @@ def bench_command(
     setup = TrainingSetup(
         batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
-        policy=net, channels=channels, epochs=epochs, minibatches=minibatches, model=model,
-        noop_margin=noop_margin,
+        policy=net, channels=channels, conv_layers=conv_layers, epochs=epochs,
+        minibatches=minibatches, model=model, noop_margin=noop_margin,
     )
     if preset is not None:
         setup = _with_preset(setup, preset)

@@ -41,6 +41,9 @@ POLICIES = ("mlp", "conv")
 """Policy networks: a hidden layer on the pixels (Karpathy's), or on the features of a
 convolutional layer."""
 
+CONV_LAYERS = (1, 2)
+"""--policy conv's convolutional layers: one, or a second on the first's feature map."""
+
 BACKENDS = ("local", "serial", "ray")
 """Where episodes are played: a process pool, this process, or Ray actors."""
 
@@ -137,6 +140,11 @@ class TrainConfig:
         choices=POLICIES,
     )
     channels: int = option(16, "conv: filters of the convolutional layer.")
+    conv_layers: int = option(
+        1,
+        "conv: convolutional layers: 1, or 2 (a second of 4x4 filters, stride 2, on the "
+        "first's 19x19 map, with twice its channels; the hidden layer sees its 8x8 map).",
+    )
     noop_margin: float = option(
         0.0,
         "The policy's actions: 0, UP and DOWN (Karpathy's); D > 0, NOOP too, on the same "
@@ -293,6 +301,14 @@ class TrainConfig:
                 f"--channels must be between 1 and {MAX_CHANNELS}",
             ),
             (
+                self.conv_layers in CONV_LAYERS,
+                f"--conv-layers must be one of {', '.join(map(str, CONV_LAYERS))}",
+            ),
+            (
+                self.conv_layers == 1 or self.policy == "conv",
+                "--conv-layers 2 works with --policy conv",
+            ),
+            (
                 0 <= self.policy_lag <= MAX_POLICY_LAG,
                 f"--policy-lag must be between 0 and {MAX_POLICY_LAG}",
             ),
@@ -387,6 +403,7 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "max_grad_norm": 0.5,
     "policy": "mlp",
     "channels": 16,
+    "conv_layers": 1,
     "noop_margin": 0.0,
 }
 """The defaults of older runs: options added after runs were first stored, with the value
@@ -410,6 +427,12 @@ def stored_conv_channels(config: dict[str, Any]) -> int:
     """The convolutional layer's channels of a stored config's run (TrainConfig's
     `conv_channels`): 0 for the MLP."""
     return stored_option(config, "channels") if stored_option(config, "policy") == "conv" else 0
+
+
+def stored_conv_layers(config: dict[str, Any]) -> int:
+    """The convolutional layers of a stored config's run (--conv-layers; 1 for the MLP,
+    which has none and ignores it)."""
+    return stored_option(config, "conv_layers") if stored_conv_channels(config) else 1
 
 
 MAX_NOOP_MARGIN = 20.0
@@ -477,6 +500,7 @@ ALGORITHM_FIELDS = (
     "hidden",
     "policy",
     "channels",
+    "conv_layers",
     "noop_margin",
     "advantage",
     "entropy_bonus",
@@ -494,7 +518,7 @@ ALGORITHM_FIELDS = (
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
-FORK_KEEPS = ("env", "inputs", "optimizer", "policy", "channels")
+FORK_KEEPS = ("env", "inputs", "optimizer", "policy", "channels", "conv_layers")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights and
 optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
 drop one, change the policy lag, and switch the learner, whose optimizer state then starts

@@ -127,10 +127,13 @@ class TrajectoryRecorder:
     `forward` (the action probabilities for its input) then `add` (the action taken and the
     reward)."""
 
-    def __init__(self, hidden: int, channels: int = 0, noop_margin: float = 0.0) -> None:
-        """Working memory for a policy of `hidden` units (on `channels` conv features) whose
-        actions `noop_margin` sets (`policy.action_probs`)."""
-        self._forward = policy.SparseForward(hidden, channels)
+    def __init__(
+        self, hidden: int, channels: int = 0, noop_margin: float = 0.0, layers: int = 1
+    ) -> None:
+        """Working memory for a policy of `hidden` units (on the features of `layers` conv
+        layers, the first of `channels`) whose actions `noop_margin` sets
+        (`policy.action_probs`)."""
+        self._forward = policy.SparseForward(hidden, channels, layers)
         self.noop_margin = noop_margin
         self._weights: policy.Weights32 | None = None
         self._clear()
@@ -256,13 +259,16 @@ class PassWork:
     gradient, kept zero between passes (only the rows a pass touched are cleared), and the
     value head's."""
 
-    def __init__(self, hidden: int, channels: int = 0) -> None:
-        """Memory for policies of `hidden` units (on `channels` conv features)."""
+    def __init__(self, hidden: int, channels: int = 0, layers: int = 1) -> None:
+        """Memory for policies of `hidden` units (on the features of `layers` conv layers,
+        the first of `channels`)."""
         self.hidden = hidden
-        self._sum = np.zeros(policy.mlp_count(hidden, channels))
+        self._sum = np.zeros(policy.mlp_count(hidden, channels, layers))
         self._value = np.zeros(hidden + 1)
-        self._touched = np.zeros(policy.input_rows(channels), np.uint8)
+        self._touched = np.zeros(policy.input_rows(channels, layers), np.uint8)
         self._kernel = np.zeros((policy.CONV_SIZE, policy.CONV_SIZE, channels))
+        channels2 = policy.CONV2_WIDENING * channels if layers == 2 else 0
+        self._kernel2 = np.zeros((policy.CONV2_SIZE, policy.CONV2_SIZE, channels, channels2))
 
     def gradient(
         self,
@@ -283,11 +289,14 @@ class PassWork:
         hidden = self.hidden
         count = len(steps)
         idx, vals, indptr = trajectory.inputs(steps)
-        kernel = weights.kernel
-        # The hidden layer's inputs: the pixels, or their conv features.
+        kernel, kernel2 = weights.kernel, weights.kernel2
+        # The hidden layer's inputs: the pixels, or the features of the last conv layer.
         rows_in = (idx, vals, indptr) if kernel is None else sparse.conv_many(
             kernel, idx, vals, indptr, count
         )
+        first = rows_in
+        if kernel2 is not None:
+            rows_in = sparse.conv2_many(kernel2, *first, count)
         hs = np.empty((count, hidden), np.float32)
         logits = np.empty(count)
         values = np.empty(count)
@@ -313,12 +322,21 @@ class PassWork:
         sparse.finish(self._sum, self._sum, self._touched, 0.0, 1.0, out[:n])
         out[n : n + hidden + 1] = self._value
         self._value[:] = 0.0
-        if kernel is not None:
+        if kernel is not None and kernel2 is None:
             sparse.conv_backward(
                 weights.w1t, idx, vals, indptr, rows_in[0], rows_in[2], dh, count, self._kernel
             )
-            out[n + hidden + 1 :] = self._kernel.ravel()
+        elif kernel is not None:
+            sparse.conv2_backward(
+                weights.w1t, kernel2, idx, vals, indptr, *first, rows_in[0], rows_in[2], dh,
+                count, self._kernel, self._kernel2,
+            )
+        if kernel is not None:
+            end = n + hidden + 1 + self._kernel.size
+            out[n + hidden + 1 : end] = self._kernel.ravel()
+            out[end:] = self._kernel2.ravel()
             self._kernel[:] = 0.0
+            self._kernel2[:] = 0.0
         return PassStats(count, clipped, entropy, error, kl)
 
 
@@ -360,7 +378,7 @@ def epoch_gradient(
         raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
     steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
     if work is None:
-        work = PassWork(weights.w2.shape[0], weights.channels)
+        work = PassWork(weights.w2.shape[0], weights.channels, weights.layers)
     return work.gradient(
         weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale, settings,
         out,

@@ -48,7 +48,7 @@ class TrainState:
 def initial_state(config: TrainConfig) -> TrainState:
     """The state of a new run: weights from its seed, the optimizer's state at zero."""
     params = policy.init_params(
-        config.hidden, config.seed, value=config.value_head, channels=config.conv_channels
+        config.hidden, config.seed, config.value_head, config.conv_channels, config.conv_layers
     )
     return TrainState(
         params=params,
@@ -58,21 +58,26 @@ def initial_state(config: TrainConfig) -> TrainState:
 
 
 def with_hidden(
-    state: TrainState, hidden: int, new_hidden: int, seed: int, channels: int = 0
+    state: TrainState,
+    hidden: int,
+    new_hidden: int,
+    seed: int,
+    channels: int = 0,
+    layers: int = 1,
 ) -> TrainState:
     """`state` widened to `new_hidden` hidden units that play as `state` did: the new units'
     W1 rows are those of a new run of `new_hidden` units and `seed`, their outgoing weights
-    zero (so they start to learn from the first update), their optimizer state zero. A
-    convolutional layer (`channels`) keeps its filters and their optimizer state."""
-    new = policy.init_params(new_hidden, seed, channels=channels)
-    w1t, _ = policy.split(new, new_hidden, channels)
+    zero (so they start to learn from the first update), their optimizer state zero.
+    Convolutional layers (`channels`, `layers`) keep their filters and optimizer state."""
+    new = policy.init_params(new_hidden, seed, channels=channels, layers=layers)
+    w1t, _ = policy.split(new, new_hidden, channels, layers)
     columns = w1t[:, hidden:]
 
     def weights(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, columns, channels)
+        return policy.widened(flat, hidden, new_hidden, columns, channels, layers)
 
     def zeros(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, channels=channels)
+        return policy.widened(flat, hidden, new_hidden, channels=channels, layers=layers)
 
     return _reshaped(state, weights, zeros)
 

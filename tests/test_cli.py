@@ -98,6 +98,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--env-arg", "points_to_win=x"], "FakePong-v0 cannot be made with points_to_win='x'"),
         (["--env-arg", "fast=maybe"], "fast must be true or false"),
         (["--optimizer", "sgd"], "'sgd' is not one of"),
+        (["--preset", "pg", "--conv-layers", "2"], "--conv-layers 2 works with --policy conv"),
         (["--target-reward", "high"], "'high' is not a valid float"),
     ],
 )
