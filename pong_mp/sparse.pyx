@@ -724,42 +724,21 @@ cdef inline Py_ssize_t _windows(int32_t pixel, Py_ssize_t* positions, Py_ssize_t
     return n
 
 
-cdef Py_ssize_t _conv_step(
-    const float[:, :, ::1] kernel,
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    Py_ssize_t first,
-    Py_ssize_t last,
+cdef Py_ssize_t _relu_out(
     float* pre,
     uint8_t* seen,
     int32_t* positions,
+    Py_ssize_t n_pos,
+    Py_ssize_t channels,
     int32_t* out_idx,
     float* out_vals,
 ):
-    # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
-    # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
-    cdef Py_ssize_t channels = kernel.shape[2], j, w, windows
-    cdef Py_ssize_t c, pos, n_pos = 0, n = 0, a, b
-    cdef Py_ssize_t at[4]
-    cdef Py_ssize_t tap[4]
-    cdef const float* filters = &kernel[0, 0, 0]
-    cdef const float* row
+    # The positive sums of a layer's n_pos touched positions (pre: position x channels)
+    # into out_idx/out_vals, feature position * channels + channel in increasing order;
+    # returns their count. Clears `pre` and `seen` at those positions.
+    cdef Py_ssize_t a, b, c, pos, n = 0
     cdef float* dst
-    cdef float v
     cdef int32_t keep
-    for j in range(first, last):
-        v = vals[j]
-        windows = _windows(idx[j], at, tap)
-        for w in range(windows):
-            pos = at[w]
-            if not seen[pos]:
-                seen[pos] = 1
-                positions[n_pos] = <int32_t>pos
-                n_pos += 1
-            row = &filters[tap[w] * channels]
-            dst = &pre[pos * channels]
-            for c in range(channels):
-                dst[c] += v * row[c]
     for a in range(1, n_pos):  # insertion sort: a few dozen positions
         keep = positions[a]
         b = a - 1
@@ -778,6 +757,44 @@ cdef Py_ssize_t _conv_step(
                 n += 1
             dst[c] = 0.0
     return n
+
+
+cdef Py_ssize_t _conv_step(
+    const float[:, :, ::1] kernel,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    Py_ssize_t first,
+    Py_ssize_t last,
+    float* pre,
+    uint8_t* seen,
+    int32_t* positions,
+    int32_t* out_idx,
+    float* out_vals,
+):
+    # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
+    # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
+    cdef Py_ssize_t channels = kernel.shape[2], j, w, windows
+    cdef Py_ssize_t c, pos, n_pos = 0
+    cdef Py_ssize_t at[4]
+    cdef Py_ssize_t tap[4]
+    cdef const float* filters = &kernel[0, 0, 0]
+    cdef const float* row
+    cdef float* dst
+    cdef float v
+    for j in range(first, last):
+        v = vals[j]
+        windows = _windows(idx[j], at, tap)
+        for w in range(windows):
+            pos = at[w]
+            if not seen[pos]:
+                seen[pos] = 1
+                positions[n_pos] = <int32_t>pos
+                n_pos += 1
+            row = &filters[tap[w] * channels]
+            dst = &pre[pos * channels]
+            for c in range(channels):
+                dst[c] += v * row[c]
+    return _relu_out(pre, seen, positions, n_pos, channels, out_idx, out_vals)
 
 
 cdef void _check_kernel(const float[:, :, ::1] kernel, str name) except *:
@@ -985,14 +1002,13 @@ cdef Py_ssize_t _conv2_step(
     # out_idx/out_vals; returns their count. `pre` (_SIDE2^2 x channels2) and `seen`
     # (_SIDE2^2) come zeroed and are left so.
     cdef Py_ssize_t channels1 = kernel.shape[2], channels2 = kernel.shape[3]
-    cdef Py_ssize_t j, w, windows, c, pos, n_pos = 0, n = 0, a, b, f
+    cdef Py_ssize_t j, w, windows, c, pos, n_pos = 0, f
     cdef Py_ssize_t at[4]
     cdef Py_ssize_t tap[4]
     cdef const float* filters = &kernel[0, 0, 0, 0]
     cdef const float* row
     cdef float* dst
     cdef float v
-    cdef int32_t keep
     for j in range(first, last):
         f = fidx[j]
         v = fvals[j]
@@ -1007,24 +1023,7 @@ cdef Py_ssize_t _conv2_step(
             dst = &pre[pos * channels2]
             for c in range(channels2):
                 dst[c] += v * row[c]
-    for a in range(1, n_pos):  # insertion sort: at most 64 positions
-        keep = positions[a]
-        b = a - 1
-        while b >= 0 and positions[b] > keep:
-            positions[b + 1] = positions[b]
-            b -= 1
-        positions[b + 1] = keep
-    for a in range(n_pos):
-        pos = positions[a]
-        seen[pos] = 0
-        dst = &pre[pos * channels2]
-        for c in range(channels2):
-            if dst[c] > 0.0:
-                out_idx[n] = <int32_t>(pos * channels2 + c)
-                out_vals[n] = dst[c]
-                n += 1
-            dst[c] = 0.0
-    return n
+    return _relu_out(pre, seen, positions, n_pos, channels2, out_idx, out_vals)
 
 
 cdef void _check_kernel2(const float[:, :, :, ::1] kernel, str name) except *:
