@@ -191,10 +191,7 @@ def _filters(
     # the second layer's (key + "2") after the first's with --conv-layers 2: [] for the MLP.
     if not channels:
         return []
-    want = {"": (policy.CONV_SIZE, policy.CONV_SIZE, channels)}
-    if layers == 2:
-        channels2 = policy.CONV2_WIDENING * channels
-        want["2"] = (policy.CONV2_SIZE, policy.CONV2_SIZE, channels, channels2)
+    want = dict(zip(("", "2"), policy.kernel_shapes(channels, layers), strict=False))
     for base in keys:
         for suffix, shape in want.items():
             key = base + suffix

@@ -64,11 +64,21 @@ def input_rows(channels: int = 0, layers: int = 1) -> int:
     return CONV_SIDE * CONV_SIDE * channels
 
 
+def kernel_shapes(channels: int, layers: int = 1) -> tuple[tuple[int, ...], ...]:
+    """The shapes of the convolutional layers' filters, in the order the flat parameters
+    hold them: the first's (CONV_SIZE, CONV_SIZE, channels), then with `layers` 2 the
+    second's (CONV2_SIZE, CONV2_SIZE, channels, channels2); none for the MLP."""
+    if channels == 0:
+        return ()
+    first = (CONV_SIZE, CONV_SIZE, channels)
+    if layers == 1:
+        return (first,)
+    return first, (CONV2_SIZE, CONV2_SIZE, channels, CONV2_WIDENING * channels)
+
+
 def kernel_count(channels: int, layers: int = 1) -> int:
-    """Scalars in the convolutional layers' filters (none for the MLP): the first's, then
-    with `layers` 2 the second's."""
-    second = CONV2_SIZE * CONV2_SIZE * channels * CONV2_WIDENING * channels if layers == 2 else 0
-    return CONV_SIZE * CONV_SIZE * channels + second
+    """Scalars in the convolutional layers' filters (`kernel_shapes`; none for the MLP)."""
+    return sum(math.prod(shape) for shape in kernel_shapes(channels, layers))
 
 
 def mlp_count(hidden: int, channels: int = 0, layers: int = 1) -> int:
@@ -123,9 +133,9 @@ def conv_kernel(
     split(params, hidden, channels, layers)  # checks the size
     if channels == 0:
         return None
+    shape = kernel_shapes(channels, layers)[0]
     start = len(params) - kernel_count(channels, layers)
-    count = CONV_SIZE * CONV_SIZE * channels
-    return params[start : start + count].reshape(CONV_SIZE, CONV_SIZE, channels)
+    return params[start : start + math.prod(shape)].reshape(shape)
 
 
 def conv2_kernel(
@@ -134,12 +144,10 @@ def conv2_kernel(
     """A view of the second convolutional layer's filters, (CONV2_SIZE, CONV2_SIZE,
     channels, channels2), of flat parameters: their last scalars; None without one."""
     split(params, hidden, channels, layers)  # checks the size
-    if channels == 0 or layers != 2:
+    shapes = kernel_shapes(channels, layers)
+    if len(shapes) < 2:
         return None
-    count = kernel_count(channels, layers) - CONV_SIZE * CONV_SIZE * channels
-    return params[len(params) - count :].reshape(
-        CONV2_SIZE, CONV2_SIZE, channels, CONV2_WIDENING * channels
-    )
+    return params[len(params) - math.prod(shapes[1]) :].reshape(shapes[1])
 
 
 def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
@@ -162,13 +170,11 @@ def init_params(
     w1 = rng.standard_normal((hidden, rows)) / np.sqrt(rows)
     w2 = rng.standard_normal(hidden) / np.sqrt(hidden)
     flat = join(w1, w2)
-    if channels:
-        kernel = rng.standard_normal(CONV_SIZE * CONV_SIZE * channels) / CONV_SIZE
-        flat = np.concatenate([flat, kernel])
-    if channels and layers == 2:
-        fan_in = CONV2_SIZE * CONV2_SIZE * channels
-        count = kernel_count(channels, layers) - len(kernel)
-        flat = np.concatenate([flat, rng.standard_normal(count) / np.sqrt(fan_in)])
+    for shape in kernel_shapes(channels, layers):
+        # A standard deviation of 1 / sqrt(fan-in): 8 x 8 for the first layer, 4 x 4 x
+        # channels for the second.
+        fan_in = math.prod(shape[:-1])
+        flat = np.concatenate([flat, rng.standard_normal(math.prod(shape)) / np.sqrt(fan_in)])
     return with_value_head(flat, hidden, value, channels, layers)
 
 

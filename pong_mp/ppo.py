@@ -266,9 +266,8 @@ class PassWork:
         self._sum = np.zeros(policy.mlp_count(hidden, channels, layers))
         self._value = np.zeros(hidden + 1)
         self._touched = np.zeros(policy.input_rows(channels, layers), np.uint8)
-        self._kernel = np.zeros((policy.CONV_SIZE, policy.CONV_SIZE, channels))
-        channels2 = policy.CONV2_WIDENING * channels if layers == 2 else 0
-        self._kernel2 = np.zeros((policy.CONV2_SIZE, policy.CONV2_SIZE, channels, channels2))
+        # The filters' gradients, one per conv layer (none for the MLP).
+        self._kernels = [np.zeros(shape) for shape in policy.kernel_shapes(channels, layers)]
 
     def gradient(
         self,
@@ -324,19 +323,19 @@ class PassWork:
         self._value[:] = 0.0
         if kernel is not None and kernel2 is None:
             sparse.conv_backward(
-                weights.w1t, idx, vals, indptr, rows_in[0], rows_in[2], dh, count, self._kernel
+                weights.w1t, idx, vals, indptr, rows_in[0], rows_in[2], dh, count,
+                *self._kernels,
             )
         elif kernel is not None:
             sparse.conv2_backward(
                 weights.w1t, kernel2, idx, vals, indptr, *first, rows_in[0], rows_in[2], dh,
-                count, self._kernel, self._kernel2,
+                count, *self._kernels,
             )
-        if kernel is not None:
-            end = n + hidden + 1 + self._kernel.size
-            out[n + hidden + 1 : end] = self._kernel.ravel()
-            out[end:] = self._kernel2.ravel()
-            self._kernel[:] = 0.0
-            self._kernel2[:] = 0.0
+        start = n + hidden + 1
+        for grad in self._kernels:  # the filters' gradients, in the flat layout's order
+            out[start : start + grad.size] = grad.ravel()
+            grad[:] = 0.0
+            start += grad.size
         return PassStats(count, clipped, entropy, error, kl)
 
 
