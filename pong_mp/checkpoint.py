@@ -159,25 +159,18 @@ def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0, layers: int
         raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, {rows})/(H,)")
 
 
-def _channels_of(data: dict[str, np.ndarray]) -> int:
-    # --policy conv's channels as the stored config gives them, to know W1's shape before
-    # the config is checked: 0 where it is malformed (the check that follows names it).
+def _conv_of(data: dict[str, np.ndarray]) -> tuple[int, int]:
+    # --policy conv's channels and --conv-layers as the stored config gives them, to know
+    # W1's shape before the config is checked, the config read once: 0 channels where they
+    # are malformed, 1 layer where it is (the check that follows names it).
     try:
-        channels = stored_conv_channels(json.loads(str(data["config"])))
+        config = json.loads(str(data["config"]))
+        channels, layers = stored_conv_channels(config), stored_conv_layers(config)
     except (ValueError, TypeError, AttributeError, KeyError):
-        return 0
+        return 0, 1
     ok = isinstance(channels, int) and not isinstance(channels, bool)
-    return channels if ok and 1 <= channels <= MAX_CHANNELS else 0
-
-
-def _layers_of(data: dict[str, np.ndarray]) -> int:
-    # --conv-layers as the stored config gives it, as _channels_of reads --channels: 1 where
-    # it is malformed (the config check that follows names it).
-    try:
-        layers = stored_conv_layers(json.loads(str(data["config"])))
-    except (ValueError, TypeError, AttributeError, KeyError):
-        return 1
-    return layers if layers in CONV_LAYERS and not isinstance(layers, bool) else 1
+    channels = channels if ok and 1 <= channels <= MAX_CHANNELS else 0
+    return channels, layers if layers in CONV_LAYERS and not isinstance(layers, bool) else 1
 
 
 def _filters(
@@ -236,7 +229,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     if missing:
         raise CheckpointError(f"missing {', '.join(missing)}")
     w1, w2 = data["W1"], data["W2"]
-    channels, layers = _channels_of(data), _layers_of(data)
+    channels, layers = _conv_of(data)
     _check_shapes(w1, w2, channels, layers)
     hidden = w1.shape[0]
     if ("adam_m_W1" in data) != ("adam_m_W2" in data):
@@ -429,7 +422,7 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
             config = json.loads(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
-        channels, layers = _channels_of(data), _layers_of(data)
+        channels, layers = _conv_of(data)
         _check_shapes(w1, w2, channels, layers)
         _check_finite(data, ("W1", "W2"))
         _check_config(config, w1.shape[0])
