@@ -123,7 +123,8 @@ class TrainConfig:
     entropy_bonus: float = option(
         0.01,
         "Add BETA times the policy's entropy at every step to the objective, which keeps the "
-        "policy from settling early (0: none, Karpathy's).",
+        "policy from settling early (0: none, Karpathy's); below 0 it is a penalty, which "
+        "makes a trained policy commit to its likelier actions (late in a run).",
         metavar="BETA",
     )
     baseline: str = option(
@@ -252,11 +253,10 @@ class TrainConfig:
             ),
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
-            (self.entropy_bonus >= 0, "--entropy-bonus must be >= 0 (0: none)"),
             (
-                self.entropy_bonus <= MAX_ENTROPY_BONUS,
-                f"--entropy-bonus must be at most {MAX_ENTROPY_BONUS:g} (0.01 to 0.03 are "
-                "the values tried)",
+                abs(self.entropy_bonus) <= MAX_ENTROPY_BONUS,
+                f"--entropy-bonus must be between -{MAX_ENTROPY_BONUS:g} and "
+                f"{MAX_ENTROPY_BONUS:g} (0.01 to 0.03 are the bonuses tried, -0.03 the penalty)",
             ),
             (
                 self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
@@ -378,7 +378,8 @@ MAX_LR = 1.0
 the weights are about 0.01; far larger steps overflow (1e308 does at once)."""
 
 MAX_ENTROPY_BONUS = 10.0
-"""The largest entropy bonus: the standardised returns it is added to are about 1."""
+"""The largest entropy bonus (or penalty, below 0): the standardised returns it is added to
+are about 1."""
 
 MAX_POLICY_LAG = 8
 """The most batches one update's weights may lag behind: each lag step keeps one more weights

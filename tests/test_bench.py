@@ -302,7 +302,7 @@ def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_s
     assert seen == [0.25] and memory == [0.25, 0.25]
     assert results["entropy_bonus"] == 0.25 and results["batch_size"] == 1
     assert "entropy bonus 0.25" in bench.format_bench(results)
-    done = pong_mp("bench", "--env", "FakePong-v0", "--entropy-bonus", "-1")
+    done = pong_mp("bench", "--env", "FakePong-v0", "--entropy-bonus", "-11")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
 
 

@@ -84,7 +84,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
         (["--lr-drop-at", "-5"], "--lr-drop-at must be >= 0"),
         (["--lr-drop-to", "0"], "--lr-drop-to must be > 0 and at most 1"),
-        (["--entropy-bonus", "-0.1"], "--entropy-bonus must be >= 0"),
+        (["--entropy-bonus", "-11"], "--entropy-bonus must be between -10 and 10"),
         (
             ["--algo", "pg", "--policy", "mlp", "--entropy-bonus", "0.01", "--advantage", "batch"],
             "--entropy-bonus works with --advantage episode only",
