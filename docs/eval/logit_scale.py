@@ -7,9 +7,12 @@ samples it), a large s its greedy play. For each scale this plays the same games
 the mean score, its standard error, the mean entropy a step (nats) and each game's score.
 
     python docs/eval/logit_scale.py models/pong.npz 20 1,2,4,1000 \
-        > docs/eval/pong-npz-logit-scale.jsonl
+        > docs/eval/conv-s0-late2-update-559-logit-scale.jsonl
 
 A diagnostic, not a way to play: an agent's sampled score is the one at scale 1.
+
+The committed output was made when models/pong.npz was the agent of late/conv-s0-late2 at
+update 559, as its name says.
 """
 
 from __future__ import annotations

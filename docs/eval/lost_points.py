@@ -12,7 +12,10 @@ One JSON line per point replayed, one per game (its score), then one per kind of
 (lost, won) with the means over its points.
 
     python docs/eval/lost_points.py models/pong.npz 20 greedy \
-        > docs/eval/pong-npz-lost-points-greedy.jsonl
+        > docs/eval/conv-s0-late2-update-559-lost-points-greedy.jsonl
+
+The committed output was made when models/pong.npz was the agent of late/conv-s0-late2 at
+update 559, as its name says.
 """
 
 from __future__ import annotations
