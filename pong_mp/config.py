@@ -256,7 +256,8 @@ class TrainConfig:
             (
                 abs(self.entropy_bonus) <= MAX_ENTROPY_BONUS,
                 f"--entropy-bonus must be between -{MAX_ENTROPY_BONUS:g} and "
-                f"{MAX_ENTROPY_BONUS:g} (0.01 to 0.03 are the bonuses tried, -0.03 the penalty)",
+                f"{MAX_ENTROPY_BONUS:g} (0.01 to 0.03 are the bonuses tried, -0.1 and -0.3 "
+                "the penalties)",
             ),
             (
                 self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),

@@ -24,7 +24,7 @@ from pong_mp.config import ConfigError
 from pong_mp.envs import make_env
 from pong_mp.episode import make_tasks
 from pong_mp.frames import INPUT_SIZE
-from pong_mp.rundir import prepare_run
+from pong_mp.rundir import prepare_run, read_metrics
 from pong_mp.trainer import train
 from tests.helpers import (
     assert_agent_acts_as,
@@ -784,10 +784,10 @@ def test_an_entropy_penalty_makes_a_forked_policy_commit(tmp_path: Path, clean_s
         run_dir = tmp_path / f"beta{beta}"
         given = {"fork_from": str(tmp_path / "base"), "entropy_bonus": beta}
         train(fake_config(run_dir, batches=8, **base, **given), log=_quiet)
-        records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
+        records = read_metrics(run_dir / "metrics.jsonl")
         assert [r["batch"] for r in records] == list(range(1, 9))
         last[beta] = records[-1]["entropy"]
     train(fake_config(tmp_path / "base", batches=8, **base), resume=True, log=_quiet)
-    records = [json.loads(line) for line in (tmp_path / "base" / "metrics.jsonl").open()]
+    records = read_metrics(tmp_path / "base" / "metrics.jsonl")
     assert records[-1]["batch"] == 8
     assert last[-1.0] < records[-1]["entropy"] < last[1.0]

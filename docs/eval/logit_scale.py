@@ -23,6 +23,7 @@ import sys
 
 import numpy as np
 
+from pong_mp import policy
 from pong_mp.api import Agent
 from pong_mp.envs.atari import FastAtari
 
@@ -42,8 +43,8 @@ def play_scaled(model: str, games: int, scale: float) -> dict[str, object]:
             p = min(max(agent.probability_up(observation), 1e-12), 1 - 1e-12)
             z = max(min(scale * math.log(p / (1 - p)), 700.0), -700.0)
             q = 1 / (1 + math.exp(-z))
-            entropies.append(-sum(x * math.log(x) for x in (q, 1 - q) if x > 0))
-            action = 2 if rng.random() < q else 3  # UP, DOWN
+            entropies.append(policy.entropy(q))
+            action = policy.choose_action(policy.ActionProbs.two(q), rng.random, greedy=False)
             _, reward, terminated, truncated, _ = env.step(action)
             observation = env.render()
             score += reward
