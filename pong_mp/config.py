@@ -127,6 +127,16 @@ class TrainConfig:
         "makes a trained policy commit to its likelier actions (late in a run).",
         metavar="BETA",
     )
+    entropy_drop_at: float = option(
+        0.0,
+        "From STEPS env steps on, weigh the entropy by --entropy-drop-to instead of "
+        "--entropy-bonus (0: never; --algo ppo). A penalty late makes a trained policy "
+        "commit to its likelier actions.",
+        metavar="STEPS",
+    )
+    entropy_drop_to: float = option(
+        -0.1, "The entropy bonus from --entropy-drop-at on (below 0: a penalty).", metavar="BETA"
+    )
     baseline: str = option(
         "none",
         "none: advantages are the returns standardised per episode (Karpathy's); value: "
@@ -215,8 +225,8 @@ class TrainConfig:
         check_types(dataclasses.asdict(self))
         for name in (
             "lr", "lr_half_life", "lr_drop_at", "lr_drop_to", "gamma", "decay_rate",
-            "entropy_bonus", "episode_timeout", "clip", "noop_margin", "gae_lambda",
-            "value_coef", "max_grad_norm",
+            "entropy_bonus", "entropy_drop_at", "entropy_drop_to", "episode_timeout", "clip",
+            "noop_margin", "gae_lambda", "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{_flag(name)} must be a finite number")
@@ -258,6 +268,17 @@ class TrainConfig:
                 f"--entropy-bonus must be between -{MAX_ENTROPY_BONUS:g} and "
                 f"{MAX_ENTROPY_BONUS:g} (0.01 to 0.03 are the bonuses tried, -0.1 and -0.3 "
                 "the penalties)",
+            ),
+            (self.entropy_drop_at >= 0, "--entropy-drop-at must be >= 0 (0: never)"),
+            (
+                abs(self.entropy_drop_to) <= MAX_ENTROPY_BONUS,
+                f"--entropy-drop-to must be between -{MAX_ENTROPY_BONUS:g} and "
+                f"{MAX_ENTROPY_BONUS:g}",
+            ),
+            (
+                self.entropy_drop_at == 0 or self.algo == "ppo",
+                "--entropy-drop-at works with --algo ppo (Karpathy's learner weighs the "
+                "entropy by --entropy-bonus throughout)",
             ),
             (
                 self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
@@ -395,6 +416,8 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "lr_drop_at": 0.0,
     "lr_drop_to": 3e-4,
     "entropy_bonus": 0.0,
+    "entropy_drop_at": 0.0,
+    "entropy_drop_to": -0.1,
     "baseline": "none",
     "algo": "pg",
     "epochs": 4,
@@ -506,6 +529,8 @@ ALGORITHM_FIELDS = (
     "noop_margin",
     "advantage",
     "entropy_bonus",
+    "entropy_drop_at",
+    "entropy_drop_to",
     "baseline",
     "inputs",
     "policy_lag",
@@ -541,6 +566,7 @@ _KARPATHY: dict[str, Any] = {
     "gamma": 0.99,
     "advantage": "episode",
     "entropy_bonus": 0.0,
+    "entropy_drop_at": 0.0,
     "baseline": "none",
     "inputs": "diff",
     "policy_lag": 0,

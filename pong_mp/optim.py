@@ -83,6 +83,13 @@ def adam_step(
     return new_params, new_momentum, new_cache
 
 
+def dropped(value: float, steps: int, drop_at: float, drop_to: float) -> float:
+    """`value`, or `drop_to` once `steps` env steps reach `drop_at` (when that is not 0): the
+    rule of --lr-drop-at and --entropy-drop-at. A drop at S steps gives the bytes of a run
+    forked with the new value at its first update to start at S or later."""
+    return drop_to if drop_at and steps >= drop_at else value
+
+
 def scheduled_lr(
     lr: float, half_life: float, steps: int, drop_at: float = 0.0, drop_to: float = 0.0
 ) -> float:
@@ -91,10 +98,9 @@ def scheduled_lr(
 
     Counting env steps rather than updates ties the schedule to the experience played, so
     the same setting means the same thing at any batch size, and a run stopped and resumed
-    carries on where it was (the checkpoint holds the steps). A drop at S steps gives the
-    bytes of a run forked with `--lr drop_to` at its first update to start at S or later.
+    carries on where it was (the checkpoint holds the steps).
     """
-    rate = drop_to if drop_at and steps >= drop_at else lr
+    rate = dropped(lr, steps, drop_at, drop_to)
     if half_life == 0:
         return rate
     return rate * 0.5 ** (steps / half_life)

@@ -6,7 +6,8 @@ Data flow of one update (the coordinator's side is `trainer.ppo_updates`):
     play: EpisodeTask ──worker──> Trajectory (sparse inputs, actions, log pi_old, V_old,
                                   rewards, GAE advantages and returns) ──> coordinator
     for each epoch e, minibatch m:
-        publish weights k ──> EpochTask(trajectory, e, m, advantage mean and scale)
+        publish weights k ──> EpochTask(trajectory, e, m, advantage mean and scale,
+                                        entropy weight)
                           ──worker──> gradient over the episode's steps of minibatch m
         sum in the batch's fixed order ──> optimizer step ──> weights k + 1
 
@@ -42,7 +43,8 @@ from pong_mp.gradient import Moments
 class PPOSettings:
     """What a worker needs of the actor-critic's hyperparameters (TrainConfig's --clip,
     --gae-lambda, ...; their defaults are its). How many passes and minibatches an update
-    has is the coordinator's, and each EpochTask says which it is."""
+    has, and the entropy's weight (which may change during a run), are the coordinator's:
+    each EpochTask carries them."""
 
     clip: float = TrainConfig.clip
     """The surrogate's clipping range: the ratio is held within 1 +- clip."""
@@ -50,8 +52,6 @@ class PPOSettings:
     """GAE's lambda: 1 gives the discounted returns minus V, 0 one-step TD errors."""
     value_coef: float = TrainConfig.value_coef
     """Weight of the value loss, (V - R)^2 / 2 a step."""
-    entropy_coef: float = TrainConfig.entropy_bonus
-    """Weight of the policy's entropy (nats) a step."""
     noop_margin: float = TrainConfig.noop_margin
     """The policy's actions: 0 for UP and DOWN, d > 0 for NOOP too (`policy.action_probs`)."""
 
@@ -276,13 +276,15 @@ class PassWork:
         steps: np.ndarray,
         advantage_mean: float,
         advantage_scale: float,
+        entropy_coef: float,
         settings: PPOSettings,
         out: np.ndarray,
     ) -> PassStats:
         """The gradient of the actor-critic's objective, summed over `steps` of
         `trajectory`, w.r.t. the flat parameters of `weights` (W1 transposed, W2, value
         head, the filters with --policy conv), written into the flat float32 `out`.
-        Advantages are standardised with the batch's mean and scale."""
+        Advantages are standardised with the batch's mean and scale; the entropy is
+        weighed by `entropy_coef`."""
         if weights.value is None:
             raise ValueError("the actor-critic's weights need a value head")
         hidden = self.hidden
@@ -308,7 +310,7 @@ class PassWork:
         clipped, entropy, error, kl = sparse.ppo_coefficients(
             logits, values, trajectory.actions[steps], trajectory.logp_old[steps], advantages,
             trajectory.returns[steps], settings.clip, settings.value_coef,
-            settings.entropy_coef, coef_logit, coef_value, settings.noop_margin,
+            entropy_coef, coef_logit, coef_value, settings.noop_margin,
         )
         dh = None if kernel is None else np.empty((count, hidden))
         sparse.ppo_accumulate(
@@ -362,6 +364,9 @@ class EpochTask:
     """Mean of the batch's advantages."""
     advantage_scale: float
     """1 / their standard deviation (1 if they are all equal)."""
+    entropy_coef: float
+    """Weight of the policy's entropy (nats) a step in the update's objective: the run's
+    --entropy-bonus, or --entropy-drop-to from --entropy-drop-at on (below 0: a penalty)."""
 
 
 def epoch_gradient(
@@ -379,6 +384,6 @@ def epoch_gradient(
     if work is None:
         work = PassWork(weights.w2.shape[0], weights.channels, weights.layers)
     return work.gradient(
-        weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale, settings,
-        out,
+        weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale,
+        task.entropy_coef, settings, out,
     )

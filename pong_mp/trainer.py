@@ -46,7 +46,7 @@ from pong_mp.envs import env_args_text
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
-from pong_mp.optim import Optimizer, scheduled_lr
+from pong_mp.optim import Optimizer, dropped, scheduled_lr
 from pong_mp.policy import ACTION_CODES, NOOP
 from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
 from pong_mp.progress import GuardedReporter, LineReporter, Reporter
@@ -119,6 +119,12 @@ def _scheduled_lr(config: TrainConfig, steps: int) -> float:
     )
 
 
+def scheduled_entropy_bonus(config: TrainConfig, steps: int) -> float:
+    """The entropy's weight in the objective of an update whose batch starts at `steps` env
+    steps: --entropy-bonus, or --entropy-drop-to from --entropy-drop-at on."""
+    return dropped(config.entropy_bonus, steps, config.entropy_drop_at, config.entropy_drop_to)
+
+
 def ppo_settings(config: TrainConfig) -> PPOSettings:
     """What the workers need of the actor-critic's hyperparameters, taken from the run's
     config."""
@@ -126,7 +132,6 @@ def ppo_settings(config: TrainConfig) -> PPOSettings:
         clip=config.clip,
         gae_lambda=config.gae_lambda,
         value_coef=config.value_coef,
-        entropy_coef=config.entropy_bonus,
         noop_margin=config.noop_margin,
     )
 
@@ -465,6 +470,7 @@ def ppo_updates(
         seen = PassStats()
         grad_norm = 0.0
         lr = _scheduled_lr(config, state.steps)
+        entropy_bonus = scheduled_entropy_bonus(config, state.steps)
         coordinator = 0.0  # the workers wait on the coordinator between minibatches
         for epoch in range(config.epochs):
             for part in range(config.minibatches):
@@ -472,6 +478,7 @@ def ppo_updates(
                     EpochTask(
                         task.index, task.seed, trajectories[task.index], epoch, part,
                         config.minibatches, moments.mean, moments.standardizing_scale,
+                        entropy_bonus,
                     )
                     for task in tasks
                 ]
@@ -525,6 +532,7 @@ def ppo_updates(
             "step_norm": l2_norm(new_state.params - state.params),
             "lr": lr,
             "entropy": played.entropy / played.steps if played.steps else None,
+            "entropy_bonus": entropy_bonus,
             "value_loss": seen.value_error / 2 / seen.steps if seen.steps else None,
             "clip_fraction": seen.clipped / seen.steps if seen.steps else None,
             "approx_kl": seen.kl / seen.steps if seen.steps else None,
@@ -569,9 +577,10 @@ def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
     return index - (index - first) % batch_size
 
 
-PPO_FIELDS = ("value_loss", "clip_fraction", "approx_kl", "noop_share")
-"""The metrics fields of --algo ppo: the value head's mean (V - R)^2 / 2, the share of steps
-whose ratio was clipped, and the mean of log pi_old - log pi, over the update's passes; with
+PPO_FIELDS = ("entropy_bonus", "value_loss", "clip_fraction", "approx_kl", "noop_share")
+"""The metrics fields of --algo ppo: the entropy's weight in the update's objective (its
+schedule's, as `lr` is), the value head's mean (V - R)^2 / 2, the share of steps whose ratio
+was clipped, and the mean of log pi_old - log pi, over the update's passes; with
 --noop-margin, the share of the batch's steps played with NOOP."""
 
 

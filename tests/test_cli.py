@@ -85,6 +85,12 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--lr-drop-at", "-5"], "--lr-drop-at must be >= 0"),
         (["--lr-drop-to", "0"], "--lr-drop-to must be > 0 and at most 1"),
         (["--entropy-bonus", "-11"], "--entropy-bonus must be between -10 and 10"),
+        (["--entropy-drop-at", "-5"], "--entropy-drop-at must be >= 0"),
+        (["--entropy-drop-to", "11"], "--entropy-drop-to must be between -10 and 10"),
+        (
+            ["--preset", "pg", "--entropy-drop-at", "1e6"],
+            "--entropy-drop-at works with --algo ppo",
+        ),
         (
             ["--algo", "pg", "--policy", "mlp", "--entropy-bonus", "0.01", "--advantage", "batch"],
             "--entropy-bonus works with --advantage episode only",
@@ -125,7 +131,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
     )
     assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
     assert (config["inputs"], config["lr_half_life"], config["entropy_bonus"]) == ("diff", 0, 0)
-    assert config["lr_drop_at"] == 0
+    assert (config["lr_drop_at"], config["entropy_drop_at"]) == (0, 0)
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")
     )

@@ -19,7 +19,7 @@ def _trajectory(steps: int) -> ppo.Trajectory:
 
 
 def _task(index: int, trajectory: ppo.Trajectory | None) -> ppo.EpochTask:
-    return ppo.EpochTask(index, 100 + index, trajectory, 0, 0, 1, 0.0, 1.0)
+    return ppo.EpochTask(index, 100 + index, trajectory, 0, 0, 1, 0.0, 1.0, 0.01)
 
 
 def test_a_played_episode_is_kept_and_its_passes_go_light() -> None:

@@ -142,8 +142,8 @@ def _log_probs(z: float, margin: float) -> np.ndarray:
 
 
 def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
-               mean: float, scale: float, settings: ppo.PPOSettings, channels: int,
-               layers: int = 1) -> float:
+               mean: float, scale: float, entropy_coef: float, settings: ppo.PPOSettings,
+               channels: int, layers: int = 1) -> float:
     # The dense float64 definition of what the gradient is of.
     w1t, w2 = policy.split(params, HIDDEN, channels, layers)
     head = policy.value_head(params, HIDDEN, channels, layers)
@@ -169,7 +169,7 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
         entropy = -np.sum(np.exp(kept) * kept)
         total += min(ratio * adv, clipped * adv)
         total += -settings.value_coef / 2 * (v - trajectory.returns[t]) ** 2
-        total += settings.entropy_coef * entropy
+        total += entropy_coef * entropy
     return total
 
 
@@ -189,16 +189,16 @@ def test_the_surrogate_gradient_is_the_objectives(
     rng = np.random.default_rng(3)
     new = params + moved * rng.standard_normal(len(params)) * (np.abs(params) > 0)
     new = new.astype(np.float32).astype(np.float64)
-    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5, entropy_coef=0.01, noop_margin=margin)
+    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5, noop_margin=margin)
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
-    mean, scale = 0.1, 1.7
+    mean, scale, beta = 0.1, 1.7, 0.01
     out = np.empty(len(params), np.float32)
     work = ppo.PassWork(HIDDEN, channels, layers)
     moved_weights = policy.Weights32.from_params(new, HIDDEN, channels, layers)
-    stats = work.gradient(moved_weights, trajectory, steps, mean, scale, settings, out)
+    stats = work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, out)
     # The reused working memory was left clear: a second pass gives the same bytes.
     again = np.empty_like(out)
-    work.gradient(moved_weights, trajectory, steps, mean, scale, settings, again)
+    work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, again)
     assert again.tobytes() == out.tobytes()
     assert stats.steps == len(steps)
     assert (stats.clipped > 0) == (moved > 0)
@@ -222,8 +222,8 @@ def test_the_surrogate_gradient_is_the_objectives(
         up[i] += eps
         down[i] -= eps
         slope = (
-            _objective(up, trajectory, steps, mean, scale, settings, channels, layers)
-            - _objective(down, trajectory, steps, mean, scale, settings, channels, layers)
+            _objective(up, trajectory, steps, mean, scale, beta, settings, channels, layers)
+            - _objective(down, trajectory, steps, mean, scale, beta, settings, channels, layers)
         ) / (2 * eps)
         assert out[i] == pytest.approx(slope, rel=2e-3, abs=2e-4), i
 
@@ -233,7 +233,7 @@ def test_at_the_playing_weights_no_step_is_clipped_and_the_ratio_is_one() -> Non
     trajectory = _record(weights, 50, seed=4)
     out = np.empty(len(params), np.float32)
     stats = ppo.PassWork(HIDDEN).gradient(
-        weights, trajectory, np.arange(50), 0.0, 1.0, ppo.PPOSettings(clip=1e-9), out
+        weights, trajectory, np.arange(50), 0.0, 1.0, 0.01, ppo.PPOSettings(clip=1e-9), out
     )
     assert stats.clipped == 0
     assert stats.kl == 0.0
@@ -377,7 +377,8 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
     params = policy.init_params(hidden, 3, value=True)
     params[policy.param_count(hidden) :] = 0.01
     tasks = [
-        ppo.EpochTask(i, 100 + i, _synthetic(40_000, i), 0, 0, 1, 0.1, 0.9) for i in range(4)
+        ppo.EpochTask(i, 100 + i, _synthetic(40_000, i), 0, 0, 1, 0.1, 0.9, 0.01)
+        for i in range(4)
     ]
 
     def summed(items) -> bytes:
@@ -428,7 +429,9 @@ def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[byt
     for epoch in range(2):
         for part in range(2):
             passes = [
-                ppo.EpochTask(t.index, t.seed, trajectories[t.index], epoch, part, 2, 0.1, 0.9)
+                ppo.EpochTask(
+                    t.index, t.seed, trajectories[t.index], epoch, part, 2, 0.1, 0.9, 0.01
+                )
                 for t in tasks
             ]
             total = BatchSum(0, len(passes), np.empty(len(params)))
@@ -791,3 +794,28 @@ def test_an_entropy_penalty_makes_a_forked_policy_commit(tmp_path: Path, clean_s
     records = read_metrics(tmp_path / "base" / "metrics.jsonl")
     assert records[-1]["batch"] == 8
     assert last[-1.0] < records[-1]["entropy"] < last[1.0]
+
+
+def test_an_entropy_drop_gives_the_bytes_of_a_fork_with_that_bonus_where_the_drop_falls(
+    tmp_path: Path, clean_system
+) -> None:
+    base = {**CONV, "backend": "serial", "workers": 1}
+    dropped = tmp_path / "dropped"
+    given = {"entropy_drop_at": 300.0, "entropy_drop_to": -0.5}
+    train(fake_config(dropped, batches=4, **base, **given), log=_quiet)
+    records = read_metrics(dropped / "metrics.jsonl")
+    before = [r["total_steps"] - r["steps"] for r in records]
+    first = next(k for k, steps in enumerate(before) if steps >= 300)  # the first dropped
+    assert 0 < first < 4  # the drop falls inside the run, not at its start
+    beta = fake_config(tmp_path, **base).entropy_bonus
+    assert beta != -0.5
+    assert [r["entropy_bonus"] for r in records] == [beta] * first + [-0.5] * (4 - first)
+    source = tmp_path / "source"
+    train(fake_config(source, batches=first, **base), log=_quiet)
+    fork = tmp_path / "fork"
+    forked = {"fork_from": str(source), "entropy_bonus": -0.5}
+    train(fake_config(fork, batches=4, **base, **forked), log=_quiet)
+    assert checkpoint_weights(fork) == checkpoint_weights(dropped)
+    constant = tmp_path / "constant"
+    train(fake_config(constant, batches=4, **base), log=_quiet)
+    assert checkpoint_weights(constant) != checkpoint_weights(dropped)
