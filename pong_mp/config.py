@@ -229,7 +229,7 @@ class TrainConfig:
             "noop_margin", "gae_lambda", "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
-                raise ConfigError(f"{_flag(name)} must be a finite number")
+                raise ConfigError(f"{option_flag(name)} must be a finite number")
         checks = [
             (self.run_dir.strip() != "", "--run-dir must name a directory"),
             (
@@ -278,7 +278,7 @@ class TrainConfig:
             (
                 self.entropy_drop_at == 0 or self.algo == "ppo",
                 "--entropy-drop-at works with --algo ppo (Karpathy's learner weighs the "
-                "entropy by --entropy-bonus throughout)",
+                "entropy by --entropy-bonus throughout: give --entropy-drop-at 0)",
             ),
             (
                 self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
@@ -473,7 +473,8 @@ MAX_HIDDEN = 4096
 worker's fixed episode memory alone passes 600 MB."""
 
 
-def _flag(name: str) -> str:
+def option_flag(name: str) -> str:
+    """The command-line flag of TrainConfig field `name` (lr_drop_at: --lr-drop-at)."""
     return "--" + name.replace("_", "-")
 
 
@@ -618,7 +619,7 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
     """
     for name in ALGORITHM_FIELDS:
         if name in given and given[name] != getattr(stored, name):
-            flag, was = _flag(name), getattr(stored, name)
+            flag, was = option_flag(name), getattr(stored, name)
             how = f"without {flag}" if was is None else f"with {flag} {was!r}, not {given[name]!r}"
             raise ConfigError(
                 f"this run was trained {how}: omit {flag} to resume it, or start a new --run-dir"

@@ -33,6 +33,7 @@ from pong_mp.config import (
     ConfigError,
     TrainConfig,
     merge_for_resume,
+    option_flag,
     read_config,
 )
 from pong_mp.envs import UnknownEnvError, check_env
@@ -461,7 +462,7 @@ def _prepare_fork(
     stored = read_config(config_path)
     for name in FORK_KEEPS:
         if name in given and given[name] != getattr(stored, name):
-            flag = "--" + name.replace("_", "-")
+            flag = option_flag(name)
             raise ConfigError(
                 f"a fork keeps the {flag} of the run it starts from, {getattr(stored, name)!r} "
                 f"(its checkpoint fits only that), not {given[name]!r}: omit {flag}"
@@ -481,6 +482,7 @@ def _prepare_fork(
         )
     state, ckpt_config = checkpoint.load(ckpt_path)
     _check_belongs(ckpt_path, ckpt_config, stored, state)
+    _refuse_a_value_its_drop_hides(config, given, state.steps)
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
     if config.hidden != stored.hidden:
         state = with_hidden(
@@ -497,6 +499,27 @@ def _prepare_fork(
         # running scale of the one would hold the other back for hundreds of updates.
         state = with_new_optimizer_state(state)
     return config, state
+
+
+DROPS = (
+    ("lr", "lr_drop_at", "lr_drop_to"),
+    ("entropy_bonus", "entropy_drop_at", "entropy_drop_to"),
+)
+"""The options a drop replaces, each with its drop's point and value."""
+
+
+def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], steps: int) -> None:
+    # A fork inherits its source's drops: where one has already fallen, a --lr or
+    # --entropy-bonus given alone would be stored and never used.
+    for value, at, to in DROPS:
+        drop_at = getattr(config, at)
+        if value in given and at not in given and to not in given and drop_at and steps >= drop_at:
+            flag, at_flag = option_flag(value), option_flag(at)
+            raise ConfigError(
+                f"{flag} {given[value]:g} would never apply: the run forked from has {at_flag} "
+                f"{drop_at:g}, so from its checkpoint's {steps:,} env steps on it trains with "
+                f"{option_flag(to)} {getattr(config, to):g}; give {at_flag} 0 too"
+            )
 
 
 def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:

@@ -631,24 +631,59 @@ def test_two_conv_layers_resume_bit_for_bit_and_learn_both_layers_filters(
 NOOP = {**CONV, "noop_margin": 1.0}
 """The conv actor-critic with a third action, NOOP."""
 
+NOOP_DROP = {**NOOP, "entropy_bonus": 0.3, "entropy_drop_at": 400.0, "entropy_drop_to": -0.3}
+"""NOOP with an entropy bonus that turns to a penalty within 3 updates (at 400 env steps)."""
+
 
 @pytest.mark.parametrize(("backend", "workers"), [("local", 3), ("ray", 2)])
-def test_a_noop_margin_gives_the_same_bits_on_every_backend_and_resumes(
+def test_a_noop_margin_and_an_entropy_drop_give_the_same_bits_on_every_backend_and_resume(
     tmp_path: Path, backend: str, workers: int, conv_serial, clean_system
 ) -> None:
+    # The entropy's weight travels in each pass's task: kept or sent whole, to a local worker
+    # or a Ray actor, before the drop and after it, across a resume.
     if backend == "ray":
         pytest.importorskip("ray")
     reference = tmp_path / "serial"
-    train(fake_config(reference, backend="serial", **NOOP), log=_quiet)
+    train(fake_config(reference, backend="serial", **NOOP_DROP), log=_quiet)
     assert checkpoint_weights(reference) != conv_serial[0]  # NOOP was played and learned
+    weights = [record["entropy_bonus"] for record in _metrics(reference)]
+    assert weights[0] == 0.3 and weights[-1] == -0.3
     run_dir = tmp_path / backend
-    train(fake_config(run_dir, backend=backend, workers=workers, batches=2, **NOOP), log=_quiet)
-    train(fake_config(run_dir, backend=backend, workers=2, **NOOP), resume=True, log=_quiet)
+    given = {"backend": backend, **NOOP_DROP}
+    train(fake_config(run_dir, workers=workers, batches=2, **given), log=_quiet)
+    train(fake_config(run_dir, workers=2, **given), resume=True, log=_quiet)
     assert checkpoint_weights(run_dir) == checkpoint_weights(reference)
     assert _metrics(run_dir) == _metrics(reference)
     assert all(0 < record["noop_share"] < 1 for record in _metrics(reference))
     with pytest.raises(ConfigError, match=re.escape("trained with --noop-margin 1.0")):
         prepare_run(run_dir, True, {"noop_margin": 0.0})
+    with pytest.raises(ConfigError, match=re.escape("trained with --entropy-drop-at 400.0")):
+        prepare_run(run_dir, True, {"entropy_drop_at": 500.0})
+
+
+@pytest.mark.parametrize(
+    ("value", "drop"),
+    [({"entropy_bonus": 0.2}, {"entropy_drop_at": 300.0}), ({"lr": 2e-3}, {"lr_drop_at": 300.0})],
+    ids=["entropy", "lr"],
+)
+def test_a_fork_refuses_a_value_that_a_fallen_drop_would_hide(
+    tmp_path: Path, value: dict, drop: dict, clean_system
+) -> None:
+    source = tmp_path / "source"
+    train(fake_config(source, backend="serial", batches=2, **CONV, **drop), log=_quiet)
+    # The options a user gives: the rest comes from the run forked from, its drop too.
+    given = {"fork_from": str(source), "backend": "serial", **value}
+    (name,), (at,) = value, drop
+    with pytest.raises(ConfigError, match=f"--{name.replace('_', '-')} .* would never apply"):
+        prepare_run(tmp_path / "fork", False, given, build_env=False)
+    config, _ = prepare_run(tmp_path / "fork", False, {**given, at: 0.0}, build_env=False)
+    assert (getattr(config, name), getattr(config, at)) == (value[name], 0.0)
+    # A drop still ahead of the checkpoint leaves the given value its updates until then.
+    ahead = tmp_path / "ahead"
+    train(fake_config(ahead, backend="serial", batches=2, **CONV, **{at: 1e9}), log=_quiet)
+    given["fork_from"] = str(ahead)
+    config, _ = prepare_run(tmp_path / "fork", False, given, build_env=False)
+    assert (getattr(config, name), getattr(config, at)) == (value[name], 1e9)
 
 
 def test_a_two_action_run_forks_into_three_actions(tmp_path: Path, clean_system) -> None:

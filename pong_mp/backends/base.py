@@ -86,7 +86,8 @@ class RolloutSpec:
     """What the policy sees (frames.INPUTS): frame differences, with the paddle shown, or
     the frame with its trail."""
     entropy_bonus: float = 0.0
-    """Weight of the policy's entropy in each episode's objective (0: none)."""
+    """Weight of the policy's entropy in each episode's objective (0: none), with --algo pg;
+    the actor-critic's comes in each EpochTask (it may change during a run)."""
     baseline: str = "none"
     """"value": the weights carry a value head, and gradients a value head's part."""
     workers: int = 1
