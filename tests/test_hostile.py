@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -244,7 +245,8 @@ def test_a_stopped_coordinator_and_a_stopped_worker_change_nothing(
     os.kill(proc.pid, signal.SIGCONT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "Traceback" not in err and "hung for 2 s: replaced" in err, err
+    # The message gives how long the worker was busy, which a loaded machine rounds past 2 s.
+    assert "Traceback" not in err and re.search(r"hung for [2-9] s: replaced", err), err
     assert weights(run_dir) == undisturbed(tmp_path, 30)
 
 
