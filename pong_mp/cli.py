@@ -37,6 +37,7 @@ from pong_mp.config import (
     TrainConfig,
     apply_preset,
     default_workers,
+    shown,
     stored_conv_channels,
     stored_conv_layers,
     stored_option,
@@ -196,10 +197,24 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
     return kwargs
 
 
+class _Numbers(click.ParamType):
+    """Comma-separated numbers (a drop's points or values: 4e6,6.3e6) as a tuple."""
+
+    name = "numbers"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> tuple[float, ...]:
+        if isinstance(value, tuple):
+            return value
+        try:
+            return tuple(float(part) for part in str(value).split(","))
+        except ValueError:
+            self.fail(f"{value!r} is not a number or comma-separated numbers", param, ctx)
+
+
 def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add one `train` option per TrainConfig field: its name, type, default and help all
     come from the field (config.option), so that none of them is written twice."""
-    kinds = {"int": int, "float": float, "str": str}
+    kinds = {"int": int, "float": float, "str": str, "tuple[float, ...]": _Numbers()}
     for f in reversed(dataclasses.fields(TrainConfig)):
         meta = dict(f.metadata)
         name = f.name.replace("_", "-")
@@ -220,6 +235,8 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
             if has_default:
                 kwargs["default"] = f.default
                 kwargs["show_default"] = f.default is not None
+                if isinstance(f.default, tuple):  # a drop's: given and shown as it is typed
+                    kwargs["default"] = shown(f.default)
             else:  # a default made per run (the CPU count): shown in words
                 kwargs["default"] = f.default_factory
                 kwargs["show_default"] = meta.pop("show_default")

@@ -104,14 +104,17 @@ class TrainConfig:
         "Halve the learning rate every STEPS env steps, smoothly (0: constant, Karpathy's).",
         metavar="STEPS",
     )
-    lr_drop_at: float = option(
-        0.0,
-        "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never). A lower "
-        "rate late lifts the level a run settles at.",
-        metavar="STEPS",
+    lr_drop_at: tuple[float, ...] = option(
+        (),
+        "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never); several "
+        "points, comma-separated and increasing, each take their own --lr-drop-to value. A "
+        "lower rate late lifts the level a run settles at.",
+        metavar="STEPS[,STEPS...]",
     )
-    lr_drop_to: float = option(
-        3e-4, "The learning rate from --lr-drop-at on.", metavar="LR"
+    lr_drop_to: tuple[float, ...] = option(
+        (3e-4,),
+        "The learning rate from --lr-drop-at on: one value per point, comma-separated.",
+        metavar="LR[,LR...]",
     )
     gamma: float = option(0.99, "Discount factor; the return restarts at every point.")
     decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
@@ -127,15 +130,19 @@ class TrainConfig:
         "makes a trained policy commit to its likelier actions (late in a run).",
         metavar="BETA",
     )
-    entropy_drop_at: float = option(
-        0.0,
+    entropy_drop_at: tuple[float, ...] = option(
+        (),
         "From STEPS env steps on, weigh the entropy by --entropy-drop-to instead of "
-        "--entropy-bonus (0: never; --algo ppo). A penalty late makes a trained policy "
-        "commit to its likelier actions.",
-        metavar="STEPS",
+        "--entropy-bonus (0: never; --algo ppo); several points, comma-separated and "
+        "increasing, each take their own --entropy-drop-to value. A penalty makes a trained "
+        "policy commit to its likelier actions.",
+        metavar="STEPS[,STEPS...]",
     )
-    entropy_drop_to: float = option(
-        -0.1, "The entropy bonus from --entropy-drop-at on (below 0: a penalty).", metavar="BETA"
+    entropy_drop_to: tuple[float, ...] = option(
+        (-0.1,),
+        "The entropy bonus from --entropy-drop-at on (below 0: a penalty): one value per "
+        "point, comma-separated.",
+        metavar="BETA[,BETA...]",
     )
     baseline: str = option(
         "none",
@@ -210,6 +217,12 @@ class TrainConfig:
         metavar="RUN",
     )
 
+    def __post_init__(self) -> None:
+        # A drop's points and values as tuples, however given: one number (older configs,
+        # keyword arguments) or a list (config.json).
+        for name, value in drop_options(vars(self)).items():
+            setattr(self, name, value)
+
     @property
     def value_head(self) -> bool:
         """Whether the weights carry a value head (--baseline value, or the actor-critic)."""
@@ -224,12 +237,26 @@ class TrainConfig:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
         for name in (
-            "lr", "lr_half_life", "lr_drop_at", "lr_drop_to", "gamma", "decay_rate",
-            "entropy_bonus", "entropy_drop_at", "entropy_drop_to", "episode_timeout", "clip",
-            "noop_margin", "gae_lambda", "value_coef", "max_grad_norm",
+            "lr", "lr_half_life", "gamma", "decay_rate", "entropy_bonus", "episode_timeout",
+            "clip", "noop_margin", "gae_lambda", "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{option_flag(name)} must be a finite number")
+        for at, to in DROPS.values():
+            for name in (at, to):
+                if not all(math.isfinite(v) for v in getattr(self, name)):
+                    raise ConfigError(f"{option_flag(name)} must be a finite number")
+            points, values = getattr(self, at), getattr(self, to)
+            if any(v <= 0 for v in points) or list(points) != sorted(set(points)):
+                raise ConfigError(
+                    f"{option_flag(at)} must be env steps > 0 in increasing order (0 alone: never)"
+                )
+            if points and len(values) != len(points):
+                raise ConfigError(
+                    f"{option_flag(to)} needs one value for each {option_flag(at)} point: "
+                    f"{len(points)} point{'s' * (len(points) != 1)}, "
+                    f"{len(values)} value{'s' * (len(values) != 1)}"
+                )
         checks = [
             (self.run_dir.strip() != "", "--run-dir must name a directory"),
             (
@@ -256,9 +283,8 @@ class TrainConfig:
                 "default is 1e-3, Karpathy's 1e-4)",
             ),
             (self.lr_half_life >= 0, "--lr-half-life must be >= 0 (0: constant)"),
-            (self.lr_drop_at >= 0, "--lr-drop-at must be >= 0 (0: never)"),
             (
-                0 < self.lr_drop_to <= MAX_LR,
+                all(0 < v <= MAX_LR for v in self.lr_drop_to),
                 f"--lr-drop-to must be > 0 and at most {MAX_LR:g}",
             ),
             (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
@@ -269,14 +295,13 @@ class TrainConfig:
                 f"{MAX_ENTROPY_BONUS:g} (0.01 to 0.03 are the bonuses tried, -0.1 and -0.3 "
                 "the penalties)",
             ),
-            (self.entropy_drop_at >= 0, "--entropy-drop-at must be >= 0 (0: never)"),
             (
-                abs(self.entropy_drop_to) <= MAX_ENTROPY_BONUS,
+                all(abs(v) <= MAX_ENTROPY_BONUS for v in self.entropy_drop_to),
                 f"--entropy-drop-to must be between -{MAX_ENTROPY_BONUS:g} and "
                 f"{MAX_ENTROPY_BONUS:g}",
             ),
             (
-                self.entropy_drop_at == 0 or self.algo == "ppo",
+                not self.entropy_drop_at or self.algo == "ppo",
                 "--entropy-drop-at works with --algo ppo (Karpathy's learner weighs the "
                 "entropy by --entropy-bonus throughout: give --entropy-drop-at 0)",
             ),
@@ -473,6 +498,41 @@ MAX_HIDDEN = 4096
 worker's fixed episode memory alone passes 600 MB."""
 
 
+DROPS: dict[str, tuple[str, str]] = {
+    "lr": ("lr_drop_at", "lr_drop_to"),
+    "entropy_bonus": ("entropy_drop_at", "entropy_drop_to"),
+}
+"""Each option a drop replaces, with the drop's points (env steps) and its values there."""
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
+    """The drop options in `data` as tuples of floats, however they were given: one number
+    (as older configs and keyword arguments have them; a point of 0 is no drop) or a list.
+    Values of another type are left out, for check_types to name."""
+    out: dict[str, tuple[float, ...]] = {}
+    for at, to in DROPS.values():
+        for name in (at, to):
+            value = data.get(name)
+            if _is_number(value):
+                value = (value,)
+            if isinstance(value, list | tuple) and all(_is_number(v) for v in value):
+                numbers = tuple(float(v) for v in value)
+                out[name] = () if name == at and numbers == (0.0,) else numbers
+    return out
+
+
+def shown(value: object) -> str:
+    """An option's value as a message shows it: a drop's points as they are typed
+    (4e+06,6.3e+06; none: 0), anything else as its repr."""
+    if isinstance(value, tuple):
+        return ",".join(f"{v:g}" for v in value) or "0"
+    return repr(value)
+
+
 def option_flag(name: str) -> str:
     """The command-line flag of TrainConfig field `name` (lr_drop_at: --lr-drop-at)."""
     return "--" + name.replace("_", "-")
@@ -485,6 +545,10 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "float": (
         "a number",
         lambda v: isinstance(v, int | float) and not isinstance(v, bool),
+    ),
+    "tuple[float, ...]": (
+        "a number or a list of numbers",
+        lambda v: _is_number(v) or (isinstance(v, list | tuple) and all(map(_is_number, v))),
     ),
     "dict[str, Any]": (
         "a JSON object",
@@ -560,14 +624,14 @@ _KARPATHY: dict[str, Any] = {
     "optimizer": "rmsprop",
     "lr": 1e-4,
     "lr_half_life": 0.0,
-    "lr_drop_at": 0.0,
+    "lr_drop_at": (),
     "decay_rate": 0.99,
     "batch_size": 10,
     "hidden": 200,
     "gamma": 0.99,
     "advantage": "episode",
     "entropy_bonus": 0.0,
-    "entropy_drop_at": 0.0,
+    "entropy_drop_at": (),
     "baseline": "none",
     "inputs": "diff",
     "policy_lag": 0,
@@ -620,7 +684,11 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
     for name in ALGORITHM_FIELDS:
         if name in given and given[name] != getattr(stored, name):
             flag, was = option_flag(name), getattr(stored, name)
-            how = f"without {flag}" if was is None else f"with {flag} {was!r}, not {given[name]!r}"
+            how = (
+                f"without {flag}"
+                if was is None
+                else f"with {flag} {shown(was)}, not {shown(given[name])}"
+            )
             raise ConfigError(
                 f"this run was trained {how}: omit {flag} to resume it, or start a new --run-dir"
             )

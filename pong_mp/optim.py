@@ -3,6 +3,8 @@ ascent, each step one compiled pass (`sparse.pyx`); and the learning-rate schedu
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from pong_mp import sparse
@@ -83,18 +85,32 @@ def adam_step(
     return new_params, new_momentum, new_cache
 
 
-def dropped(value: float, steps: int, drop_at: float, drop_to: float) -> float:
-    """`value`, or `drop_to` once `steps` env steps reach `drop_at` (when that is not 0): the
-    rule of --lr-drop-at and --entropy-drop-at. A drop at S steps gives the bytes of a run
-    forked with the new value at its first update to start at S or later."""
-    return drop_to if drop_at and steps >= drop_at else value
+def dropped(
+    value: float, steps: int, drop_at: Sequence[float], drop_to: Sequence[float]
+) -> float:
+    """`value`, or once `steps` env steps reach a point of `drop_at` (increasing), the value
+    of `drop_to` at the last point reached: the rule of --lr-drop-at and --entropy-drop-at.
+    A drop at S steps gives the bytes of a run forked with the new value at its first update
+    to start at S or later."""
+    if not drop_at:  # no drop: its values are not read
+        return value
+    for point, to in zip(drop_at, drop_to, strict=True):
+        if steps < point:
+            break
+        value = to
+    return value
 
 
 def scheduled_lr(
-    lr: float, half_life: float, steps: int, drop_at: float = 0.0, drop_to: float = 0.0
+    lr: float,
+    half_life: float,
+    steps: int,
+    drop_at: Sequence[float] = (),
+    drop_to: Sequence[float] = (),
 ) -> float:
-    """The learning rate after `steps` env steps: `lr`, or `drop_to` once `steps` reaches
-    `drop_at` (when that is not 0), halved every `half_life` steps (when that is not 0).
+    """The learning rate after `steps` env steps: `lr`, or the value of `drop_to` at the last
+    point of `drop_at` that `steps` has reached, halved every `half_life` steps (when that is
+    not 0).
 
     Counting env steps rather than updates ties the schedule to the experience played, so
     the same setting means the same thing at any batch size, and a run stopped and resumed

@@ -29,12 +29,15 @@ from pong_mp.backends.base import refuse_in_a_starting_worker
 from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError
 from pong_mp.config import (
     ALGORITHM_FIELDS,
+    DROPS,
     FORK_KEEPS,
     ConfigError,
     TrainConfig,
+    drop_options,
     merge_for_resume,
     option_flag,
     read_config,
+    shown,
 )
 from pong_mp.envs import UnknownEnvError, check_env
 from pong_mp.files import FileError, file_error, file_io, pid_alive, write_text_atomic
@@ -405,7 +408,8 @@ def prepare_run(
     RunDirError, CheckpointError or FileError.
     """
     run_dir = Path(run_dir)
-    given = {**given, "run_dir": str(run_dir)}
+    # A drop's points typed as one number compare equal to the stored tuple.
+    given = {**given, **drop_options(given), "run_dir": str(run_dir)}
     if resume:
         config_path, ckpt_path = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
         if not config_path.is_file():
@@ -501,24 +505,19 @@ def _prepare_fork(
     return config, state
 
 
-DROPS = (
-    ("lr", "lr_drop_at", "lr_drop_to"),
-    ("entropy_bonus", "entropy_drop_at", "entropy_drop_to"),
-)
-"""The options a drop replaces, each with its drop's point and value."""
-
-
 def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], steps: int) -> None:
     # A fork inherits its source's drops: where one has already fallen, a --lr or
     # --entropy-bonus given alone would be stored and never used.
-    for value, at, to in DROPS:
-        drop_at = getattr(config, at)
-        if value in given and at not in given and to not in given and drop_at and steps >= drop_at:
+    for value, (at, to) in DROPS.items():
+        points = getattr(config, at)
+        fallen = [k for k, point in enumerate(points) if steps >= point]
+        if value in given and at not in given and to not in given and fallen:
             flag, at_flag = option_flag(value), option_flag(at)
             raise ConfigError(
                 f"{flag} {given[value]:g} would never apply: the run forked from has {at_flag} "
-                f"{drop_at:g}, so from its checkpoint's {steps:,} env steps on it trains with "
-                f"{option_flag(to)} {getattr(config, to):g}; give {at_flag} 0 too"
+                f"{shown(points)}, so from its checkpoint's {steps:,} env steps on it trains "
+                f"with {option_flag(to)} {getattr(config, to)[fallen[-1]]:g}; give {at_flag} 0 "
+                "too"
             )
 
 

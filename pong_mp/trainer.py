@@ -121,7 +121,7 @@ def _scheduled_lr(config: TrainConfig, steps: int) -> float:
 
 def scheduled_entropy_bonus(config: TrainConfig, steps: int) -> float:
     """The entropy's weight in the objective of an update whose batch starts at `steps` env
-    steps: --entropy-bonus, or --entropy-drop-to from --entropy-drop-at on."""
+    steps: --entropy-bonus, or from an --entropy-drop-at point on, its --entropy-drop-to."""
     return dropped(config.entropy_bonus, steps, config.entropy_drop_at, config.entropy_drop_to)
 
 

@@ -84,10 +84,22 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--preset", "fast"], "'fast' is not one of 'karpathy', 'pg', 'ppo'"),
         (["--lr", "inf"], "--lr must be a finite number"),
         (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
-        (["--lr-drop-at", "-5"], "--lr-drop-at must be >= 0"),
+        (["--lr-drop-at", "-5"], "--lr-drop-at must be env steps > 0 in increasing order"),
+        (["--lr-drop-at", "2e6,1e6"], "--lr-drop-at must be env steps > 0 in increasing order"),
         (["--lr-drop-to", "0"], "--lr-drop-to must be > 0 and at most 1"),
         (["--entropy-bonus", "-11"], "--entropy-bonus must be between -10 and 10"),
-        (["--entropy-drop-at", "-5"], "--entropy-drop-at must be >= 0"),
+        (["--entropy-drop-at", "0,5"], "--entropy-drop-at must be env steps > 0 in increasing"),
+        (["--entropy-drop-at", "1e6,1e6"], "--entropy-drop-at must be env steps > 0 in"),
+        (["--entropy-drop-at", "1e6,x"], "'1e6,x' is not a number or comma-separated numbers"),
+        (
+            ["--entropy-drop-at", "4e6,6e6"],
+            "--entropy-drop-to needs one value for each --entropy-drop-at point: 2 points, 1 value",
+        ),
+        (
+            ["--lr-drop-at", "4e6", "--lr-drop-to", "3e-4,1e-4"],
+            "--lr-drop-to needs one value for each --lr-drop-at point: 1 point, 2 values",
+        ),
+        (["--entropy-drop-to", "0,11"], "--entropy-drop-to must be between -10 and 10"),
         (["--entropy-drop-to", "11"], "--entropy-drop-to must be between -10 and 10"),
         (
             ["--preset", "pg", "--entropy-drop-at", "1e6"],
@@ -133,7 +145,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
     )
     assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
     assert (config["inputs"], config["lr_half_life"], config["entropy_bonus"]) == ("diff", 0, 0)
-    assert (config["lr_drop_at"], config["entropy_drop_at"]) == (0, 0)
+    assert (config["lr_drop_at"], config["entropy_drop_at"]) == ([], [])  # no drop
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")
     )

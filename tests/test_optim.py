@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pong_mp.optim import Optimizer, adam_step, rmsprop_step, scheduled_lr
+from pong_mp.optim import Optimizer, adam_step, dropped, rmsprop_step, scheduled_lr
 
 
 def test_one_step_by_hand() -> None:
@@ -104,12 +104,21 @@ def test_the_scheduled_rate_halves_every_half_life_and_zero_keeps_it_constant() 
 
 
 def test_a_drop_replaces_the_rate_from_its_step_on_and_the_half_life_still_applies() -> None:
-    assert scheduled_lr(1e-3, 0.0, 10**9, 0.0, 3e-4) == 1e-3  # 0: never
-    assert scheduled_lr(1e-3, 0.0, 4_999_999, 5e6, 3e-4) == 1e-3
-    assert scheduled_lr(1e-3, 0.0, 5_000_000, 5e6, 3e-4) == 3e-4
-    assert scheduled_lr(1e-3, 0.0, 9_000_000, 5e6, 2e-3) == 2e-3
-    assert scheduled_lr(1e-3, 2e6, 6_000_000, 5e6, 4e-4) == pytest.approx(5e-5, rel=1e-15)
-    assert scheduled_lr(1e-3, 2e6, 4_000_000, 5e6, 4e-4) == pytest.approx(2.5e-4, rel=1e-15)
+    assert scheduled_lr(1e-3, 0.0, 10**9, (), (3e-4,)) == 1e-3  # no point: never
+    assert scheduled_lr(1e-3, 0.0, 4_999_999, (5e6,), (3e-4,)) == 1e-3
+    assert scheduled_lr(1e-3, 0.0, 5_000_000, (5e6,), (3e-4,)) == 3e-4
+    assert scheduled_lr(1e-3, 0.0, 9_000_000, (5e6,), (2e-3,)) == 2e-3
+    assert scheduled_lr(1e-3, 2e6, 6_000_000, (5e6,), (4e-4,)) == pytest.approx(5e-5, rel=1e-15)
+    assert scheduled_lr(1e-3, 2e6, 4_000_000, (5e6,), (4e-4,)) == pytest.approx(2.5e-4, rel=1e-15)
+
+
+@pytest.mark.parametrize(
+    ("steps", "value"),
+    [(0, 0.01), (3_999_999, 0.01), (4_000_000, -0.03), (6_299_999, -0.03), (6_300_000, 0.0),
+     (10**9, 0.0)],
+)  # fmt: skip
+def test_each_point_of_a_drop_gives_its_value_from_its_step_on(steps: int, value: float) -> None:
+    assert dropped(0.01, steps, (4e6, 6.3e6), (-0.03, 0.0)) == value
 
 
 @pytest.mark.parametrize("name", ["rmsprop", "adam"])

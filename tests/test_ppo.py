@@ -657,7 +657,7 @@ def test_a_noop_margin_and_an_entropy_drop_give_the_same_bits_on_every_backend_a
     assert all(0 < record["noop_share"] < 1 for record in _metrics(reference))
     with pytest.raises(ConfigError, match=re.escape("trained with --noop-margin 1.0")):
         prepare_run(run_dir, True, {"noop_margin": 0.0})
-    with pytest.raises(ConfigError, match=re.escape("trained with --entropy-drop-at 400.0")):
+    with pytest.raises(ConfigError, match=re.escape("with --entropy-drop-at 400, not 500:")):
         prepare_run(run_dir, True, {"entropy_drop_at": 500.0})
 
 
@@ -677,13 +677,21 @@ def test_a_fork_refuses_a_value_that_a_fallen_drop_would_hide(
     with pytest.raises(ConfigError, match=f"--{name.replace('_', '-')} .* would never apply"):
         prepare_run(tmp_path / "fork", False, given, build_env=False)
     config, _ = prepare_run(tmp_path / "fork", False, {**given, at: 0.0}, build_env=False)
-    assert (getattr(config, name), getattr(config, at)) == (value[name], 0.0)
+    assert (getattr(config, name), getattr(config, at)) == (value[name], ())  # no drop
     # A drop still ahead of the checkpoint leaves the given value its updates until then.
     ahead = tmp_path / "ahead"
     train(fake_config(ahead, backend="serial", batches=2, **CONV, **{at: 1e9}), log=_quiet)
     given["fork_from"] = str(ahead)
     config, _ = prepare_run(tmp_path / "fork", False, given, build_env=False)
-    assert (getattr(config, name), getattr(config, at)) == (value[name], 1e9)
+    assert (getattr(config, name), getattr(config, at)) == (value[name], (1e9,))
+    # Of two points, the first fallen hides the value as one alone does.
+    to = at.replace("_at", "_to")
+    two = tmp_path / "two"
+    points = {at: (300.0, 1e9), to: (getattr(config, to)[0], value[name])}
+    train(fake_config(two, backend="serial", batches=2, **CONV, **points), log=_quiet)
+    given["fork_from"] = str(two)
+    with pytest.raises(ConfigError, match=f"has --{at.replace('_', '-')} 300,1e[+]09, so "):
+        prepare_run(tmp_path / "fork", False, given, build_env=False)
 
 
 def test_a_two_action_run_forks_into_three_actions(tmp_path: Path, clean_system) -> None:
@@ -854,3 +862,33 @@ def test_an_entropy_drop_gives_the_bytes_of_a_fork_with_that_bonus_where_the_dro
     constant = tmp_path / "constant"
     train(fake_config(constant, batches=4, **base), log=_quiet)
     assert checkpoint_weights(constant) != checkpoint_weights(dropped)
+
+
+def test_a_drop_of_two_points_gives_the_bytes_of_a_fork_of_a_fork_where_each_falls(
+    tmp_path: Path, clean_system
+) -> None:
+    # A penalty from the first point, then a bonus again from the second: what a run forked
+    # at each point with that --entropy-bonus trains.
+    base = {**CONV, "backend": "serial", "workers": 1}
+    one = tmp_path / "one"
+    penalty_from_300 = {"entropy_drop_at": 300.0, "entropy_drop_to": -0.5}
+    train(fake_config(one, batches=5, **base, **penalty_from_300), log=_quiet)
+    before = [r["total_steps"] - r["steps"] for r in read_metrics(one / "metrics.jsonl")]
+    first = next(k for k, steps in enumerate(before) if steps >= 300)
+    assert 0 < first < 3  # both points fall inside the run
+    second = before[first + 1]  # the update after the first dropped one starts here
+    two = tmp_path / "two"
+    points = {"entropy_drop_at": (300.0, second), "entropy_drop_to": (-0.5, 0.25)}
+    train(fake_config(two, batches=5, **base, **points), log=_quiet)
+    beta = fake_config(tmp_path, **base).entropy_bonus
+    assert beta not in (-0.5, 0.25)
+    weights = [r["entropy_bonus"] for r in read_metrics(two / "metrics.jsonl")]
+    assert weights == [beta] * first + [-0.5] + [0.25] * (4 - first)
+    source, penalty, hold = tmp_path / "source", tmp_path / "penalty", tmp_path / "hold"
+    train(fake_config(source, batches=first, **base), log=_quiet)
+    forked = {"fork_from": str(source), "entropy_bonus": -0.5}
+    train(fake_config(penalty, batches=first + 1, **base, **forked), log=_quiet)
+    forked = {"fork_from": str(penalty), "entropy_bonus": 0.25}
+    train(fake_config(hold, batches=5, **base, **forked), log=_quiet)
+    assert checkpoint_weights(hold) == checkpoint_weights(two)
+    assert checkpoint_weights(one) != checkpoint_weights(two)  # the second point counts

@@ -326,6 +326,9 @@ def finished_run(tmp_path_factory) -> Path:
         ("workers", -3, "--workers must be >= 1"),
         ("gamma", float("nan"), "--gamma must be a finite number"),
         ("surprise", 1, "unknown config keys: surprise"),
+        ("lr_drop_at", "4e6", 'lr_drop_at must be a number or a list of numbers, not "4e6"'),
+        ("entropy_drop_at", [1e6, "2e6"], "entropy_drop_at must be a number or a list of"),
+        ("entropy_drop_at", [1e6, 2e6], "--entropy-drop-to needs one value for each"),
     ],
 )
 def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
@@ -340,6 +343,26 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
     _one_line_error(done, 2, f"{run_dir}/config.json: not a valid pong-mp config", message)
     assert _snapshot(run_dir) == before
+
+
+def test_a_drop_stored_as_one_number_resumes_as_that_drop(
+    tmp_path: Path, finished_run: Path
+) -> None:
+    # Runs stored before a drop could have several points hold each as one number.
+    run_dir = tmp_path / "R"
+    shutil.copytree(finished_run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["entropy_drop_at"], config["lr_drop_at"]) == ([], [])
+    config.update(entropy_drop_at=1e9, entropy_drop_to=-0.03, lr_drop_at=0.0, lr_drop_to=3e-4)
+    (run_dir / "config.json").write_text(json.dumps(config))
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "2",
+                   "--entropy-drop-at", "1e9", "--lr-drop-at", "0")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    config = json.loads((run_dir / "config.json").read_text())
+    assert (config["entropy_drop_at"], config["entropy_drop_to"]) == ([1e9], [-0.03])
+    assert (config["lr_drop_at"], config["lr_drop_to"]) == ([], [3e-4])
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--entropy-drop-at", "2e9")
+    assert "trained with --entropy-drop-at 1e+09, not 2e+09:" in done.stderr
 
 
 @pytest.mark.parametrize(

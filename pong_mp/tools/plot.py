@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 
 from pong_mp import rundir
-from pong_mp.config import ALGORITHM_FIELDS, OLDER_RUN_DEFAULTS, TrainConfig
+from pong_mp.config import (
+    ALGORITHM_FIELDS,
+    OLDER_RUN_DEFAULTS,
+    TrainConfig,
+    drop_options,
+    shown,
+)
 from pong_mp.files import FileError, check_writable, write_atomic
 from pong_mp.rundir import METRICS_FILE
 
@@ -199,6 +205,10 @@ class RunGroup:
     """Each run's directory and metrics records."""
 
 
+def _label_value(value: object) -> str:
+    return shown(value) if isinstance(value, tuple) else str(value)
+
+
 def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
     """Runs grouped by setting, in the order each setting first appears, each labelled by
     the config values that differ between the groups (the directory name if none do)."""
@@ -211,6 +221,7 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
         stored = read_config(run_dir)
         # A config written before an option existed ran as older runs did.
         stored = {**defaults, **OLDER_RUN_DEFAULTS, **stored} if stored else {}
+        stored.update(drop_options(stored))  # a drop stored as one number or as a list
         config = {k: v for k, v in stored.items() if k not in NOT_ALGORITHM}
         key = json.dumps(config, sort_keys=True, default=str) if config else str(run_dir)
         settings.setdefault(key, []).append((run_dir, records))
@@ -226,7 +237,7 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
     groups = []
     for key, members in settings.items():
         config = configs[key]
-        label = ", ".join(f"{name} {config.get(name)}" for name in differing)
+        label = ", ".join(f"{name} {_label_value(config.get(name))}" for name in differing)
         groups.append(RunGroup(label or members[0][0].name, members))
     return groups
 
