@@ -107,7 +107,7 @@ class TrainConfig:
     lr_drop_at: tuple[float, ...] = option(
         (),
         "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never); several "
-        "points, comma-separated and increasing, each take their own --lr-drop-to value. A "
+        "points, comma-separated and increasing, each takes its own --lr-drop-to value. A "
         "lower rate late lifts the level a run settles at.",
         metavar="STEPS[,STEPS...]",
     )
@@ -134,7 +134,7 @@ class TrainConfig:
         (),
         "From STEPS env steps on, weigh the entropy by --entropy-drop-to instead of "
         "--entropy-bonus (0: never; --algo ppo); several points, comma-separated and "
-        "increasing, each take their own --entropy-drop-to value. A penalty makes a trained "
+        "increasing, each takes its own --entropy-drop-to value. A penalty makes a trained "
         "policy commit to its likelier actions.",
         metavar="STEPS[,STEPS...]",
     )
@@ -506,7 +506,10 @@ DROPS: dict[str, tuple[str, str]] = {
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    # A float, or a whole number a float holds (JSON's integers have no bound).
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, float) or (isinstance(value, int) and abs(value) < 2**1024)
 
 
 def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
@@ -527,9 +530,9 @@ def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
 
 def shown(value: object) -> str:
     """An option's value as a message shows it: a drop's points as they are typed
-    (4e+06,6.3e+06; none: 0), anything else as its repr."""
+    (4e+06,6.3e+06, each exact; none: 0), anything else as its repr."""
     if isinstance(value, tuple):
-        return ",".join(f"{v:g}" for v in value) or "0"
+        return ",".join(f"{v:g}" if float(f"{v:g}") == v else repr(v) for v in value) or "0"
     return repr(value)
 
 
@@ -542,10 +545,7 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "str": ("a string", lambda v: isinstance(v, str)),
     "bool": ("true or false", lambda v: isinstance(v, bool)),
     "int": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
-    "float": (
-        "a number",
-        lambda v: isinstance(v, int | float) and not isinstance(v, bool),
-    ),
+    "float": ("a number", _is_number),
     "tuple[float, ...]": (
         "a number or a list of numbers",
         lambda v: _is_number(v) or (isinstance(v, list | tuple) and all(map(_is_number, v))),

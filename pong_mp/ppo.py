@@ -366,7 +366,8 @@ class EpochTask:
     """1 / their standard deviation (1 if they are all equal)."""
     entropy_coef: float
     """Weight of the policy's entropy (nats) a step in the update's objective: the run's
-    --entropy-bonus, or --entropy-drop-to from --entropy-drop-at on (below 0: a penalty)."""
+    --entropy-bonus, or from an --entropy-drop-at point on, its --entropy-drop-to (below 0: a
+    penalty)."""
 
 
 def epoch_gradient(

@@ -471,6 +471,7 @@ def _prepare_fork(
                 f"a fork keeps the {flag} of the run it starts from, {getattr(stored, name)!r} "
                 f"(its checkpoint fits only that), not {given[name]!r}: omit {flag}"
             )
+    _refuse_points_without_their_values(stored, given)
     inherited = {
         name: getattr(stored, name) for name in ALGORITHM_FIELDS if name != "fork_from"
     }
@@ -509,15 +510,36 @@ def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], s
     # A fork inherits its source's drops: where one has already fallen, a --lr or
     # --entropy-bonus given alone would be stored and never used.
     for value, (at, to) in DROPS.items():
-        points = getattr(config, at)
+        points, values = getattr(config, at), getattr(config, to)
         fallen = [k for k, point in enumerate(points) if steps >= point]
         if value in given and at not in given and to not in given and fallen:
-            flag, at_flag = option_flag(value), option_flag(at)
+            flag, at_flag, to_flag = option_flag(value), option_flag(at), option_flag(to)
+            ahead = points[len(fallen):]
+            keep = (
+                f" (or {at_flag} {shown(ahead)} {to_flag} {shown(values[len(fallen):])} to keep "
+                "the points still ahead)"
+                if ahead
+                else ""
+            )
             raise ConfigError(
                 f"{flag} {given[value]:g} would never apply: the run forked from has {at_flag} "
                 f"{shown(points)}, so from its checkpoint's {steps:,} env steps on it trains "
-                f"with {option_flag(to)} {getattr(config, to)[fallen[-1]]:g}; give {at_flag} 0 "
-                "too"
+                f"with {to_flag} {values[fallen[-1]]:g}; give {at_flag} 0 too{keep}"
+            )
+
+
+def _refuse_points_without_their_values(
+    stored: TrainConfig, given: dict[str, Any]
+) -> None:
+    # A fork given a drop's points alone takes the values of the run forked from: say so
+    # when they do not match, rather than count values the user never typed.
+    for at, to in DROPS.values():
+        points, values = given.get(at), getattr(stored, to)
+        if points and to not in given and len(points) != len(values):
+            raise ConfigError(
+                f"{option_flag(at)} {shown(points)} has {len(points)} point"
+                f"{'s' * (len(points) != 1)}, and the run forked from has {option_flag(to)} "
+                f"{shown(values)}: give {option_flag(to)} too, one value for each point"
             )
 
 

@@ -331,3 +331,14 @@ def test_a_plot_that_fails_while_writing_leaves_the_old_file(tmp_path: Path, mon
     assert sorted(p.name for p in out.parent.iterdir()) == [
         "config.json", "learning.png", "metrics.jsonl"
     ]
+
+
+def test_a_drop_stored_as_a_number_or_as_a_list_is_one_setting(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "old", seed=0, entropy_drop_at=4e6, entropy_drop_to=-0.03)
+    _fake_run(tmp_path / "new", seed=1, entropy_drop_at=[4e6], entropy_drop_to=[-0.03])
+    _fake_run(tmp_path / "two", seed=0, entropy_drop_at=[4e6, 6.3e6], entropy_drop_to=[-0.03, 0])
+    runs = [(tmp_path / n, read_metrics(tmp_path / n)) for n in ("old", "new", "two")]
+    assert [(g.label, [d.name for d, _ in g.runs]) for g in group_runs(runs)] == [
+        ("entropy_drop_at 4e+06, entropy_drop_to -0.03", ["old", "new"]),
+        ("entropy_drop_at 4e+06,6.3e+06, entropy_drop_to -0.03,0", ["two"]),
+    ]

@@ -690,8 +690,14 @@ def test_a_fork_refuses_a_value_that_a_fallen_drop_would_hide(
     points = {at: (300.0, 1e9), to: (getattr(config, to)[0], value[name])}
     train(fake_config(two, backend="serial", batches=2, **CONV, **points), log=_quiet)
     given["fork_from"] = str(two)
-    with pytest.raises(ConfigError, match=f"has --{at.replace('_', '-')} 300,1e[+]09, so "):
+    at_flag, to_flag = (f"--{name.replace('_', '-')}" for name in (at, to))
+    with pytest.raises(ConfigError, match=f"has {at_flag} 300,1e[+]09, so ") as refused:
         prepare_run(tmp_path / "fork", False, given, build_env=False)
+    # ... and names the point still ahead, with its value, as the way to keep it.
+    assert f"(or {at_flag} 1e+09 {to_flag} {value[name]:g} to keep" in str(refused.value)
+    # Points given alone take the values of the run forked from, which must match them.
+    with pytest.raises(ConfigError, match=f"{at_flag} 2000 has 1 point, and the run forked"):
+        prepare_run(tmp_path / "fork", False, {**given, at: 2000.0}, build_env=False)
 
 
 def test_a_two_action_run_forks_into_three_actions(tmp_path: Path, clean_system) -> None:

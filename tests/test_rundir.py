@@ -329,6 +329,8 @@ def finished_run(tmp_path_factory) -> Path:
         ("lr_drop_at", "4e6", 'lr_drop_at must be a number or a list of numbers, not "4e6"'),
         ("entropy_drop_at", [1e6, "2e6"], "entropy_drop_at must be a number or a list of"),
         ("entropy_drop_at", [1e6, 2e6], "--entropy-drop-to needs one value for each"),
+        ("lr", 10**400, "lr must be a number, not 1000"),  # past float's range
+        ("entropy_drop_at", [10**400], "entropy_drop_at must be a number or a list of"),
     ],
 )
 def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
@@ -361,8 +363,11 @@ def test_a_drop_stored_as_one_number_resumes_as_that_drop(
     config = json.loads((run_dir / "config.json").read_text())
     assert (config["entropy_drop_at"], config["entropy_drop_to"]) == ([1e9], [-0.03])
     assert (config["lr_drop_at"], config["lr_drop_to"]) == ([], [3e-4])
-    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--entropy-drop-at", "2e9")
-    assert "trained with --entropy-drop-at 1e+09, not 2e+09:" in done.stderr
+    resume = ("train", "--run-dir", str(run_dir), "--resume", "--entropy-drop-at")
+    _one_line_error(pong_mp(*resume, "2e9"), 2, "with --entropy-drop-at 1e+09, not 2e+09:")
+    # A point that :g would round is shown whole, so that the two differ.
+    done = pong_mp(*resume, "1000000001")
+    _one_line_error(done, 2, "with --entropy-drop-at 1e+09, not 1000000001.0:")
 
 
 @pytest.mark.parametrize(
