@@ -845,56 +845,37 @@ def test_an_entropy_penalty_makes_a_forked_policy_commit(tmp_path: Path, clean_s
     assert last[-1.0] < records[-1]["entropy"] < last[1.0]
 
 
-def test_an_entropy_drop_gives_the_bytes_of_a_fork_with_that_bonus_where_the_drop_falls(
+def test_an_entropy_drop_gives_the_bytes_of_a_fork_with_each_of_its_values_where_it_falls(
     tmp_path: Path, clean_system
 ) -> None:
-    base = {**CONV, "backend": "serial", "workers": 1}
-    dropped = tmp_path / "dropped"
-    given = {"entropy_drop_at": 300.0, "entropy_drop_to": -0.5}
-    train(fake_config(dropped, batches=4, **base, **given), log=_quiet)
-    records = read_metrics(dropped / "metrics.jsonl")
-    before = [r["total_steps"] - r["steps"] for r in records]
-    first = next(k for k, steps in enumerate(before) if steps >= 300)  # the first dropped
-    assert 0 < first < 4  # the drop falls inside the run, not at its start
-    beta = fake_config(tmp_path, **base).entropy_bonus
-    assert beta != -0.5
-    assert [r["entropy_bonus"] for r in records] == [beta] * first + [-0.5] * (4 - first)
-    source = tmp_path / "source"
-    train(fake_config(source, batches=first, **base), log=_quiet)
-    fork = tmp_path / "fork"
-    forked = {"fork_from": str(source), "entropy_bonus": -0.5}
-    train(fake_config(fork, batches=4, **base, **forked), log=_quiet)
-    assert checkpoint_weights(fork) == checkpoint_weights(dropped)
-    constant = tmp_path / "constant"
-    train(fake_config(constant, batches=4, **base), log=_quiet)
-    assert checkpoint_weights(constant) != checkpoint_weights(dropped)
-
-
-def test_a_drop_of_two_points_gives_the_bytes_of_a_fork_of_a_fork_where_each_falls(
-    tmp_path: Path, clean_system
-) -> None:
-    # A penalty from the first point, then a bonus again from the second: what a run forked
-    # at each point with that --entropy-bonus trains.
+    # One point: a penalty from it, as a run forked there with that --entropy-bonus trains.
+    # Two: a penalty from the first, then a bonus again from the second, as a fork of that
+    # fork at the second.
     base = {**CONV, "backend": "serial", "workers": 1}
     one = tmp_path / "one"
     penalty_from_300 = {"entropy_drop_at": 300.0, "entropy_drop_to": -0.5}
     train(fake_config(one, batches=5, **base, **penalty_from_300), log=_quiet)
-    before = [r["total_steps"] - r["steps"] for r in read_metrics(one / "metrics.jsonl")]
-    first = next(k for k, steps in enumerate(before) if steps >= 300)
-    assert 0 < first < 3  # both points fall inside the run
+    records = read_metrics(one / "metrics.jsonl")
+    before = [r["total_steps"] - r["steps"] for r in records]
+    first = next(k for k, steps in enumerate(before) if steps >= 300)  # the first dropped
+    assert 0 < first < 3  # both points fall inside the run, not at its start
+    beta = fake_config(tmp_path, **base).entropy_bonus
+    assert beta not in (-0.5, 0.25)
+    assert [r["entropy_bonus"] for r in records] == [beta] * first + [-0.5] * (5 - first)
     second = before[first + 1]  # the update after the first dropped one starts here
     two = tmp_path / "two"
     points = {"entropy_drop_at": (300.0, second), "entropy_drop_to": (-0.5, 0.25)}
     train(fake_config(two, batches=5, **base, **points), log=_quiet)
-    beta = fake_config(tmp_path, **base).entropy_bonus
-    assert beta not in (-0.5, 0.25)
     weights = [r["entropy_bonus"] for r in read_metrics(two / "metrics.jsonl")]
     assert weights == [beta] * first + [-0.5] + [0.25] * (4 - first)
     source, penalty, hold = tmp_path / "source", tmp_path / "penalty", tmp_path / "hold"
     train(fake_config(source, batches=first, **base), log=_quiet)
-    forked = {"fork_from": str(source), "entropy_bonus": -0.5}
-    train(fake_config(penalty, batches=first + 1, **base, **forked), log=_quiet)
-    forked = {"fork_from": str(penalty), "entropy_bonus": 0.25}
-    train(fake_config(hold, batches=5, **base, **forked), log=_quiet)
+    at_first = {"fork_from": str(source), "entropy_bonus": -0.5}
+    train(fake_config(penalty, batches=first + 1, **base, **at_first), log=_quiet)
+    at_second = {"fork_from": str(penalty), "entropy_bonus": 0.25}
+    train(fake_config(hold, batches=5, **base, **at_second), log=_quiet)
     assert checkpoint_weights(hold) == checkpoint_weights(two)
-    assert checkpoint_weights(one) != checkpoint_weights(two)  # the second point counts
+    train(fake_config(penalty, batches=5, **base, **at_first), resume=True, log=_quiet)
+    assert checkpoint_weights(penalty) == checkpoint_weights(one)
+    train(fake_config(source, batches=5, **base), resume=True, log=_quiet)  # no drop
+    assert len({checkpoint_weights(run) for run in (source, one, two)}) == 3  # each counts

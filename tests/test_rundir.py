@@ -314,6 +314,14 @@ def finished_run(tmp_path_factory) -> Path:
     return run_dir
 
 
+def _copy_with_config(run: Path, run_dir: Path, changes: dict[str, object]) -> Path:
+    # A copy of `run` in `run_dir` whose config.json has `changes`, as a hand edit would.
+    shutil.copytree(run, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, **changes}))
+    return run_dir
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
@@ -336,11 +344,7 @@ def finished_run(tmp_path_factory) -> Path:
 def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
     tmp_path: Path, finished_run: Path, key: str, value: object, message: str
 ) -> None:
-    run_dir = tmp_path / "R"
-    shutil.copytree(finished_run, run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
-    config[key] = value
-    (run_dir / "config.json").write_text(json.dumps(config))
+    run_dir = _copy_with_config(finished_run, tmp_path / "R", {key: value})
     before = _snapshot(run_dir)
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
     _one_line_error(done, 2, f"{run_dir}/config.json: not a valid pong-mp config", message)
@@ -351,12 +355,11 @@ def test_a_drop_stored_as_one_number_resumes_as_that_drop(
     tmp_path: Path, finished_run: Path
 ) -> None:
     # Runs stored before a drop could have several points hold each as one number.
-    run_dir = tmp_path / "R"
-    shutil.copytree(finished_run, run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
+    config = json.loads((finished_run / "config.json").read_text())
     assert (config["entropy_drop_at"], config["lr_drop_at"]) == ([], [])
-    config.update(entropy_drop_at=1e9, entropy_drop_to=-0.03, lr_drop_at=0.0, lr_drop_to=3e-4)
-    (run_dir / "config.json").write_text(json.dumps(config))
+    as_numbers = {"entropy_drop_at": 1e9, "entropy_drop_to": -0.03, "lr_drop_at": 0.0,
+                  "lr_drop_to": 3e-4}  # fmt: skip
+    run_dir = _copy_with_config(finished_run, tmp_path / "R", as_numbers)
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "2",
                    "--entropy-drop-at", "1e9", "--lr-drop-at", "0")  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -413,11 +416,9 @@ def test_hidden_units_are_bounded_before_memory_runs_out(tmp_path: Path) -> None
 def test_a_checkpoint_with_the_wrong_optimizer_state_is_named(
     tmp_path: Path, finished_run: Path
 ) -> None:
-    run_dir = tmp_path / "R"
-    shutil.copytree(finished_run, run_dir)
-    config = json.loads((run_dir / "config.json").read_text())
-    other = {"adam": "rmsprop", "rmsprop": "adam"}[config["optimizer"]]
-    (run_dir / "config.json").write_text(json.dumps({**config, "optimizer": other}))
+    optimizer = json.loads((finished_run / "config.json").read_text())["optimizer"]
+    other = {"adam": "rmsprop", "rmsprop": "adam"}[optimizer]
+    run_dir = _copy_with_config(finished_run, tmp_path / "R", {"optimizer": other})
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
     _one_line_error(done, 2, f"its optimizer state does not fit --optimizer {other}")
     assert np.load(run_dir / "checkpoint.npz")["batch"] == 1
