@@ -41,6 +41,7 @@ from pong_mp.config import (
 )
 from pong_mp.envs import UnknownEnvError, check_env
 from pong_mp.files import FileError, file_error, file_io, pid_alive, write_text_atomic
+from pong_mp.optim import dropped
 from pong_mp.state import (
     TrainState,
     initial_state,
@@ -511,20 +512,20 @@ def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], s
     # --entropy-bonus given alone would be stored and never used.
     for value, (at, to) in DROPS.items():
         points, values = getattr(config, at), getattr(config, to)
-        fallen = [k for k, point in enumerate(points) if steps >= point]
-        if value in given and at not in given and to not in given and fallen:
+        reached = sum(steps >= point for point in points)  # points are increasing
+        if value in given and at not in given and to not in given and reached:
             flag, at_flag, to_flag = option_flag(value), option_flag(at), option_flag(to)
-            ahead = points[len(fallen):]
+            in_effect = dropped(given[value], steps, points, values)
             keep = (
-                f" (or {at_flag} {shown(ahead)} {to_flag} {shown(values[len(fallen):])} to keep "
-                "the points still ahead)"
-                if ahead
+                f" (or {at_flag} {shown(points[reached:])} {to_flag} {shown(values[reached:])} "
+                "to keep the points still ahead)"
+                if reached < len(points)
                 else ""
             )
             raise ConfigError(
                 f"{flag} {given[value]:g} would never apply: the run forked from has {at_flag} "
                 f"{shown(points)}, so from its checkpoint's {steps:,} env steps on it trains "
-                f"with {to_flag} {values[fallen[-1]]:g}; give {at_flag} 0 too{keep}"
+                f"with {to_flag} {in_effect:g}; give {at_flag} 0 too{keep}"
             )
 
 
