@@ -6,6 +6,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
@@ -131,15 +132,16 @@ class TrainConfig:
         metavar="BETA",
     )
     entropy_drop_at: tuple[float, ...] = option(
-        (),
+        (4e6, 6.3e6),
         "From STEPS env steps on, weigh the entropy by --entropy-drop-to instead of "
         "--entropy-bonus (0: never; --algo ppo); several points, comma-separated and "
-        "increasing, each takes its own --entropy-drop-to value. A penalty makes a trained "
-        "policy commit to its likelier actions.",
+        "increasing, each takes its own --entropy-drop-to value. The default, a penalty of "
+        "0.03 from 4 M steps and no entropy term from 6.3 M, makes the policy commit to its "
+        "likelier actions once it wins, then lets it settle.",
         metavar="STEPS[,STEPS...]",
     )
     entropy_drop_to: tuple[float, ...] = option(
-        (-0.1,),
+        (-0.03, 0.0),
         "The entropy bonus from --entropy-drop-at on (below 0: a penalty): one value per "
         "point, comma-separated.",
         metavar="BETA[,BETA...]",
@@ -301,11 +303,6 @@ class TrainConfig:
                 f"{MAX_ENTROPY_BONUS:g}",
             ),
             (
-                not self.entropy_drop_at or self.algo == "ppo",
-                "--entropy-drop-at works with --algo ppo (Karpathy's learner weighs the "
-                "entropy by --entropy-bonus throughout: give --entropy-drop-at 0)",
-            ),
-            (
                 self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
                 "--baseline and --advantage are pg's options: --algo ppo has its own value "
                 "head and advantages",
@@ -342,6 +339,12 @@ class TrainConfig:
             (
                 self.noop_margin == 0 or self.algo == "ppo",
                 "--noop-margin works with --algo ppo (Karpathy's learner has two actions)",
+            ),
+            (
+                not self.entropy_drop_at or self.algo == "ppo",
+                "--entropy-drop-at works with --algo ppo (Karpathy's learner weighs the "
+                "entropy by --entropy-bonus throughout: give --entropy-drop-at 0, as --preset "
+                "pg does)",
             ),
             (
                 1 <= self.channels <= MAX_CHANNELS,
@@ -530,10 +533,16 @@ def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
 
 def shown(value: object) -> str:
     """An option's value as a message shows it: a drop's points as they are typed
-    (4e+06,6.3e+06, each exact; none: 0), anything else as its repr."""
+    (4e6,6.3e6, each exact; none: 0), anything else as its repr."""
     if isinstance(value, tuple):
-        return ",".join(f"{v:g}" if float(f"{v:g}") == v else repr(v) for v in value) or "0"
+        return ",".join(map(_typed, value)) or "0"
     return repr(value)
+
+
+def _typed(number: float) -> str:
+    # The short form a user types (4e6, not 4e+06), where it is exact.
+    short = re.sub(r"e\+?(-?)0*(\d)", r"e\1\2", f"{number:g}")
+    return short if float(short) == number else repr(number)
 
 
 def option_flag(name: str) -> str:

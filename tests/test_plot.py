@@ -339,6 +339,6 @@ def test_a_drop_stored_as_a_number_or_as_a_list_is_one_setting(tmp_path: Path) -
     _fake_run(tmp_path / "two", seed=0, entropy_drop_at=[4e6, 6.3e6], entropy_drop_to=[-0.03, 0])
     runs = [(tmp_path / n, read_metrics(tmp_path / n)) for n in ("old", "new", "two")]
     assert [(g.label, [d.name for d, _ in g.runs]) for g in group_runs(runs)] == [
-        ("entropy_drop_at 4e+06, entropy_drop_to -0.03", ["old", "new"]),
-        ("entropy_drop_at 4e+06,6.3e+06, entropy_drop_to -0.03,0", ["two"]),
+        ("entropy_drop_at 4e6, entropy_drop_to -0.03", ["old", "new"]),
+        ("entropy_drop_at 4e6,6.3e6, entropy_drop_to -0.03,0", ["two"]),
     ]

@@ -663,7 +663,10 @@ def test_a_noop_margin_and_an_entropy_drop_give_the_same_bits_on_every_backend_a
 
 @pytest.mark.parametrize(
     ("value", "drop"),
-    [({"entropy_bonus": 0.2}, {"entropy_drop_at": 300.0}), ({"lr": 2e-3}, {"lr_drop_at": 300.0})],
+    [
+        ({"entropy_bonus": 0.2}, {"entropy_drop_at": 300.0, "entropy_drop_to": -0.1}),
+        ({"lr": 2e-3}, {"lr_drop_at": 300.0, "lr_drop_to": 3e-4}),
+    ],
     ids=["entropy", "lr"],
 )
 def test_a_fork_refuses_a_value_that_a_fallen_drop_would_hide(
@@ -673,14 +676,14 @@ def test_a_fork_refuses_a_value_that_a_fallen_drop_would_hide(
     train(fake_config(source, backend="serial", batches=2, **CONV, **drop), log=_quiet)
     # The options a user gives: the rest comes from the run forked from, its drop too.
     given = {"fork_from": str(source), "backend": "serial", **value}
-    (name,), (at,) = value, drop
+    (name,), (at, _) = value, drop
     with pytest.raises(ConfigError, match=f"--{name.replace('_', '-')} .* would never apply"):
         prepare_run(tmp_path / "fork", False, given, build_env=False)
     config, _ = prepare_run(tmp_path / "fork", False, {**given, at: 0.0}, build_env=False)
     assert (getattr(config, name), getattr(config, at)) == (value[name], ())  # no drop
     # A drop still ahead of the checkpoint leaves the given value its updates until then.
     ahead = tmp_path / "ahead"
-    train(fake_config(ahead, backend="serial", batches=2, **CONV, **{at: 1e9}), log=_quiet)
+    train(fake_config(ahead, backend="serial", batches=2, **CONV, **{**drop, at: 1e9}), log=_quiet)
     given["fork_from"] = str(ahead)
     config, _ = prepare_run(tmp_path / "fork", False, given, build_env=False)
     assert (getattr(config, name), getattr(config, at)) == (value[name], (1e9,))
@@ -691,10 +694,10 @@ def test_a_fork_refuses_a_value_that_a_fallen_drop_would_hide(
     train(fake_config(two, backend="serial", batches=2, **CONV, **points), log=_quiet)
     given["fork_from"] = str(two)
     at_flag, to_flag = (f"--{name.replace('_', '-')}" for name in (at, to))
-    with pytest.raises(ConfigError, match=f"has {at_flag} 300,1e[+]09, so ") as refused:
+    with pytest.raises(ConfigError, match=f"has {at_flag} 300,1e9, so ") as refused:
         prepare_run(tmp_path / "fork", False, given, build_env=False)
     # ... and names the point still ahead, with its value, as the way to keep it.
-    assert f"(or {at_flag} 1e+09 {to_flag} {value[name]:g} to keep" in str(refused.value)
+    assert f"(or {at_flag} 1e9 {to_flag} {value[name]:g} to keep" in str(refused.value)
     # Points given alone take the values of the run forked from, which must match them.
     with pytest.raises(ConfigError, match=f"{at_flag} 2000 has 1 point, and the run forked"):
         prepare_run(tmp_path / "fork", False, {**given, at: 2000.0}, build_env=False)

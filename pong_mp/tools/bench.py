@@ -209,6 +209,8 @@ def training_config(
         policy_lag=setup.policy_lag,
         inputs=inputs,
         entropy_bonus=setup.entropy_bonus,
+        # Karpathy's learner has no entropy drop; the actor-critic's is train's default.
+        entropy_drop_at=TrainConfig.entropy_drop_at if setup.algo == "ppo" else (),
         baseline=setup.baseline,
         algo=setup.algo,
         optimizer=setup.optimizer,
