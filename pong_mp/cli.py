@@ -255,8 +255,9 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     help="A named set of algorithm options; options given beside it win. karpathy: "
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
     "(the defaults before the actor-critic); ppo: the actor-critic on the MLP (Adam, lr "
-    "1e-3, entropy 0.01, 4 passes of 4 minibatches). The defaults are ppo on --policy conv "
-    "with --minibatches 16.",
+    "1e-3, entropy 0.01 throughout, 4 passes of 4 minibatches). The defaults are ppo on "
+    "--policy conv with --minibatches 16 and --entropy-drop-at 4e6,6.3e6 --entropy-drop-to "
+    "-0.03,0.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context

@@ -128,7 +128,8 @@ class TrainConfig:
         0.01,
         "Add BETA times the policy's entropy at every step to the objective, which keeps the "
         "policy from settling early (0: none, Karpathy's); below 0 it is a penalty, which "
-        "makes a trained policy commit to its likelier actions (late in a run).",
+        "makes a trained policy commit to its likelier actions (late in a run). "
+        "--entropy-drop-at replaces it from its points on (by default at 4 M env steps).",
         metavar="BETA",
     )
     entropy_drop_at: tuple[float, ...] = option(
@@ -254,10 +255,12 @@ class TrainConfig:
                     f"{option_flag(at)} must be env steps > 0 in increasing order (0 alone: never)"
                 )
             if points and len(values) != len(points):
+                # Either may be the default, which the user never typed: show both.
                 raise ConfigError(
                     f"{option_flag(to)} needs one value for each {option_flag(at)} point: "
-                    f"{len(points)} point{'s' * (len(points) != 1)}, "
-                    f"{len(values)} value{'s' * (len(values) != 1)}"
+                    f"{len(points)} point{'s' * (len(points) != 1)} ({shown(points)}), "
+                    f"{len(values)} value{'s' * (len(values) != 1)} ({shown(values)}); "
+                    "give both"
                 )
         checks = [
             (self.run_dir.strip() != "", "--run-dir must name a directory"),
@@ -329,8 +332,8 @@ class TrainConfig:
             (self.policy in POLICIES, f"--policy must be one of {', '.join(POLICIES)}"),
             (
                 self.policy == "mlp" or self.algo == "ppo",
-                "--policy conv works with --algo ppo; --algo pg takes --policy mlp (as "
-                "--preset pg and --preset karpathy set it)",
+                "--policy conv works with --algo ppo; --algo pg takes --policy mlp and "
+                "--entropy-drop-at 0 (as --preset pg and --preset karpathy set them)",
             ),
             (
                 0 <= self.noop_margin <= MAX_NOOP_MARGIN,
@@ -342,9 +345,9 @@ class TrainConfig:
             ),
             (
                 not self.entropy_drop_at or self.algo == "ppo",
-                "--entropy-drop-at works with --algo ppo (Karpathy's learner weighs the "
-                "entropy by --entropy-bonus throughout: give --entropy-drop-at 0, as --preset "
-                "pg does)",
+                f"--entropy-drop-at {shown(self.entropy_drop_at)} works with --algo ppo only "
+                "(Karpathy's learner weighs the entropy by --entropy-bonus throughout): give "
+                "--entropy-drop-at 0, as --preset pg does",
             ),
             (
                 1 <= self.channels <= MAX_CHANNELS,
@@ -667,8 +670,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Named sets of algorithm options, each exact whatever the defaults: `karpathy` is pg-pong;
 `pg` is Karpathy's learner at lr 1e-3 with the MLP (the defaults before the actor-critic);
 `ppo` is the actor-critic with the MLP. The defaults themselves are the actor-critic with
-the convolutional policy and 16 minibatches a pass (docs/learning.md has the evidence for
-each)."""
+the convolutional policy, 16 minibatches a pass and an entropy drop (docs/learning.md has
+the evidence for each)."""
 
 
 def apply_preset(

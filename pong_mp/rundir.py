@@ -523,9 +523,9 @@ def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], s
                 else ""
             )
             raise ConfigError(
-                f"{flag} {given[value]:g} would never apply: the run forked from has {at_flag} "
-                f"{shown(points)}, so from its checkpoint's {steps:,} env steps on it trains "
-                f"with {to_flag} {in_effect:g}; give {at_flag} 0 too{keep}"
+                f"{flag} {shown((given[value],))} would never apply: the run forked from has "
+                f"{at_flag} {shown(points)}, so from its checkpoint's {steps:,} env steps on it "
+                f"trains with {to_flag} {shown((in_effect,))}; give {at_flag} 0 too{keep}"
             )
 
 

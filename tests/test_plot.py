@@ -342,3 +342,12 @@ def test_a_drop_stored_as_a_number_or_as_a_list_is_one_setting(tmp_path: Path) -
         ("entropy_drop_at 4e6, entropy_drop_to -0.03", ["old", "new"]),
         ("entropy_drop_at 4e6,6.3e6, entropy_drop_to -0.03,0", ["two"]),
     ]
+
+
+def test_a_drop_without_points_is_no_setting_whatever_its_values(tmp_path: Path) -> None:
+    # Runs stored before the drop's default changed keep its old values, unused.
+    _fake_run(tmp_path / "old", seed=0, entropy_drop_at=[], entropy_drop_to=[-0.1])
+    _fake_run(tmp_path / "new", seed=1, entropy_drop_at=[], entropy_drop_to=[-0.03, 0])
+    _fake_run(tmp_path / "drop", seed=0, entropy_drop_at=[4e6], entropy_drop_to=[-0.1])
+    runs = [(tmp_path / n, read_metrics(tmp_path / n)) for n in ("old", "new", "drop")]
+    assert [[d.name for d, _ in g.runs] for g in group_runs(runs)] == [["old", "new"], ["drop"]]
