@@ -106,10 +106,10 @@ class TrainConfig:
         metavar="STEPS",
     )
     lr_drop_at: tuple[float, ...] = option(
-        (),
+        (8e6,),
         "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never); several "
         "points, comma-separated and increasing, each takes its own --lr-drop-to value. A "
-        "lower rate late lifts the level a run settles at.",
+        "lower rate late lifts the level a run settles at (by default 3e-4 from 8 M steps).",
         metavar="STEPS[,STEPS...]",
     )
     lr_drop_to: tuple[float, ...] = option(

@@ -496,11 +496,12 @@ def test_a_config_from_before_the_actor_critic_resumes_as_karpathys_learner() ->
 
 def test_the_defaults_are_the_actor_critic_preset_on_the_conv_policy() -> None:
     # docs/runs/conv's records were made as `--preset ppo --policy conv`, with
-    # `--minibatches 16` and the entropy drop for those of the defaults: both remake them.
+    # `--minibatches 16` and the drops for those of the defaults: both remake them.
     defaults = dataclasses.asdict(TrainConfig())
     assert defaults["minibatches"] == 16 and config_module.PRESETS["ppo"]["minibatches"] == 4
-    assert defaults["entropy_drop_at"] and not config_module.PRESETS["ppo"]["entropy_drop_at"]
-    explicit = {"policy", "minibatches", "entropy_drop_at"}
+    for drop in ("entropy_drop_at", "lr_drop_at"):
+        assert defaults[drop] and not config_module.PRESETS["ppo"][drop]
+    explicit = {"policy", "minibatches", "entropy_drop_at", "lr_drop_at"}
     assert config_module.apply_preset("ppo", defaults, explicit=explicit) == defaults
     for name in ("pg", "karpathy"):
         chosen = config_module.apply_preset(name, defaults)
