@@ -534,6 +534,12 @@ def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
     return out
 
 
+def idle_drop_values(options: dict[str, Any]) -> tuple[str, ...]:
+    """The drop values in `options` (a config as a dict) that decide nothing: those of a
+    drop with no points, which older runs store with the defaults of their time."""
+    return tuple(to for at, to in DROPS.values() if not options.get(at))
+
+
 def shown(value: object) -> str:
     """An option's value as a message shows it: a drop's points as they are typed
     (4e6,6.3e6, each exact; none: 0), anything else as its repr."""
@@ -670,8 +676,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 """Named sets of algorithm options, each exact whatever the defaults: `karpathy` is pg-pong;
 `pg` is Karpathy's learner at lr 1e-3 with the MLP (the defaults before the actor-critic);
 `ppo` is the actor-critic with the MLP. The defaults themselves are the actor-critic with
-the convolutional policy, 16 minibatches a pass and an entropy drop (docs/learning.md has
-the evidence for each)."""
+the convolutional policy, 16 minibatches a pass, an entropy drop and a learning-rate drop
+(docs/learning.md has the evidence for each)."""
 
 
 def apply_preset(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import shlex
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from pong_mp import cli
-from pong_mp.config import ALGORITHM_FIELDS, DROPS, TrainConfig, read_config
+from pong_mp.config import ALGORITHM_FIELDS, TrainConfig, idle_drop_values, read_config
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "runs"
 
@@ -71,8 +72,7 @@ def test_a_records_command_makes_its_options(
     stored = read_config(records[0] / "config.json")
     made = _options_of(command, monkeypatch)
     unused = ACTOR_CRITIC_ONLY if stored.algo == "pg" else ()
-    # A drop's values decide nothing where it has no points (the defaults' values changed).
-    unused += tuple(to for at, to in DROPS.values() if not getattr(stored, at))
+    unused += idle_drop_values(dataclasses.asdict(stored))  # the defaults' values changed
     differ = {
         field: (getattr(made, field), getattr(stored, field))
         for field in ALGORITHM_FIELDS

@@ -13,10 +13,10 @@ import numpy as np
 from pong_mp import rundir
 from pong_mp.config import (
     ALGORITHM_FIELDS,
-    DROPS,
     OLDER_RUN_DEFAULTS,
     TrainConfig,
     drop_options,
+    idle_drop_values,
     shown,
 )
 from pong_mp.files import FileError, check_writable, write_atomic
@@ -223,9 +223,8 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
         # A config written before an option existed ran as older runs did.
         stored = {**defaults, **OLDER_RUN_DEFAULTS, **stored} if stored else {}
         stored.update(drop_options(stored))  # a drop stored as one number or as a list
-        for at, to in DROPS.values():
-            if not stored.get(at):
-                stored.pop(to, None)  # values without points decide nothing
+        for name in idle_drop_values(stored):
+            stored.pop(name, None)  # values without points decide nothing
         config = {k: v for k, v in stored.items() if k not in NOT_ALGORITHM}
         key = json.dumps(config, sort_keys=True, default=str) if config else str(run_dir)
         settings.setdefault(key, []).append((run_dir, records))
