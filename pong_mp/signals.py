@@ -5,12 +5,17 @@ sends, with SIGTERM from a session manager) all stop a run the same way: the las
 update is saved, workers and shared memory go, and the process exits 128 + the signal's
 number (130, 143, 129). A standard output closed under a run (`pong-mp train | head -1`)
 stops it the same way, as SIGPIPE would (141).
+
+A second stop signal cuts the stop short (a save that hangs on a slow disk), unless it comes
+within REPEAT_SECONDS of the first: then it is the same stop arriving twice, as when coreutils
+`timeout` (without --foreground) signals the run and then its whole process group.
 """
 
 from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Iterator
 from types import FrameType
 
@@ -18,6 +23,15 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WORKER_IGNORES = (signal.SIGINT, signal.SIGHUP)
 """What worker processes ignore from their first instruction on: a terminal sends these to
 the whole process group, and the coordinator stops its workers itself, after saving."""
+
+
+REPEAT_SECONDS = 1.0
+"""A stop signal this soon after the one that stopped the run is that stop again, not a
+second one: a person who means to cut a stop short sees it hang first."""
+
+_stopping_since: float | None = None
+"""When the last stop signal that raised was handled (None: none yet); it matters for
+REPEAT_SECONDS only, so a later run in the same process needs no reset."""
 
 
 class Interrupted(Exception):
@@ -44,8 +58,20 @@ def output_closed() -> Interrupted:
     return Interrupted(signal.SIGPIPE, "standard output closed")
 
 
+def _stop(signum: int, at: float) -> Interrupted | None:
+    """The stop signal `signum`, handled at `at`, as the Interrupted to raise; None if it
+    repeats the stop under way."""
+    global _stopping_since
+    if _stopping_since is not None and at - _stopping_since < REPEAT_SECONDS:
+        return None
+    _stopping_since = at
+    return Interrupted(signum)
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
-    raise Interrupted(signum)
+    stop = _stop(signum, time.monotonic())
+    if stop is not None:
+        raise stop
 
 
 def raise_stop_signals() -> None:
@@ -58,7 +84,8 @@ def raise_stop_signals() -> None:
 
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
-    """Inside, the stop signals raise Interrupted in the main thread."""
+    """Inside, the stop signals raise Interrupted in the main thread (one stop's signal
+    arriving twice within REPEAT_SECONDS raises once)."""
     previous = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
     try:
         yield
@@ -69,22 +96,26 @@ def stop_signals_raise() -> Iterator[None]:
 
 @contextlib.contextmanager
 def stop_signals_deferred() -> Iterator[None]:
-    """Inside, the stop signals are held back; the first one is raised on leaving.
+    """Inside, the stop signals are held back; the first (unless it repeats a stop under
+    way) is raised on leaving.
 
     Used around the commit of an update (swap in the new weights, append its metrics line,
     maybe checkpoint) so that an interrupt lands before it or after it, never inside.
     """
-    caught: list[int] = []
+    caught: list[tuple[int, float]] = []
     previous = {
-        s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in STOP_SIGNALS
+        s: signal.signal(s, lambda signum, frame: caught.append((signum, time.monotonic())))
+        for s in STOP_SIGNALS
     }
     try:
         yield
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-    if caught:
-        raise Interrupted(caught[0])
+    for signum, at in caught:
+        stop = _stop(signum, at)
+        if stop is not None:
+            raise stop
 
 
 @contextlib.contextmanager

@@ -95,7 +95,8 @@ def test_a_stop_signal_saves_and_exits_quickly(
     assert state.batch == (tmp_path / "metrics.jsonl").read_text().count("\n") >= 1
 
 
-@pytest.mark.parametrize("gap", [0.0, 0.05, 0.3])
+# Within signals.REPEAT_SECONDS the second Ctrl-C is the same stop; after it, a second stop.
+@pytest.mark.parametrize("gap", [0.0, 0.05, 0.3, 1.5])
 def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
     tmp_path: Path, gap: float, clean_system
 ) -> None:
