@@ -256,8 +256,8 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
     "(the defaults before the actor-critic); ppo: the actor-critic on the MLP (Adam, lr "
     "1e-3, entropy 0.01 throughout, 4 passes of 4 minibatches). The defaults are ppo on "
-    "--policy conv with --minibatches 16, --entropy-drop-at 4e6,6.3e6 --entropy-drop-to "
-    "-0.03,0 and --lr-drop-at 8e6 --lr-drop-to 3e-4.",
+    "--policy conv with --minibatches 16, --entropy-drop-at 4e6,6.3e6,1e7 --entropy-drop-to "
+    "-0.03,0,-0.1 and --lr-drop-at 8e6 --lr-drop-to 3e-4.",
 )
 @click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
 @click.pass_context

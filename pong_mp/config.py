@@ -133,16 +133,17 @@ class TrainConfig:
         metavar="BETA",
     )
     entropy_drop_at: tuple[float, ...] = option(
-        (4e6, 6.3e6),
+        (4e6, 6.3e6, 1e7),
         "From STEPS env steps on, weigh the entropy by --entropy-drop-to instead of "
         "--entropy-bonus (0: never; --algo ppo); several points, comma-separated and "
         "increasing, each takes its own --entropy-drop-to value. The default, a penalty of "
-        "0.03 from 4 M steps and no entropy term from 6.3 M, makes the policy commit to its "
-        "likelier actions once it wins, then lets it settle.",
+        "0.03 from 4 M steps, no entropy term from 6.3 M and a penalty of 0.1 from 10 M, "
+        "makes the policy commit to its likelier actions once it wins, lets it settle, then "
+        "commits it harder.",
         metavar="STEPS[,STEPS...]",
     )
     entropy_drop_to: tuple[float, ...] = option(
-        (-0.03, 0.0),
+        (-0.03, 0.0, -0.1),
         "The entropy bonus from --entropy-drop-at on (below 0: a penalty): one value per "
         "point, comma-separated.",
         metavar="BETA[,BETA...]",

@@ -92,16 +92,16 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--entropy-drop-at", "1e6,1e6"], "--entropy-drop-at must be env steps > 0 in"),
         (["--entropy-drop-at", "1e6,x"], "'1e6,x' is not a number or comma-separated numbers"),
         (
-            ["--entropy-drop-at", "4e6,6e6,8e6"],
-            "--entropy-drop-to needs one value for each --entropy-drop-at point: 3 points "
-            "(4e6,6e6,8e6), 2 values (-0.03,0); give both",
+            ["--entropy-drop-at", "4e6,6e6"],
+            "--entropy-drop-to needs one value for each --entropy-drop-at point: 2 points "
+            "(4e6,6e6), 3 values (-0.03,0,-0.1); give both",
         ),
         (
             ["--lr-drop-at", "4e6", "--lr-drop-to", "3e-4,1e-4"],
             "--lr-drop-to needs one value for each --lr-drop-at point: 1 point (4e6), 2 values",
         ),
-        (["--entropy-drop-to", "0,11"], "--entropy-drop-to must be between -10 and 10"),
-        (["--entropy-drop-to", "-11,0"], "--entropy-drop-to must be between -10 and 10"),
+        (["--entropy-drop-to", "0,0,11"], "--entropy-drop-to must be between -10 and 10"),
+        (["--entropy-drop-to", "-11,0,0"], "--entropy-drop-to must be between -10 and 10"),
         (
             ["--preset", "pg", "--entropy-drop-at", "1e6", "--entropy-drop-to", "-0.1"],
             "--entropy-drop-at 1e6 works with --algo ppo only",

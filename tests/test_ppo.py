@@ -756,7 +756,7 @@ def test_a_damaged_two_layer_checkpoint_is_named(tmp_path: Path, clean_system) -
         (["--algo", "pg"], "--algo pg takes --policy mlp and --entropy-drop-at 0 (as --preset"),
         (
             ["--algo", "pg", "--policy", "mlp"],
-            "--entropy-drop-at 4e6,6.3e6 works with --algo ppo only (Karpathy's learner",
+            "--entropy-drop-at 4e6,6.3e6,1e7 works with --algo ppo only (Karpathy's learner",
         ),
         (["--algo", "ppo", "--channels", "0"], "--channels must be between 1 and 64"),
         (["--conv-layers", "3"], "--conv-layers must be one of 1, 2"),

@@ -336,7 +336,7 @@ def _copy_with_config(run: Path, run_dir: Path, changes: dict[str, object]) -> P
         ("surprise", 1, "unknown config keys: surprise"),
         ("lr_drop_at", "4e6", 'lr_drop_at must be a number or a list of numbers, not "4e6"'),
         ("entropy_drop_at", [1e6, "2e6"], "entropy_drop_at must be a number or a list of"),
-        ("entropy_drop_at", [1e6, 2e6, 3e6], "--entropy-drop-to needs one value for each"),
+        ("entropy_drop_at", [1e6, 2e6], "--entropy-drop-to needs one value for each"),
         ("lr", 10**400, "lr must be a number, not 1000"),  # past float's range
         ("entropy_drop_at", [10**400], "entropy_drop_at must be a number or a list of"),
     ],
