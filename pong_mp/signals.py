@@ -30,12 +30,16 @@ REPEAT_SECONDS = 1.0
 second one: a person who means to cut a stop short sees it hang first."""
 
 _stopping_since: float | None = None
-"""When the last stop signal that raised was handled (None: none yet); it matters for
-REPEAT_SECONDS only, so a later run in the same process needs no reset."""
+"""When the stop signal that raised last was handled (None: none since the handlers went
+in): a run's handlers going in clear it, so a notebook's next run takes its first signal."""
 
 
-class Interrupted(Exception):
-    """The user asked the run to stop (a stop signal, or its output was closed)."""
+class Interrupted(BaseException):
+    """The user asked the run to stop (a stop signal, or its output was closed).
+
+    A BaseException, as KeyboardInterrupt is: code that catches Exception (a logging
+    handler, an env constructor's error) must not swallow a stop, above all since a repeat
+    of the signal within REPEAT_SECONDS is ignored."""
 
     def __init__(self, signum: int, why: str = "") -> None:
         """A stop by signal `signum`; `why` says what stands for it (an output closed)."""
@@ -68,6 +72,12 @@ def _stop(signum: int, at: float) -> Interrupted | None:
     return Interrupted(signum)
 
 
+def _no_stop_yet() -> None:
+    # Entered only before a command or a run starts, never while a stop unwinds.
+    global _stopping_since
+    _stopping_since = None
+
+
 def _raise(signum: int, frame: FrameType | None) -> None:
     stop = _stop(signum, time.monotonic())
     if stop is not None:
@@ -78,6 +88,7 @@ def raise_stop_signals() -> None:
     """From now on, the stop signals raise Interrupted in the main thread: for a command
     that ends the process, so that no window is left in which Ctrl-C is Python's
     KeyboardInterrupt (restoring a handler on the way out would open one)."""
+    _no_stop_yet()
     for s in STOP_SIGNALS:
         signal.signal(s, _raise)
 
@@ -86,6 +97,7 @@ def raise_stop_signals() -> None:
 def stop_signals_raise() -> Iterator[None]:
     """Inside, the stop signals raise Interrupted in the main thread (one stop's signal
     arriving twice within REPEAT_SECONDS raises once)."""
+    _no_stop_yet()
     previous = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
     try:
         yield

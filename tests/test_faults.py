@@ -95,9 +95,10 @@ def test_a_stop_signal_saves_and_exits_quickly(
     assert state.batch == (tmp_path / "metrics.jsonl").read_text().count("\n") >= 1
 
 
-# Within signals.REPEAT_SECONDS the second Ctrl-C is the same stop; after it, a second stop.
-@pytest.mark.parametrize("gap", [0.0, 0.05, 0.3, 1.5])
-def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
+# A second Ctrl-C within signals.REPEAT_SECONDS is the same stop (a double tap, or
+# `timeout`'s copy to the group): the stop saves as for one. Later ones: test_hostile.
+@pytest.mark.parametrize("gap", [0.0, 0.05, 0.3])
+def test_a_quick_second_ctrl_c_is_the_same_stop_and_leaks_nothing(
     tmp_path: Path, gap: float, clean_system
 ) -> None:
     # Long episodes: the first Ctrl-C lands in the middle of the first batch.
@@ -120,8 +121,7 @@ def test_a_second_ctrl_c_exits_at_once_and_leaks_nothing(
     assert time.monotonic() - sent < 5
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    if (tmp_path / "checkpoint.npz").exists():  # whatever was saved is whole
-        assert checkpoint.load(tmp_path / "checkpoint.npz")[0].batch == 0
+    assert checkpoint.load(tmp_path / "checkpoint.npz")[0].batch == 0  # saved, not cut short
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

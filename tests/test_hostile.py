@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import checkpoint
+from pong_mp import checkpoint, signals
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.local import LocalBackend
 from pong_mp.backends.shm import SharedMemoryFull
@@ -218,6 +218,46 @@ def test_a_second_signal_that_cuts_the_save_short_names_the_older_checkpoint(
         "played again)",
         True,
     )
+
+
+@pytest.mark.parametrize(
+    ("window", "saved"), [(signals.REPEAT_SECONDS, 3), (0.0, 2)], ids=["same-stop", "second-stop"]
+)
+def test_a_signal_repeated_inside_the_last_save_is_the_same_stop_unless_late(
+    tmp_path: Path, monkeypatch, window: float, saved: int, clean_system
+) -> None:
+    # Real signals through the trainer's handlers: SIGINT once update 3 is logged (saved:
+    # update 2), and again inside the stop's save of update 3, as `timeout -s INT` sends
+    # its group's copy. Within the window the save completes; past it (window 0), the
+    # second signal cuts it short, and still nothing leaks (local workers, shared memory).
+    monkeypatch.setattr(signals, "REPEAT_SECONDS", window)
+    run_dir = tmp_path / "R"
+    given = {
+        "env": "FakePong-v0", "env_kwargs": GAME, "hidden": 8, "batch_size": 2, "workers": 2,
+        "checkpoint_every": 2, "tensorboard": False,
+    }  # fmt: skip
+
+    class FirstSignal:
+        def banner(self, text: str) -> None: ...
+        def close(self) -> None: ...
+        def update(self, record: dict) -> None:
+            if record["batch"] == 3:
+                os.kill(os.getpid(), signal.SIGINT)
+
+    from pong_mp import trainer
+
+    saves = trainer._save
+
+    def signal_again(run_dir: Path, state: object, config: object) -> None:
+        if state.batch == 3:  # type: ignore[attr-defined]
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.01)  # the handler runs here, not after the save
+        saves(run_dir, state, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(trainer, "_save", signal_again)
+    with pytest.raises(Interrupted) as stop, open_run(run_dir, False, given) as (config, state):
+        run(config, state, reporter=FirstSignal())
+    assert stop.value.reached == 3 and checkpoint_on_disk(run_dir) == saved
 
 
 def test_a_closed_stdout_stops_the_run_as_sigpipe_would(tmp_path: Path, clean_system) -> None:
