@@ -15,6 +15,7 @@ import subprocess
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -183,37 +184,54 @@ def test_ctrl_c_to_the_group_while_workers_start_is_one_true_line(
         assert f"nothing was written in {run_dir}" in line  # a stop before the start
 
 
-def test_a_second_signal_that_cuts_the_save_short_names_the_older_checkpoint(
-    tmp_path: Path, monkeypatch
-) -> None:
-    run_dir = tmp_path / "R"
+def _stopped_inside_the_last_save(
+    run_dir: Path, monkeypatch, first: Callable[[], None], again: Callable[[], None], **options
+) -> Interrupted:
+    """Train a small FakePong run until `first()` stops it once update 3 is logged (saved:
+    update 2), with `again()` called inside the stop's save of update 3; how it stopped."""
     given = {
         "env": "FakePong-v0", "env_kwargs": GAME, "hidden": 8, "batch_size": 2,
-        "backend": "serial", "checkpoint_every": 2, "tensorboard": False,
+        "checkpoint_every": 2, "tensorboard": False, **options,
     }  # fmt: skip
 
-    class FirstSignal:
-        # The first Ctrl-C, once update 3 is logged (saved: update 2).
+    class StopAtUpdate3:
         def banner(self, text: str) -> None: ...
         def close(self) -> None: ...
         def update(self, record: dict) -> None:
             if record["batch"] == 3:
-                raise Interrupted(signal.SIGINT)
+                first()
 
     from pong_mp import trainer
 
     saves = trainer._save
 
-    def second_signal(run_dir: Path, state: object, config: object) -> None:
+    def save(run_dir: Path, state: object, config: object) -> None:
         if state.batch == 3:  # type: ignore[attr-defined]
-            raise Interrupted(signal.SIGINT)  # the second Ctrl-C, inside the last save
+            again()
         saves(run_dir, state, config)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(trainer, "_save", second_signal)
+    monkeypatch.setattr(trainer, "_save", save)
     with pytest.raises(Interrupted) as stop, open_run(run_dir, False, given) as (config, state):
-        run(config, state, reporter=FirstSignal())
-    assert stop.value.reached == 3 and checkpoint_on_disk(run_dir) == 2
-    assert where_it_stands(run_dir, stop.value.reached) == (
+        run(config, state, reporter=StopAtUpdate3())
+    return stop.value
+
+
+def _ctrl_c() -> None:
+    raise Interrupted(signal.SIGINT)
+
+
+def _sigint_to_self() -> None:
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.01)  # the handler runs here, not after the caller's next step
+
+
+def test_a_second_signal_that_cuts_the_save_short_names_the_older_checkpoint(
+    tmp_path: Path, monkeypatch
+) -> None:
+    run_dir = tmp_path / "R"
+    stop = _stopped_inside_the_last_save(run_dir, monkeypatch, _ctrl_c, _ctrl_c, backend="serial")
+    assert stop.reached == 3 and checkpoint_on_disk(run_dir) == 2
+    assert where_it_stands(run_dir, stop.reached) == (
         f"the checkpoint in {run_dir} is at update 2 (update 3 was not saved and will be "
         "played again)",
         True,
@@ -226,38 +244,16 @@ def test_a_second_signal_that_cuts_the_save_short_names_the_older_checkpoint(
 def test_a_signal_repeated_inside_the_last_save_is_the_same_stop_unless_late(
     tmp_path: Path, monkeypatch, window: float, saved: int, clean_system
 ) -> None:
-    # Real signals through the trainer's handlers: SIGINT once update 3 is logged (saved:
-    # update 2), and again inside the stop's save of update 3, as `timeout -s INT` sends
-    # its group's copy. Within the window the save completes; past it (window 0), the
-    # second signal cuts it short, and still nothing leaks (local workers, shared memory).
+    # Real signals through the trainer's handlers, the second inside the stop's save, as
+    # `timeout -s INT` sends its group's copy. Within the window the save completes; past
+    # it (window 0), the second signal cuts it short, and still nothing leaks (local
+    # workers, shared memory).
     monkeypatch.setattr(signals, "REPEAT_SECONDS", window)
     run_dir = tmp_path / "R"
-    given = {
-        "env": "FakePong-v0", "env_kwargs": GAME, "hidden": 8, "batch_size": 2, "workers": 2,
-        "checkpoint_every": 2, "tensorboard": False,
-    }  # fmt: skip
-
-    class FirstSignal:
-        def banner(self, text: str) -> None: ...
-        def close(self) -> None: ...
-        def update(self, record: dict) -> None:
-            if record["batch"] == 3:
-                os.kill(os.getpid(), signal.SIGINT)
-
-    from pong_mp import trainer
-
-    saves = trainer._save
-
-    def signal_again(run_dir: Path, state: object, config: object) -> None:
-        if state.batch == 3:  # type: ignore[attr-defined]
-            os.kill(os.getpid(), signal.SIGINT)
-            time.sleep(0.01)  # the handler runs here, not after the save
-        saves(run_dir, state, config)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(trainer, "_save", signal_again)
-    with pytest.raises(Interrupted) as stop, open_run(run_dir, False, given) as (config, state):
-        run(config, state, reporter=FirstSignal())
-    assert stop.value.reached == 3 and checkpoint_on_disk(run_dir) == saved
+    stop = _stopped_inside_the_last_save(
+        run_dir, monkeypatch, _sigint_to_self, _sigint_to_self, workers=2
+    )
+    assert stop.reached == 3 and checkpoint_on_disk(run_dir) == saved
 
 
 def test_a_closed_stdout_stops_the_run_as_sigpipe_would(tmp_path: Path, clean_system) -> None:
