@@ -414,7 +414,7 @@ def test_one_run_reached_by_two_paths_and_read_while_it_trains(
         (["--batch-size", "100000000"], "--batch-size must be at most 10,000 episodes"),
         (["--entropy-bonus", "1e308"], "--entropy-bonus must be between -10 and 10 "),
         (["--entropy-bonus", "-1e308"], "--entropy-bonus must be between -10 and 10 "),
-        (["--entropy-drop-to", "1e308,0"], "--entropy-drop-to must be between -10 and 10"),
+        (["--entropy-drop-to", "1e308,0,0"], "--entropy-drop-to must be between -10 and 10"),
         (["--entropy-drop-at", "nan"], "--entropy-drop-at must be a finite number"),
         (["--episode-timeout", "1e-9"], "--episode-timeout must be at least 1 s"),
     ],
