@@ -40,6 +40,13 @@ def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
+def signal_self(signum: int) -> None:
+    """Send `signum` to this process and let its handler run (in this thread, at the next
+    bytecode at the latest) before returning."""
+    os.kill(os.getpid(), signum)
+    time.sleep(0.01)
+
+
 def fake_config(run_dir: Path, **overrides: Any) -> TrainConfig:
     """A small FakePong run's config (Karpathy's learner as --preset pg sets it, 2-point
     games, 16 hidden units, 3 updates of 3 episodes on 2 local workers, seed 4, a checkpoint

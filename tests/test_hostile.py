@@ -33,6 +33,7 @@ from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_s
 from pong_mp.signals import Interrupted
 from pong_mp.state import initial_state
 from pong_mp.trainer import NonFiniteError, apply_batch, run, train
+from tests.helpers import signal_self
 
 GAME = {"points_to_win": 3}
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
@@ -221,8 +222,7 @@ def _ctrl_c() -> None:
 
 
 def _sigint_to_self() -> None:
-    os.kill(os.getpid(), signal.SIGINT)
-    time.sleep(0.01)  # the handler runs here, not after the caller's next step
+    signal_self(signal.SIGINT)
 
 
 def test_a_second_signal_that_cuts_the_save_short_names_the_older_checkpoint(

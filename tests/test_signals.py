@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
@@ -10,62 +9,49 @@ import pytest
 
 from pong_mp import signals
 from pong_mp.signals import Interrupted, stop_signals_deferred, stop_signals_raise
+from tests.helpers import signal_self
 
-
-@pytest.fixture
-def no_stop_yet(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Forget stops raised by earlier tests in this process."""
-    monkeypatch.setattr(signals, "_stopping_since", None)
-
-
-def _signal_self(signum: int) -> None:
-    os.kill(os.getpid(), signum)
-    time.sleep(0.01)  # the handler runs in this thread, at the next bytecode at the latest
+# Each test enters stop_signals_raise, which forgets the stops of earlier tests.
 
 
 @pytest.mark.parametrize("again", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_signal_repeated_at_once_is_the_same_stop(no_stop_yet: None, again: int) -> None:
+def test_a_stop_signal_repeated_at_once_is_the_same_stop(again: int) -> None:
     # As coreutils `timeout` sends it: to the run, then to its whole process group.
     with stop_signals_raise():
         with pytest.raises(Interrupted) as stop:
-            _signal_self(signal.SIGINT)
-        _signal_self(again)  # the stop's save would run here: not cut short
+            signal_self(signal.SIGINT)
+        signal_self(again)  # the stop's save would run here: not cut short
     assert stop.value.signum == signal.SIGINT
 
 
 def test_a_second_signal_after_the_window_cuts_the_stop_short(
-    no_stop_yet: None, monkeypatch: pytest.MonkeyPatch
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(signals, "REPEAT_SECONDS", 0.05)
     with stop_signals_raise():
         with pytest.raises(Interrupted):
-            _signal_self(signal.SIGINT)
+            signal_self(signal.SIGINT)
         time.sleep(0.1)
         with pytest.raises(Interrupted) as second:
-            _signal_self(signal.SIGTERM)
+            signal_self(signal.SIGTERM)
     assert second.value.exit_code == 143
 
 
-def test_a_held_back_stop_raises_once_on_leaving_and_counts_as_the_stop(
-    no_stop_yet: None,
-) -> None:
+def test_a_held_back_stop_raises_once_on_leaving_and_counts_as_the_stop() -> None:
     with stop_signals_raise():
         with pytest.raises(Interrupted) as stop, stop_signals_deferred():
-            _signal_self(signal.SIGTERM)
-            _signal_self(signal.SIGINT)
-        _signal_self(signal.SIGINT)  # the group's copy, after the commit: the same stop
+            signal_self(signal.SIGTERM)
+            signal_self(signal.SIGINT)
+        signal_self(signal.SIGINT)  # the group's copy, after the commit: the same stop
     assert stop.value.signum == signal.SIGTERM
 
 
-def test_a_new_stop_later_in_the_same_process_raises(
-    no_stop_yet: None, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # A notebook's second run, stopped after the first was: the window has passed.
-    monkeypatch.setattr(signals, "REPEAT_SECONDS", 0.05)
+def test_a_new_run_takes_its_first_signal_even_within_the_window() -> None:
+    # A notebook's second run, stopped at once after the first was: its handlers going in
+    # forget the first run's stop.
     for _ in range(2):
         with stop_signals_raise(), pytest.raises(Interrupted):
-            _signal_self(signal.SIGINT)
-        time.sleep(0.1)
+            signal_self(signal.SIGINT)
 
 
 def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
