@@ -31,10 +31,12 @@ def _train_lines() -> list[str]:
     return lines
 
 
-COMMANDS = [line for line in _train_lines() if not re.search(r"--resume|--fork-from", line)]
+_LINES = _train_lines()
+
+COMMANDS = [line for line in _LINES if not re.search(r"--resume|--fork-from", line)]
 """The commands that start a run of their own (a resume takes the stored options)."""
 
-FORKS = [line for line in _train_lines() if "--fork-from" in line]
+FORKS = [line for line in _LINES if "--fork-from" in line]
 """The commands that fork a record: they take its options, then the ones they type."""
 
 ACTOR_CRITIC_ONLY = ("epochs", "minibatches", "clip", "gae_lambda", "value_coef", "max_grad_norm")
