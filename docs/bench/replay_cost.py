@@ -8,13 +8,15 @@ the target network's forward pass on 32 states each; acting needs one forward pa
 single state per env step. This times those passes, on one thread, for the two networks
 Dopamine publishes Pong curves on:
 
-- nature: the Nature DQN network (convs of 32 8x8/4, 64 4x4/2, 64 3x3/1, then 512 units);
+- nature: the Nature DQN network (convs of 32 8x8/4, 64 4x4/2, 64 3x3/1, then 512 units),
+  padded as Dopamine's;
 - impala: Dopamine's `ImpalaEncoder` (three stacks of 16, 32, 32 channels, each a 3x3 conv,
   a 3x3 max-pool of stride 2 and two residual blocks of two 3x3 convs: 15 conv layers),
   then 512 units;
 
 each with one output per action (Pong's 6), as DQN has. IQN's head, run for 64 quantile
-samples a state, comes on top, so its figure for a network is a lower bound. From these it
+samples a state (its 512 units then cost 64 times theirs here: on Impala's network more
+than the 15 conv layers), comes on top, so its figure for a network is a lower bound. From these it
 prints the hours that 12.11 M env steps (the defaults' hour at 3,365 steps/s) would take
 for the network work alone, on one core and on two (if it split perfectly), with no
 emulator, replay buffer or IQN head.
@@ -29,6 +31,7 @@ PyTorch is not a dependency of pong-mp; to run this:
 from __future__ import annotations
 
 import json
+import os
 import time
 from datetime import date
 
@@ -50,12 +53,13 @@ ROUNDS = 3
 
 
 def nature() -> nn.Module:
-    """The Nature DQN network on 4 stacked 84x84 frames."""
+    """The Nature DQN network on 4 stacked 84x84 frames, padded as Dopamine's is ('SAME':
+    maps of 21, 11 and 11 a side, the extra padding after, as TensorFlow and Flax put it)."""
     return nn.Sequential(
-        nn.Conv2d(4, 32, 8, 4), nn.ReLU(),
-        nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
-        nn.Conv2d(64, 64, 3, 1), nn.ReLU(),
-        nn.Flatten(), nn.Linear(64 * 7 * 7, 512), nn.ReLU(), nn.Linear(512, ACTIONS),
+        nn.ZeroPad2d(2), nn.Conv2d(4, 32, 8, 4), nn.ReLU(),
+        nn.ZeroPad2d((1, 2, 1, 2)), nn.Conv2d(32, 64, 4, 2), nn.ReLU(),
+        nn.Conv2d(64, 64, 3, 1, padding=1), nn.ReLU(),
+        nn.Flatten(), nn.Linear(64 * 11 * 11, 512), nn.ReLU(), nn.Linear(512, ACTIONS),
     )
 
 
@@ -149,6 +153,7 @@ def main() -> None:
         "command": "PYTHONPATH=/tmp/torchlib python docs/bench/replay_cost.py",
         "date": date.today().isoformat(),
         "torch": torch.__version__,
+        "cpus": os.cpu_count(),
         "batch": BATCH,
         "update_period": UPDATE_PERIOD,
         "env_steps": ENV_STEPS,

@@ -1,8 +1,7 @@
 """The conv policy's work per env step: pong-mp's compiled sparse loops against PyTorch.
 
-The issue that brought the convolutional policy allowed a CPU deep-learning framework as an
-optional extra only if a measured comparison showed it does the job better. This is that
-comparison, for the two things a worker computes:
+Whether a CPU deep-learning framework would do a worker's job faster than pong-mp's own
+loops: this measures it, for the two things a worker computes:
 
 - a gradient pass of the actor-critic (the clipped surrogate, the value loss and the
   entropy term, summed over a minibatch's steps): pong-mp's `ppo.epoch_gradient` against
@@ -28,6 +27,7 @@ PyTorch is not a dependency of pong-mp; to run this:
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -203,6 +203,7 @@ def main(model: str) -> None:
         "command": "PYTHONPATH=/tmp/torchlib python docs/bench/torch_compare.py " + model,
         "date": date.today().isoformat(),
         "machine": cpu_model(),
+        "cpus": os.cpu_count(),
         "torch": torch.__version__,
         "numpy": np.__version__,
         "games": GAMES,
