@@ -32,6 +32,7 @@ import platform
 import sys
 import time
 from datetime import date
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -40,6 +41,8 @@ from threadpoolctl import threadpool_limits
 from pong_mp import policy, ppo
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
+from pong_mp.checkpoint import load_policy
+from pong_mp.config import stored_conv_channels
 from pong_mp.episode import make_tasks
 from pong_mp.gradient import Moments
 
@@ -55,14 +58,15 @@ PLAY_STEPS = 2000
 """Steps of batch-1 forward passes timed for play."""
 
 
-def flat_weights(model: str, seed: int = 0) -> np.ndarray:
-    """models/pong.npz's weights in pong-mp's flat float32 layout, with a value head drawn
-    from `seed` (an exported agent has none)."""
-    saved = np.load(model)
-    hidden = saved["W2"].shape[0]
-    head = np.random.default_rng(seed).normal(0.0, 0.05, hidden + 1)
-    parts = (saved["W1"].T.ravel(), saved["W2"], head, saved["conv"].ravel())
-    return np.concatenate(parts).astype(np.float32)
+def load_weights(model: str, seed: int = 0) -> tuple[policy.Weights32, int, int]:
+    """The float32 weights of a conv policy's model file or checkpoint, with a value head
+    drawn from `seed` (an exported agent has none), and its hidden units and channels."""
+    params, config = load_policy(Path(model))
+    hidden, channels = int(config["hidden"]), stored_conv_channels(config)
+    flat = policy.with_value_head(params, hidden, True, channels)
+    head = policy.value_head(flat, hidden, channels)
+    head[:] = np.random.default_rng(seed).normal(0.0, 0.05, hidden + 1)
+    return policy.Weights32.from_params(flat, hidden, channels), hidden, channels
 
 
 class TorchPolicy(torch.nn.Module):
@@ -127,9 +131,7 @@ def objective(
 def main(model: str) -> None:
     """Play the games, check the gradients agree, time both sides; print one JSON object."""
     torch.set_num_threads(1)
-    flat = flat_weights(model)
-    hidden, channels = 200, 16
-    weights = policy.Weights32.from_flat32(flat, hidden, channels)
+    weights, hidden, channels = load_weights(model)
     settings = ppo.PPOSettings()
     spec = RolloutSpec(
         "ALE/Pong-v5", hidden, 0.99, algo="ppo", ppo=settings, channels=channels
