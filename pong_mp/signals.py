@@ -9,14 +9,22 @@ stops it the same way, as SIGPIPE would (141).
 A second stop signal cuts the stop short (a save that hangs on a slow disk), unless it comes
 within REPEAT_SECONDS of the first: then it is the same stop arriving twice, as when coreutils
 `timeout` (without --foreground) signals the run and then its whole process group.
+
+Python runs a signal's handler between any two bytecodes of the main thread, including
+those of a finalizer or a weakref callback (a module lock dropped by an import), where an
+exception is only printed ("Exception ignored in ...") and the code goes on. A stop raised
+there would be lost, and its repeat ignored: so it is kept, and raised again at the next
+safe point (`raise_swallowed`) or when the handlers come out.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -24,6 +32,9 @@ WORKER_IGNORES = (signal.SIGINT, signal.SIGHUP)
 """What worker processes ignore from their first instruction on: a terminal sends these to
 the whole process group, and the coordinator stops its workers itself, after saving."""
 
+
+UnraisableHook = Callable[["sys.UnraisableHookArgs"], object]
+"""What sys.unraisablehook holds (its argument's type is known to type checkers only)."""
 
 REPEAT_SECONDS = 1.0
 """A stop signal this soon after the one that stopped the run is that stop again, not a
@@ -72,10 +83,45 @@ def _stop(signum: int, at: float) -> Interrupted | None:
     return Interrupted(signum)
 
 
+_swallowed: Interrupted | None = None
+"""A stop raised where Python only prints an exception (None: none since the handlers went
+in), waiting for the next safe point."""
+
+
 def _no_stop_yet() -> None:
     # Entered only before a command or a run starts, never while a stop unwinds.
-    global _stopping_since
+    global _stopping_since, _swallowed
     _stopping_since = None
+    _swallowed = None
+
+
+def _keep_swallowed(chained: UnraisableHook, unraisable: sys.UnraisableHookArgs) -> None:
+    # A stop is kept for raise_swallowed, not printed as a traceback; anything else goes to
+    # the hook that was there before.
+    global _swallowed
+    if isinstance(unraisable.exc_value, Interrupted):
+        if _swallowed is None:
+            _swallowed = unraisable.exc_value
+        return
+    chained(unraisable)
+
+
+def _keeping_stops(hook: UnraisableHook) -> UnraisableHook:
+    """`hook` as a sys.unraisablehook that keeps a stop for raise_swallowed (itself, if it
+    already does: a process that runs several commands does not stack them)."""
+    if isinstance(hook, functools.partial) and hook.func is _keep_swallowed:
+        return hook
+    return functools.partial(_keep_swallowed, hook)
+
+
+def raise_swallowed() -> None:
+    """Raise the stop that a signal handled inside a finalizer or a weakref callback raised
+    where Python could only print it, if there is one: called at the trainer's safe points
+    (each result that comes back, each update), so that such a stop is late, never lost."""
+    global _swallowed
+    stop, _swallowed = _swallowed, None
+    if stop is not None:
+        raise stop.with_traceback(None)
 
 
 def _raise(signum: int, frame: FrameType | None) -> None:
@@ -89,6 +135,7 @@ def raise_stop_signals() -> None:
     that ends the process, so that no window is left in which Ctrl-C is Python's
     KeyboardInterrupt (restoring a handler on the way out would open one)."""
     _no_stop_yet()
+    sys.unraisablehook = _keeping_stops(sys.unraisablehook)
     for s in STOP_SIGNALS:
         signal.signal(s, _raise)
 
@@ -96,14 +143,23 @@ def raise_stop_signals() -> None:
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
     """Inside, the stop signals raise Interrupted in the main thread (one stop's signal
-    arriving twice within REPEAT_SECONDS raises once)."""
+    arriving twice within REPEAT_SECONDS raises once). A stop that Python swallowed
+    inside and no safe point raised is raised on leaving; one swallowed under the
+    process-wide handlers of `raise_stop_signals` before, on entering."""
+    global _swallowed
+    raise_swallowed()
     _no_stop_yet()
+    hook = sys.unraisablehook
+    sys.unraisablehook = _keeping_stops(hook)
     previous = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
     try:
         yield
+        raise_swallowed()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        sys.unraisablehook = hook
+        _swallowed = None  # raised, or overtaken by what unwinds: not the next run's
 
 
 @contextlib.contextmanager

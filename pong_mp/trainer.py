@@ -62,6 +62,7 @@ from pong_mp.rundir import (
 from pong_mp.signals import (
     Interrupted,
     output_closed,
+    raise_swallowed,
     stop_signals_deferred,
     stop_signals_raise,
 )
@@ -410,6 +411,7 @@ def updates(
         summed = in_flight[state.episodes]
         arrived = time.perf_counter()
         for item in backend.results():
+            raise_swallowed()
             arrived = time.perf_counter()
             in_flight[_batch_of(item, state.episodes, config.batch_size)].add(item)
             if summed.complete:
@@ -557,6 +559,7 @@ def _round(
     fixed order, and yield each episode's statistics, until the batch is complete."""
     backend.submit(version, tasks)
     for item in backend.results():
+        raise_swallowed()
         summed.add(item)
         if isinstance(item, EpisodeResult):
             yield item.stats

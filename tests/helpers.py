@@ -47,6 +47,19 @@ def signal_self(signum: int) -> None:
     time.sleep(0.01)
 
 
+class SignalsWhenDropped:
+    """An object whose finalizer sends `signum` to this process: its handler runs inside the
+    finalizer, where Python only prints an exception, as in a weakref callback of an import
+    (drop it at once: `SignalsWhenDropped(signal.SIGINT)`)."""
+
+    def __init__(self, signum: int) -> None:
+        """See the class docstring."""
+        self.signum = signum
+
+    def __del__(self) -> None:
+        signal_self(self.signum)
+
+
 def fake_config(run_dir: Path, **overrides: Any) -> TrainConfig:
     """A small FakePong run's config (Karpathy's learner as --preset pg sets it, 2-point
     games, 16 hidden units, 3 updates of 3 episodes on 2 local workers, seed 4, a checkpoint

@@ -33,7 +33,7 @@ from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_s
 from pong_mp.signals import Interrupted
 from pong_mp.state import initial_state
 from pong_mp.trainer import NonFiniteError, apply_batch, run, train
-from tests.helpers import signal_self
+from tests.helpers import SignalsWhenDropped, signal_self
 
 GAME = {"points_to_win": 3}
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
@@ -215,6 +215,42 @@ def _stopped_inside_the_last_save(
     with pytest.raises(Interrupted) as stop, open_run(run_dir, False, given) as (config, state):
         run(config, state, reporter=StopAtUpdate3())
     return stop.value
+
+
+@pytest.mark.parametrize(
+    "learner",
+    [{"algo": "pg", "policy": "mlp", "entropy_drop_at": 0}, {"algo": "ppo"}],
+    ids=["pg", "ppo"],
+)
+def test_a_stop_python_swallowed_in_a_finalizer_still_stops_the_run(
+    tmp_path: Path, monkeypatch, learner: dict
+) -> None:
+    # A Ctrl-C whose handler runs inside a weakref callback of an import (as a run's first
+    # batches import what they need) is only printed by Python; the run must stop anyway.
+    from pong_mp import trainer
+
+    given = {
+        "env": "FakePong-v0", "env_kwargs": GAME, "hidden": 8, "batch_size": 2, "batches": 6,
+        "backend": "serial", "tensorboard": False, **learner,
+    }  # fmt: skip
+    tasks = trainer.make_tasks
+
+    def make_tasks(seed: int, first: int, size: int) -> list:
+        if first == 4:  # the third batch's, after update 2
+            SignalsWhenDropped(signal.SIGINT)
+        return tasks(seed, first, size)
+
+    monkeypatch.setattr(trainer, "make_tasks", make_tasks)
+    with pytest.raises(Interrupted) as stop, open_run(tmp_path, False, given) as (config, state):
+        run(config, state, reporter=_Silent())
+    assert stop.value.reached == 2
+    assert checkpoint_on_disk(tmp_path) == 2
+
+
+class _Silent:
+    def banner(self, text: str) -> None: ...
+    def close(self) -> None: ...
+    def update(self, record: dict) -> None: ...
 
 
 def _ctrl_c() -> None:

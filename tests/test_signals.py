@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import signal
+import sys
 import time
 
 import pytest
 
 from pong_mp import signals
 from pong_mp.signals import Interrupted, stop_signals_deferred, stop_signals_raise
-from tests.helpers import signal_self
+from tests.helpers import SignalsWhenDropped, signal_self
 
 # Each test enters stop_signals_raise, which forgets the stops of earlier tests.
 
@@ -59,3 +60,44 @@ def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
     assert signal.SIGHUP in signals.STOP_SIGNALS
     assert Interrupted(signal.SIGHUP).exit_code == 129
     assert signals.output_closed().exit_code == 141
+
+
+def test_a_stop_raised_where_python_only_prints_it_is_raised_at_the_next_safe_point() -> None:
+    with stop_signals_raise():
+        SignalsWhenDropped(signal.SIGTERM)  # the handler's Interrupted goes nowhere
+        with pytest.raises(Interrupted) as stop:
+            signals.raise_swallowed()
+        signals.raise_swallowed()  # once
+    assert stop.value.signum == signal.SIGTERM
+
+
+def test_a_swallowed_stop_no_safe_point_raised_is_raised_on_leaving() -> None:
+    with pytest.raises(Interrupted) as stop, stop_signals_raise():
+        SignalsWhenDropped(signal.SIGINT)
+    assert stop.value.exit_code == 130
+
+
+def test_a_stop_swallowed_before_a_run_is_raised_as_its_handlers_go_in() -> None:
+    # As under `pong-mp train`'s process-wide handlers, while the run directory is opened.
+    with stop_signals_raise():
+        SignalsWhenDropped(signal.SIGINT)
+        with pytest.raises(Interrupted), stop_signals_raise():
+            pytest.fail("the run began")
+
+
+def test_other_unprintable_exceptions_go_to_the_hook_that_was_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_value))
+
+    class FailsWhenDropped:
+        def __del__(self) -> None:
+            raise ValueError("a finalizer's own error")
+
+    with stop_signals_raise():
+        FailsWhenDropped()
+        signals.raise_swallowed()  # nothing to raise
+    assert [type(e) for e in seen] == [ValueError]
+    FailsWhenDropped()
+    assert len(seen) == 2  # the hook that was there is back
