@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,9 +15,10 @@ from pong_mp import policy
 from pong_mp.checkpoint import load_policy
 from pong_mp.envs import make_training_env
 from pong_mp.frames import INPUTS, PADDLE_COLUMN
+from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.tools.play import GameScore, play_games, summary
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import pong_mp
+from tests.helpers import SignalsWhenDropped, pong_mp
 
 GAME = {"points_to_win": 3}
 
@@ -28,6 +30,19 @@ def test_games_are_full_and_repeatable() -> None:
     assert a == b and len(a) == 3
     assert all(max(s.agent, s.opponent) == 3 and s.steps > 0 for s in a)
     assert play_games(params, 8, "FakePong-v0", 3, seed=5, env_kwargs=GAME) != a
+
+
+def test_a_stop_python_only_printed_ends_the_games_after_the_game_it_came_in() -> None:
+    played: list[GameScore] = []
+
+    def on_game(score: GameScore) -> None:
+        played.append(score)
+        if len(played) == 1:
+            SignalsWhenDropped(signal.SIGINT)  # a Ctrl-C handled inside a finalizer
+
+    with pytest.raises(Interrupted), stop_signals_raise():
+        play_games(policy.init_params(8, 0), 8, "FakePong-v0", 4, env_kwargs=GAME, on_game=on_game)
+    assert len(played) == 1
 
 
 class _Recorder(gym.Wrapper):

@@ -12,6 +12,7 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.envs import make_training_env
 from pong_mp.episode import episode_seed, run_episode
+from pong_mp.signals import raise_swallowed
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,7 @@ def play_games(
             scores.append(GameScore(**game))
             if on_game is not None:
                 on_game(scores[-1])
+            raise_swallowed()  # a stop Python only printed ends the games here
     finally:
         env.close()
     return scores
