@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import fake_config, fake_spec, play_batches, pong_shm_blocks, wait_until_clean
+from tests.helpers import (
+    fake_config,
+    fake_spec,
+    kill_started,
+    play_batches,
+    pong_shm_blocks,
+    wait_until_clean,
+)
 
 # Ray, where tests start it, must not try to send usage reports from a machine without a
 # network.
@@ -22,6 +29,15 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (_ROOT, os.environ.get("PYTHONPATH")) if p
     )
+
+
+@pytest.fixture(autouse=True)
+def no_command_left_running() -> Iterator[None]:
+    """Kills the commands a test started in the background and left running (it failed
+    waiting on them), after the test's other fixtures have looked: set up first, so torn
+    down last."""
+    yield
+    kill_started()
 
 
 @pytest.fixture

@@ -40,6 +40,34 @@ def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     )
 
 
+_started: list[subprocess.Popen] = []
+
+
+def start(*args: str, group: bool = False) -> subprocess.Popen:
+    """Start `python -m pong_mp ARGS` in the background, its output piped; with `group`, in
+    a process group of its own, as a terminal starts a command (the test can then signal
+    the whole group). One still running when its test ends is killed (`kill_started`)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pong_mp", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=group,
+    )
+    _started.append(proc)
+    return proc
+
+
+def kill_started() -> None:
+    """Kill the commands `start` started that still run (their test failed waiting on them):
+    a run left training would load the tests after it. Its workers leave on their own."""
+    while _started:
+        proc = _started.pop()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
 def signal_self(signum: int) -> None:
     """Send `signum` to this process and let its handler run (in this thread, at the next
     bytecode at the latest) before returning."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,20 +18,11 @@ from tests.helpers import (
     pong_mp,
     pong_processes,
     pong_shm_blocks,
+    start,
 )
 
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
 SLOW = ["--env", SLOW_PONG, "--env-arg", "points_to_win=2", "--hidden", "8"]
-
-
-def start(*args: str) -> subprocess.Popen:
-    """Start `python -m pong_mp ARGS` in the background."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "pong_mp", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def wait_for_updates(proc: subprocess.Popen, run_dir: Path, count: int) -> None:

@@ -33,7 +33,7 @@ from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_s
 from pong_mp.signals import Interrupted
 from pong_mp.state import initial_state
 from pong_mp.trainer import NonFiniteError, apply_batch, run, train
-from tests.helpers import SignalsWhenDropped, signal_self
+from tests.helpers import SignalsWhenDropped, signal_self, start
 
 GAME = {"points_to_win": 3}
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
@@ -44,18 +44,6 @@ def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run `python -m pong_mp ARGS` to its end."""
     return subprocess.run(
         [sys.executable, "-m", "pong_mp", *args], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def start(*args: str, group: bool = False) -> subprocess.Popen:
-    """Start `python -m pong_mp ARGS`; with `group`, in a process group of its own, as a
-    terminal starts a command (the test can then signal the whole group)."""
-    return subprocess.Popen(
-        [sys.executable, "-m", "pong_mp", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=group,
     )
 
 
