@@ -24,16 +24,16 @@ import pytest
 from pong_mp import checkpoint, signals
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.local import LocalBackend
-from pong_mp.backends.shm import SharedMemoryFull
+from pong_mp.backends.shm import SharedGradient, SharedMemoryFull
 from pong_mp.batch_sum import BatchSum
 from pong_mp.config import TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.gradient import Moments
 from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_stands
-from pong_mp.signals import Interrupted
+from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.state import initial_state
 from pong_mp.trainer import NonFiniteError, apply_batch, run, train
-from tests.helpers import SignalsWhenDropped, signal_self, start
+from tests.helpers import SignalsWhenDropped, fake_spec, signal_self, start
 
 GAME = {"points_to_win": 3}
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
@@ -171,6 +171,24 @@ def test_ctrl_c_to_the_group_while_workers_start_is_one_true_line(
         assert f"no checkpoint in {run_dir} yet; --resume starts the run" in line
     else:
         assert f"nothing was written in {run_dir}" in line  # a stop before the start
+
+
+def test_a_stop_while_the_shared_memory_is_made_leaves_no_block(
+    monkeypatch, clean_system
+) -> None:
+    # The signal's handler runs as a block is made and before the backend keeps it.
+    make = SharedGradient.create
+
+    def make_then_stop(shape: object) -> SharedGradient:
+        block = make(shape)  # type: ignore[arg-type]
+        signal_self(signal.SIGINT)
+        return block
+
+    monkeypatch.setattr(SharedGradient, "create", make_then_stop)
+    backend = LocalBackend(fake_spec(workers=2))
+    with stop_signals_raise(), pytest.raises(Interrupted):
+        backend.start()
+    assert backend.worker_pids() == []
 
 
 def _stopped_inside_the_last_save(

@@ -163,8 +163,13 @@ class LocalBackend(BackendBase):
         check_room(needed, what)  # before anything is made, and before the workers start
         try:
             try:
-                self._weights = SharedWeights.create(weights_shape)
-                self._grads = [SharedGradient.create(grad_shape) for _ in slots]
+                # A stop signal raised between a block's making and its keeping here would
+                # leave it to no one (the resource tracker unlinks it at the exit, with a
+                # warning): held back, it is raised once close() knows every block.
+                with stop_signals_deferred():
+                    self._weights = SharedWeights.create(weights_shape)
+                    for _ in slots:
+                        self._grads.append(SharedGradient.create(grad_shape))
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                     # The room was there a moment ago, or a limit other than the size bit.

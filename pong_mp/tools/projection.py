@@ -127,6 +127,7 @@ def measure_costs(
     from pong_mp.config import PRESETS, TrainConfig, stored_option
     from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
     from pong_mp.optim import Optimizer
+    from pong_mp.signals import stop_signals_deferred
     from pong_mp.state import TrainState
     from pong_mp.tools.bench import env_steps_per_sec
     from pong_mp.trainer import apply_batch
@@ -162,16 +163,19 @@ def measure_costs(
     state = TrainState(params=params, cache=np.zeros_like(params))
     summed = BatchSum(0, 1, np.empty(len(params)))
     summed.add(EpisodeResult(EpisodeStats(0, 0.0, 1, 0.0), grad))
-    shared = SharedWeights.create(BlockShape(hidden))
+    shared: SharedWeights | None = None
     try:
+        with stop_signals_deferred():  # made and known to the cleanup below, or not made
+            shared = SharedWeights.create(BlockShape(hidden))
         start = time.perf_counter()
         for _ in range(10):
             state, _ = apply_batch(config, state, summed, optimizer)
             shared.write(state.params, state.batch)
         update_seconds = (time.perf_counter() - start) / 10
     finally:
-        shared.close()
-        shared.unlink()
+        if shared is not None:
+            shared.close()
+            shared.unlink()
     return Costs(
         episode_steps=tuple(steps),
         step_seconds=seconds / sum(steps),
