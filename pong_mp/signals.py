@@ -116,8 +116,9 @@ def _keeping_stops(hook: UnraisableHook) -> UnraisableHook:
 
 def raise_swallowed() -> None:
     """Raise the stop that a signal handled inside a finalizer or a weakref callback raised
-    where Python could only print it, if there is one: called at the trainer's safe points
-    (each result that comes back, each update), so that such a stop is late, never lost."""
+    where Python could only print it, if there is one: called at safe points (each result
+    that comes back to the trainer, each game played), so that such a stop is late, never
+    lost."""
     global _swallowed
     stop, _swallowed = _swallowed, None
     if stop is not None:
