@@ -29,22 +29,16 @@ from pong_mp.batch_sum import BatchSum
 from pong_mp.config import TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.gradient import Moments
+from pong_mp.progress import QuietReporter
 from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.state import initial_state
 from pong_mp.trainer import NonFiniteError, apply_batch, run, train
-from tests.helpers import SignalsWhenDropped, fake_spec, signal_self, start
+from tests.helpers import SignalsWhenDropped, fake_spec, pong_mp, signal_self, start
 
 GAME = {"points_to_win": 3}
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
 RUN = [*FAKE, "--workers", "2", "--batch-size", "2", "--seed", "3", "--checkpoint-every", "1000"]
-
-
-def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run `python -m pong_mp ARGS` to its end."""
-    return subprocess.run(
-        [sys.executable, "-m", "pong_mp", *args], capture_output=True, text=True, timeout=timeout
-    )
 
 
 def children(pid: int) -> list[int]:
@@ -248,15 +242,9 @@ def test_a_stop_python_swallowed_in_a_finalizer_still_stops_the_run(
 
     monkeypatch.setattr(trainer, "make_tasks", make_tasks)
     with pytest.raises(Interrupted) as stop, open_run(tmp_path, False, given) as (config, state):
-        run(config, state, reporter=_Silent())
+        run(config, state, reporter=QuietReporter())
     assert stop.value.reached == 2
     assert checkpoint_on_disk(tmp_path) == 2
-
-
-class _Silent:
-    def banner(self, text: str) -> None: ...
-    def close(self) -> None: ...
-    def update(self, record: dict) -> None: ...
 
 
 def _ctrl_c() -> None:
