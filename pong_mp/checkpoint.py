@@ -79,6 +79,7 @@ def save(
         "episodes": np.int64(state.episodes),
         "steps": np.int64(state.steps),
         "elapsed": np.float64(state.elapsed),
+        "optimizer_steps": np.int64(state.optimizer_steps),
         "running_reward": np.float64(
             np.nan if state.running_reward is None else state.running_reward
         ),
@@ -286,8 +287,25 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         running_reward=None if np.isnan(running) else running,
         momentum=momentum,
         lagged=lagged,
+        optimizer_steps=_optimizer_steps(data, config, int(scalars["batch"])),
     )
     return state, config
+
+
+def _optimizer_steps(data: dict[str, np.ndarray], config: dict, batch: int) -> int:
+    # A checkpoint written before the state counted them took one step an update (pg) or
+    # one a minibatch (ppo) since its run began.
+    if "optimizer_steps" not in data:
+        if stored_option(config, "algo") != "ppo":
+            return batch
+        return batch * stored_option(config, "epochs") * stored_option(config, "minibatches")
+    try:
+        steps = data["optimizer_steps"].item()
+    except ValueError:
+        steps = None
+    if not isinstance(steps, int) or steps < 0:
+        raise CheckpointError(f"optimizer_steps must be a whole number >= 0, not {steps!r}")
+    return steps
 
 
 def _value_heads(

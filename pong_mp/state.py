@@ -39,6 +39,9 @@ class TrainState:
     """Wall seconds spent in updates so far, across resumes."""
     momentum: np.ndarray | None = None
     """Adam's mean of gradients (m), same shape as params; None for RMSProp."""
+    optimizer_steps: int = 0
+    """Optimizer steps taken since the optimizer's state was last zeroed (a new run, or a
+    fork that starts it anew): Adam's bias correction counts these, not the updates."""
     lagged: tuple[np.ndarray, ...] = ()
     """With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (the oldest
     known where there was none: a new run's initial weights, or those a fork that lengthened
@@ -83,9 +86,12 @@ def with_hidden(
 
 
 def with_new_optimizer_state(state: TrainState) -> TrainState:
-    """`state` with the optimizer's state at zero, as a new run's (the weights kept)."""
+    """`state` with the optimizer's state at zero, as a new run's (the weights kept): its
+    step count too, so that Adam's bias correction starts again."""
     momentum = None if state.momentum is None else np.zeros_like(state.momentum)
-    return dataclasses.replace(state, cache=np.zeros_like(state.cache), momentum=momentum)
+    return dataclasses.replace(
+        state, cache=np.zeros_like(state.cache), momentum=momentum, optimizer_steps=0
+    )
 
 
 def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:

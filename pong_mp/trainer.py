@@ -199,7 +199,7 @@ def step_batch(
         # The rate at the env steps played before this batch: update 1 uses --lr itself.
         lr = _scheduled_lr(config, state.steps)
         params, cache, momentum = optimizer.step(
-            state.params, state.cache, state.momentum, grad, state.batch + 1, lr
+            state.params, state.cache, state.momentum, grad, state.optimizer_steps + 1, lr
         )
         if not np.isfinite(params.sum()):
             raise NonFiniteError(
@@ -217,6 +217,7 @@ def step_batch(
         episodes=state.episodes + summed.count,
         steps=state.steps + summed.steps,
         running_reward=running,
+        optimizer_steps=state.optimizer_steps + 1,
     )
     return new_state, grad, lr
 
@@ -492,7 +493,7 @@ def ppo_updates(
                 for task in tasks:  # added in episode order: the same bits every time
                     seen += passes.get(task.index) or PassStats()
                 arrived = time.perf_counter()
-                step = state.batch * steps_per_update + epoch * config.minibatches + part + 1
+                step = state.optimizer_steps + epoch * config.minibatches + part + 1
                 # An overflow is no warning to print: the checks tell, and the update is
                 # refused (as pg's).
                 with np.errstate(over="ignore", invalid="ignore"):
@@ -525,6 +526,7 @@ def ppo_updates(
             episodes=state.episodes + played.count,
             steps=state.steps + played.steps,
             running_reward=running,
+            optimizer_steps=state.optimizer_steps + steps_per_update,
         )
         stats_out = {
             "reward_mean": float(np.mean(played.episode_rewards)),

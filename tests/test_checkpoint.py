@@ -26,6 +26,7 @@ def _state() -> TrainState:
         steps=12345,
         running_reward=-19.5,
         elapsed=12.5,
+        optimizer_steps=2,
     )
 
 
@@ -42,6 +43,7 @@ def test_round_trip_is_exact_and_plain_numpy(tmp_path: Path) -> None:
     assert loaded.cache.tobytes() == state.cache.tobytes()
     assert (loaded.batch, loaded.episodes, loaded.steps) == (3, 30, 12345)
     assert loaded.running_reward == -19.5 and loaded.elapsed == 12.5
+    assert loaded.optimizer_steps == 2  # not the updates: a fork may have zeroed them
     assert config == json.loads(CONFIG)
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]  # no temp file left
 
@@ -113,6 +115,8 @@ def _save_raw(path: Path, **overrides: object) -> None:
         ({"batch": np.int64(-3)}, "batch must be a number >= 0, not -3"),
         ({"elapsed": np.float64(np.nan)}, "elapsed must be a number >= 0"),
         ({"steps": np.str_("many")}, "steps must be a number >= 0, not 'many'"),
+        ({"optimizer_steps": np.float64(2.5)}, "optimizer_steps must be a whole number"),
+        ({"optimizer_steps": np.int64(-1)}, "optimizer_steps must be a whole number"),
         ({"adam_m_W1": np.zeros((HIDDEN, 6400))}, "only one of adam_m_W1 and adam_m_W2"),
         ({"rmsprop_W1": np.full((HIDDEN, 6400), "x")}, "rmsprop_W1 has dtype <U1"),
     ],
@@ -128,6 +132,24 @@ def test_a_valid_raw_checkpoint_loads(tmp_path: Path) -> None:
     _save_raw(tmp_path / "c.npz")
     state, _ = checkpoint.load(tmp_path / "c.npz")
     assert state.episodes == 10
+
+
+@pytest.mark.parametrize(
+    ("config", "steps"),
+    [({"hidden": HIDDEN}, 2), ({"hidden": HIDDEN, "algo": "ppo", "epochs": 3}, 2 * 3 * 4)],
+)
+def test_a_checkpoint_without_its_optimizer_steps_counts_them_from_its_updates(
+    tmp_path: Path, config: dict, steps: int
+) -> None:
+    # Written before the state counted them: one step an update, or one a minibatch.
+    path = tmp_path / "c.npz"
+    params = policy.init_params(HIDDEN, 0, value=config.get("algo") == "ppo")
+    state = TrainState(params=params, cache=np.zeros_like(params), batch=2)
+    checkpoint.save(path, state, HIDDEN, json.dumps(config))
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in npz.files if key != "optimizer_steps"}
+    np.savez(path, **arrays)
+    assert checkpoint.load(path)[0].optimizer_steps == steps
 
 
 def test_an_exported_model_is_small_float32_and_plays(tmp_path: Path, fake_checkpoint) -> None:

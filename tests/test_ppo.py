@@ -3,6 +3,7 @@ surrogate's gradient against a dense float64 reference."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -478,6 +479,33 @@ def test_a_pg_run_forks_into_the_actor_critic(tmp_path: Path, clean_system) -> N
     assert pg_on.steps == fork.steps
     records = [json.loads(line) for line in (tmp_path / "ppo" / "metrics.jsonl").open()]
     assert [r["batch"] for r in records] == [1, 2, 3] and "value_loss" in records[-1]
+
+
+def test_a_fork_into_the_actor_critic_steps_adam_as_a_new_run_does(
+    tmp_path: Path, clean_system
+) -> None:
+    # The fork starts Adam's moments anew, so its bias correction must count from step 1
+    # too: counted from the source run's updates, its first step was about half a new run's
+    # here (3x after a long run). One step an update; each weight's first Adam step is about
+    # lr, so the step's norm per weight it moved is compared (the two runs' games move
+    # different numbers of the MLP's weights).
+    source = fake_config(tmp_path / "pg", backend="serial", optimizer="adam", batches=20)
+    train(source, log=_quiet)
+    learner = {"algo": "ppo", "optimizer": "adam", "epochs": 1, "minibatches": 1}
+    fork = fake_config(
+        tmp_path / "fork", backend="serial", batches=21, fork_from=str(tmp_path / "pg"),
+        **learner,
+    )
+    new = fake_config(tmp_path / "new", backend="serial", batches=1, **learner)
+    norms = []
+    for config in (fork, new):
+        start = prepare_run(Path(config.run_dir), False, dataclasses.asdict(config))[1]
+        assert start.optimizer_steps == 0
+        end = train(config, log=_quiet)
+        assert end.optimizer_steps == 1
+        moved = (end.params - start.params)[end.params != start.params]
+        norms.append(math.sqrt(np.mean(np.square(moved))))
+    assert norms[0] == pytest.approx(norms[1], rel=0.1)
 
 
 def test_the_ppo_preset_is_the_measured_actor_critic() -> None:
