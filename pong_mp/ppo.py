@@ -11,10 +11,11 @@ Data flow of one update (the coordinator's side is `trainer.ppo_updates`):
                           ──worker──> gradient over the episode's steps of minibatch m
         sum in the batch's fixed order ──> optimizer step ──> weights k + 1
 
-Each step of an episode falls in one minibatch per epoch, drawn from the episode's seed
-and the epoch's number (`minibatch_steps`): which steps form a minibatch depends only on
-indices, and every gradient is a pure function of (weights, task), so the bytes do not
-depend on which worker, backend or retry computes it.
+Each step of an episode falls in one minibatch per epoch, dealt from the episode's seed
+and the epoch's number by a hash written here (`minibatch_steps`): which steps form a
+minibatch depends only on indices, not on the numpy version, and every gradient is a pure
+function of (weights, task), so the bytes do not depend on which worker, backend or retry
+computes it.
 
 The policy is the MLP with a value head on its hidden layer (the layout of
 `policy.param_count(hidden, value=True)`); unlike --baseline value, the value loss's
@@ -220,13 +221,46 @@ def advantage_moments(trajectory: Trajectory) -> Moments:
     return moments
 
 
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+"""splitmix64's increment: 2^64 / the golden ratio, odd."""
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer (Steele, Lea and Flood 2014), on uint64 arrays (wrapping)."""
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def deal_keys(seed: int, epoch: int, steps: int) -> np.ndarray:
+    """The uint64 key of each step 0 .. steps - 1 of an episode whose seed is `seed`, in pass
+    `epoch`: splitmix64's stream at counter t + 1 from a start that is the stream of the
+    mixed seed at counter epoch + 1.
+
+    Written here, in integer arithmetic that wraps mod 2^64, rather than drawn from a
+    library's generator: numpy does not promise `Generator.permutation`'s output across
+    versions, and workers of mixed versions on a cluster must deal alike.
+    """
+    mask = (1 << 64) - 1
+    with np.errstate(over="ignore"):
+        mixed = _mix64(np.array([seed & mask], np.uint64))
+        start = _mix64(mixed + np.uint64(epoch + 1) * _GOLDEN)
+        return _mix64(start + np.arange(1, steps + 1, dtype=np.uint64) * _GOLDEN)
+
+
 def minibatch_steps(seed: int, epoch: int, steps: int, minibatches: int, part: int) -> np.ndarray:
     """The step numbers (increasing) of an episode of `steps` steps whose seed is `seed`
-    that fall in minibatch `part` of pass `epoch`: the steps are shuffled by a generator of
-    (seed, epoch) and dealt into `minibatches` parts of nearly equal size."""
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(1, epoch)))
-    order = rng.permutation(steps)
-    return np.sort(np.array_split(order, minibatches)[part])
+    that fall in minibatch `part` of pass `epoch`.
+
+    The steps are ordered by their `deal_keys` (a stable sort: ties by step number) and the
+    order is cut into `minibatches` runs, the first `steps % minibatches` one step longer:
+    every step falls in exactly one minibatch a pass, and the dealing depends only on these
+    integers.
+    """
+    order = np.argsort(deal_keys(seed, epoch, steps), kind="stable")
+    size, extra = divmod(steps, minibatches)
+    start = part * size + min(part, extra)
+    return np.sort(order[start : start + size + (part < extra)])
 
 
 @dataclass(frozen=True)
