@@ -25,7 +25,6 @@ from pong_mp.config import (
     TrainConfig,
     apply_preset,
     stored_conv_channels,
-    stored_conv_layers,
     stored_option,
 )
 from pong_mp.frames import INPUT_SIZE, BinaryInputs
@@ -106,17 +105,15 @@ class Agent:
         inputs: str = "diff",
         channels: int = 0,
         noop_margin: float = 0.0,
-        layers: int = 1,
     ) -> None:
         """An agent with flat float64 `params` of a `hidden`-unit policy that sees `inputs`
         (one of frames.INPUTS; a loaded agent takes its config's), on the features of a
-        convolutional layer of `channels` for --policy conv (0: the MLP; `layers` 2: and of a
-        second on its map), whose actions `noop_margin` sets (0: UP and DOWN;
-        `policy.action_probs`); `seed` seeds the sampling of actions (None: fresh entropy)."""
+        convolutional layer of `channels` for --policy conv (0: the MLP), whose actions
+        `noop_margin` sets (0: UP and DOWN; `policy.action_probs`); `seed` seeds the
+        sampling of actions (None: fresh entropy)."""
         flat = np.asarray(params, dtype=np.float64)
-        self._w1t, self._w2 = policy.split(flat, hidden, channels, layers)
-        self._kernel = policy.conv_kernel(flat, hidden, channels, layers)
-        self._kernel2 = policy.conv2_kernel(flat, hidden, channels, layers)
+        self._w1t, self._w2 = policy.split(flat, hidden, channels)
+        self._kernel = policy.conv_kernel(flat, hidden, channels)
         self.hidden = hidden
         self.inputs = inputs
         self.noop_margin = noop_margin
@@ -134,7 +131,7 @@ class Agent:
         channels = stored_conv_channels(config)
         agent = cls(
             params, int(config["hidden"]), seed=seed, inputs=inputs, channels=channels,
-            noop_margin=stored_option(config, "noop_margin"), layers=stored_conv_layers(config),
+            noop_margin=stored_option(config, "noop_margin"),
         )
         agent.config = config
         return agent
@@ -158,8 +155,6 @@ class Agent:
             self._started = True
         if self._kernel is not None:
             x = policy.conv_features(self._kernel, x)
-        if self._kernel2 is not None:
-            x = policy.conv2_features(self._kernel2, x)
         if self.noop_margin == 0.0:
             p_up, _ = policy.forward(self._w1t, self._w2, x)
             return policy.ActionProbs.two(p_up)

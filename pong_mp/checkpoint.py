@@ -9,10 +9,7 @@ A run with a value head (--baseline value, --algo ppo) adds it as `value`, with 
 optimizer state (`rmsprop_value`, `adam_m_value`) and lagged copies (`lag_value`). A
 --policy conv run's W1 is H x (19 x 19 x channels), one column per feature of its
 convolutional layer, whose filters are `conv` (8 x 8 x channels), with `rmsprop_conv` and
-`adam_m_conv`; a model file of one holds `conv` too. With --conv-layers 2, W1 is H x (8 x 8
-x channels2), one column per feature of the second layer, whose filters are `conv2` (4 x 4
-x channels x channels2), with `rmsprop_conv2` and `adam_m_conv2` (and `conv2` in a model
-file).
+`adam_m_conv`; a model file of one holds `conv` too.
 """
 
 from __future__ import annotations
@@ -25,14 +22,13 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.config import (
-    CONV_LAYERS,
     MAX_CHANNELS,
     ConfigError,
     check_types,
     stored_conv_channels,
-    stored_conv_layers,
     stored_option,
     stored_value_head,
+    without_removed,
 )
 from pong_mp.files import write_atomic
 from pong_mp.frames import INPUTS
@@ -57,10 +53,9 @@ def save(
     hidden: int,
     config_json: str,
     channels: int = 0,
-    layers: int = 1,
 ) -> None:
     """Write `state` to `path` atomically: a reader sees the old file or the new, never half.
-    `channels` and `layers` are --policy conv's (channels 0 for the MLP)."""
+    `channels` are --policy conv's (0 for the MLP)."""
     named = [("params", state.params), ("cache", state.cache)]
     if state.momentum is not None:
         named.append(("momentum", state.momentum))
@@ -68,8 +63,8 @@ def save(
         if not np.all(np.isfinite(arr)):
             raise CheckpointError(f"refusing to save non-finite {name} to {path}")
     # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
-    w1t, w2 = policy.split(state.params, hidden, channels, layers)
-    c1t, c2 = policy.split(state.cache, hidden, channels, layers)
+    w1t, w2 = policy.split(state.params, hidden, channels)
+    c1t, c2 = policy.split(state.cache, hidden, channels)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T),
         "W2": w2,
@@ -87,28 +82,26 @@ def save(
         "format_version": np.int64(FORMAT_VERSION),
     }
     if state.momentum is not None:
-        m1t, m2 = policy.split(state.momentum, hidden, channels, layers)
+        m1t, m2 = policy.split(state.momentum, hidden, channels)
         arrays["adam_m_W1"] = np.ascontiguousarray(m1t.T)
         arrays["adam_m_W2"] = m2
     if state.lagged:
-        views = [policy.split(flat, hidden, channels, layers) for flat in state.lagged]
+        views = [policy.split(flat, hidden, channels) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
     named = {"": state.params, "rmsprop_": state.cache}
     if state.momentum is not None:
         named["adam_m_"] = state.momentum
-    if policy.value_head(state.params, hidden, channels, layers) is not None:  # pg value, ppo
+    if policy.value_head(state.params, hidden, channels) is not None:  # pg value, ppo
         for prefix, flat in named.items():
-            arrays[prefix + "value"] = policy.value_head(flat, hidden, channels, layers)
+            arrays[prefix + "value"] = policy.value_head(flat, hidden, channels)
         if state.lagged:
             arrays["lag_value"] = np.stack(
-                [policy.value_head(f, hidden, channels, layers) for f in state.lagged]
+                [policy.value_head(f, hidden, channels) for f in state.lagged]
             )
     if channels:  # --policy conv (no policy lag)
         for prefix, flat in named.items():
-            arrays[prefix + "conv"] = policy.conv_kernel(flat, hidden, channels, layers)
-            if layers == 2:
-                arrays[prefix + "conv2"] = policy.conv2_kernel(flat, hidden, channels, layers)
+            arrays[prefix + "conv"] = policy.conv_kernel(flat, hidden, channels)
     _write_npz_atomic(Path(path), arrays)
 
 
@@ -154,51 +147,46 @@ def _read(path: Path) -> dict[str, np.ndarray]:
         raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from None
 
 
-def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0, layers: int = 1) -> None:
-    rows = policy.input_rows(channels, layers)
+def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0) -> None:
+    rows = policy.input_rows(channels)
     if w1.ndim != 2 or w1.shape[1] != rows or w2.shape != (w1.shape[0],):
         raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, {rows})/(H,)")
 
 
-def _conv_of(data: dict[str, np.ndarray]) -> tuple[int, int]:
-    # --policy conv's channels and --conv-layers as the stored config gives them, to know
-    # W1's shape before the config is checked, the config read once: 0 channels where they
-    # are malformed, 1 layer where it is (the check that follows names it).
+def _conv_of(data: dict[str, np.ndarray]) -> int:
+    # --policy conv's channels as the stored config gives them, to know W1's shape before
+    # the config is checked: 0 where they are malformed (the check that follows names it).
+    # A run of an option pong-mp no longer has is named first: its weights fit no policy
+    # of today's.
     try:
         config = json.loads(str(data["config"]))
-        channels, layers = stored_conv_channels(config), stored_conv_layers(config)
+        channels = stored_conv_channels(config)
     except (ValueError, TypeError, AttributeError, KeyError):
-        return 0, 1
+        return 0
+    try:
+        without_removed(config)
+    except ConfigError as exc:
+        raise CheckpointError(str(exc)) from None
     ok = isinstance(channels, int) and not isinstance(channels, bool)
-    channels = channels if ok and 1 <= channels <= MAX_CHANNELS else 0
-    return channels, layers if layers in CONV_LAYERS and not isinstance(layers, bool) else 1
+    return channels if ok and 1 <= channels <= MAX_CHANNELS else 0
 
 
 def _filters(
-    data: dict[str, np.ndarray],
-    channels: int,
-    keys: tuple[str, ...],
-    dtype: type,
-    layers: int = 1,
+    data: dict[str, np.ndarray], channels: int, keys: tuple[str, ...], dtype: type
 ) -> list[np.ndarray]:
-    # --policy conv's filters (and the optimizer's state for them), one flat vector a key,
-    # the second layer's (key + "2") after the first's with --conv-layers 2: [] for the MLP.
+    # --policy conv's filters (and the optimizer's state for them), one flat vector a key:
+    # [] for the MLP.
     if not channels:
         return []
-    want = dict(zip(("", "2"), policy.kernel_shapes(channels, layers), strict=False))
-    for base in keys:
-        for suffix, shape in want.items():
-            key = base + suffix
-            if key not in data:
-                raise CheckpointError(f"missing {key}, which this --policy conv run needs")
-            if data[key].shape != shape or data[key].dtype != dtype:
-                found = f"{data[key].dtype} {data[key].shape}"
-                raise CheckpointError(f"{key} is {found}, not {np.dtype(dtype)} {shape}")
-            _check_finite(data, (key,))
-    return [
-        np.concatenate([data[base + suffix].ravel() for suffix in want]).astype(np.float64)
-        for base in keys
-    ]
+    shape = policy.kernel_shape(channels)
+    for key in keys:
+        if key not in data:
+            raise CheckpointError(f"missing {key}, which this --policy conv run needs")
+        if data[key].shape != shape or data[key].dtype != dtype:
+            found = f"{data[key].dtype} {data[key].shape}"
+            raise CheckpointError(f"{key} is {found}, not {np.dtype(dtype)} {shape}")
+        _check_finite(data, (key,))
+    return [data[key].ravel().astype(np.float64) for key in keys]
 
 
 def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
@@ -230,8 +218,8 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     if missing:
         raise CheckpointError(f"missing {', '.join(missing)}")
     w1, w2 = data["W1"], data["W2"]
-    channels, layers = _conv_of(data)
-    _check_shapes(w1, w2, channels, layers)
+    channels = _conv_of(data)
+    _check_shapes(w1, w2, channels)
     hidden = w1.shape[0]
     if ("adam_m_W1" in data) != ("adam_m_W2" in data):
         raise CheckpointError("holds only one of adam_m_W1 and adam_m_W2")
@@ -259,7 +247,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     lagged = _lagged(data, config, w1.shape)
     heads = _value_heads(data, config, hidden, "adam_m_W1" in data)
     adam = ("adam_m_conv",) if "adam_m_W1" in data else ()
-    filters = _filters(data, channels, ("conv", "rmsprop_conv", *adam), np.float64, layers)
+    filters = _filters(data, channels, ("conv", "rmsprop_conv", *adam), np.float64)
     params = policy.join(w1, w2)
     cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
     momentum = policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
@@ -403,8 +391,7 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         if "W1" not in existing:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
     hidden, channels = int(config["hidden"]), stored_conv_channels(config)
-    layers = stored_conv_layers(config)
-    w1t, w2 = policy.split(state.params, hidden, channels, layers)
+    w1t, w2 = policy.split(state.params, hidden, channels)
     run, options = _model_provenance(checkpoint_path, config)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
@@ -417,11 +404,8 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         "format_version": np.int64(FORMAT_VERSION),
     }
     if channels:
-        kernel = policy.conv_kernel(state.params, hidden, channels, layers)
+        kernel = policy.conv_kernel(state.params, hidden, channels)
         arrays["conv"] = kernel.astype(np.float32)
-    if channels and layers == 2:
-        kernel2 = policy.conv2_kernel(state.params, hidden, channels, layers)
-        arrays["conv2"] = kernel2.astype(np.float32)
     _write_npz_atomic(out, arrays)
     return out
 
@@ -440,11 +424,11 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
             config = json.loads(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
-        channels, layers = _conv_of(data)
-        _check_shapes(w1, w2, channels, layers)
+        channels = _conv_of(data)
+        _check_shapes(w1, w2, channels)
         _check_finite(data, ("W1", "W2"))
         _check_config(config, w1.shape[0])
-        filters = _filters(data, channels, ("conv",), np.float32, layers)
+        filters = _filters(data, channels, ("conv",), np.float32)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     return np.concatenate([policy.join(w1, w2), *filters]), config

@@ -33,13 +33,13 @@ from pong_mp.config import (
     MAX_POLICY_LAG,
     POLICIES,
     PRESETS,
+    REMOVED,
     ConfigError,
     TrainConfig,
     apply_preset,
     default_workers,
     shown,
     stored_conv_channels,
-    stored_conv_layers,
     stored_option,
 )
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
@@ -154,9 +154,23 @@ class _OneLineErrors(click.Group):
             _detach_stdout()
             sys.exit(EXIT_OUTPUT_CLOSED)
         except click.UsageError as exc:
-            _fail(exc.format_message().replace("\n", " "), EXIT_USAGE)
+            _fail(_removed(exc) or exc.format_message().replace("\n", " "), EXIT_USAGE)
         except click.ClickException as exc:
             _fail(exc.format_message(), EXIT_USAGE)
+
+
+def _removed(exc: click.UsageError) -> str | None:
+    """The error of an option pong-mp no longer has, naming the commit whose code has it;
+    None for any other usage error."""
+    if isinstance(exc, click.NoSuchOption):
+        name = exc.option_name.removeprefix("--").replace("-", "_")
+        if name in REMOVED:
+            commit = REMOVED[name][1]
+            return (
+                f"pong-mp no longer has {exc.option_name}; the code of commit {commit} has it "
+                f"(git checkout {commit})"
+            )
+    return None
 
 
 @click.group(
@@ -457,7 +471,6 @@ def play_command(
             inputs=inputs,
             channels=stored_conv_channels(config),
             noop_margin=stored_option(config, "noop_margin"),
-            layers=stored_conv_layers(config),
         )
         if recorder is not None:
             recorder.close()
@@ -760,13 +773,6 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     help="The training runs' --channels, with --policy conv.",
 )
 @click.option(
-    "--conv-layers",
-    type=click.IntRange(1, 2),
-    default=TrainConfig.conv_layers,
-    show_default=True,
-    help="The training runs' --conv-layers, with --policy conv.",
-)
-@click.option(
     "--epochs",
     type=click.IntRange(min=1),
     default=TrainConfig.epochs,
@@ -835,7 +841,6 @@ def bench_command(
     optimizer: str,
     net: str,
     channels: int,
-    conv_layers: int,
     epochs: int,
     minibatches: int,
     noop_margin: float | None,
@@ -888,7 +893,7 @@ def bench_command(
     setup = TrainingSetup(
         batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
-        policy=net, channels=channels, conv_layers=conv_layers, epochs=epochs,
+        policy=net, channels=channels, epochs=epochs,
         minibatches=minibatches, model=model, noop_margin=noop_margin,
     )
     if preset is not None:

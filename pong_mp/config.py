@@ -42,9 +42,6 @@ POLICIES = ("mlp", "conv")
 """Policy networks: a hidden layer on the pixels (Karpathy's), or on the features of a
 convolutional layer."""
 
-CONV_LAYERS = (1, 2)
-"""--policy conv's convolutional layers: one, or a second on the first's feature map."""
-
 BACKENDS = ("local", "serial", "ray")
 """Where episodes are played: a process pool, this process, or Ray actors."""
 
@@ -162,11 +159,6 @@ class TrainConfig:
         choices=POLICIES,
     )
     channels: int = option(16, "conv: filters of the convolutional layer.")
-    conv_layers: int = option(
-        1,
-        "conv: convolutional layers: 1, or 2 (a second of 4x4 filters, stride 2, on the "
-        "first's 19x19 map, with twice its channels; the hidden layer sees its 8x8 map).",
-    )
     noop_margin: float = option(
         0.0,
         "The policy's actions: 0, UP and DOWN (Karpathy's); D > 0, NOOP too, on the same "
@@ -355,14 +347,6 @@ class TrainConfig:
                 f"--channels must be between 1 and {MAX_CHANNELS}",
             ),
             (
-                self.conv_layers in CONV_LAYERS,
-                f"--conv-layers must be one of {', '.join(map(str, CONV_LAYERS))}",
-            ),
-            (
-                self.conv_layers == 1 or self.policy == "conv",
-                "--conv-layers 2 works with --policy conv",
-            ),
-            (
                 0 <= self.policy_lag <= MAX_POLICY_LAG,
                 f"--policy-lag must be between 0 and {MAX_POLICY_LAG}",
             ),
@@ -402,6 +386,7 @@ class TrainConfig:
         unknown keys are an error, and options it lacks take the defaults of older runs."""
         if not isinstance(data, dict):
             raise ConfigError(f"a config is a JSON object, not {type(data).__name__}")
+        data = without_removed(data)
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -460,7 +445,6 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "max_grad_norm": 0.5,
     "policy": "mlp",
     "channels": 16,
-    "conv_layers": 1,
     "noop_margin": 0.0,
 }
 """The defaults of older runs: options added after runs were first stored, with the value
@@ -486,10 +470,39 @@ def stored_conv_channels(config: dict[str, Any]) -> int:
     return stored_option(config, "channels") if stored_option(config, "policy") == "conv" else 0
 
 
-def stored_conv_layers(config: dict[str, Any]) -> int:
-    """The convolutional layers of a stored config's run (--conv-layers; 1 for the MLP,
-    which has none and ignores it)."""
-    return stored_option(config, "conv_layers") if stored_conv_channels(config) else 1
+REMOVED: dict[str, tuple[Any, str]] = {
+    "conv_layers": (1, "582c055"),
+}
+"""Options pong-mp no longer has, each with the value it now always has and the last commit
+whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
+gives one that value loads as if it did not name it; one of another value needs that
+commit's code."""
+
+
+class RemovedOptionError(ConfigError):
+    """A stored run was made with another value of an option pong-mp no longer has."""
+
+
+def removed_values(config: dict[str, Any]) -> dict[str, Any]:
+    """The options of a stored config that pong-mp no longer has, where it gives them
+    another value than the one they now always have (REMOVED)."""
+    return {
+        name: config[name]
+        for name, (kept, _) in REMOVED.items()
+        if name in config and config[name] != kept
+    }
+
+
+def without_removed(config: dict[str, Any]) -> dict[str, Any]:
+    """A stored config without the options pong-mp no longer has. RemovedOptionError where
+    it gives one of them another value: that run needs the code of an older commit."""
+    for name, value in removed_values(config).items():
+        commit = REMOVED[name][1]
+        raise RemovedOptionError(
+            f"this run was made with {option_flag(name)} {shown(value)}, which pong-mp no "
+            f"longer has: the code of commit {commit} runs it (git checkout {commit})"
+        )
+    return {name: value for name, value in config.items() if name not in REMOVED}
 
 
 MAX_NOOP_MARGIN = 20.0
@@ -609,7 +622,6 @@ ALGORITHM_FIELDS = (
     "hidden",
     "policy",
     "channels",
-    "conv_layers",
     "noop_margin",
     "advantage",
     "entropy_bonus",
@@ -629,7 +641,7 @@ ALGORITHM_FIELDS = (
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
-FORK_KEEPS = ("env", "inputs", "optimizer", "policy", "channels", "conv_layers")
+FORK_KEEPS = ("env", "inputs", "optimizer", "policy", "channels")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights and
 optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
 drop one, change the policy lag, and switch the learner, whose optimizer state then starts
@@ -724,5 +736,7 @@ def read_config(path: Path) -> TrainConfig:
         raise ConfigError(f"{path}: not a valid pong-mp config (not UTF-8 JSON: {exc})") from None
     try:
         return TrainConfig.from_dict(data)
+    except RemovedOptionError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{path}: not a valid pong-mp config ({exc})") from None

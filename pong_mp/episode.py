@@ -186,9 +186,7 @@ def play_recorded(
     `play_episode`, the result depends only on (weights, task)."""
     start = time.perf_counter()
     if recorder is None:
-        recorder = ppo.TrajectoryRecorder(
-            weights.w2.shape[0], weights.channels, layers=weights.layers
-        )
+        recorder = ppo.TrajectoryRecorder(weights.w2.shape[0], weights.channels)
     recorder.start(weights)
 
     def on_step(action: int, p: policy.ActionProbs, reward: float) -> None:
@@ -218,7 +216,7 @@ def epoch_pass(
     written into `out` (flat float32) when given; its `steps` are the steps it covers.
     `work` is the working memory a worker reuses."""
     start = time.perf_counter()
-    size = policy.param_count(weights.w2.shape[0], True, weights.channels, weights.layers)
+    size = policy.param_count(weights.w2.shape[0], True, weights.channels)
     grad = np.empty(size, np.float32) if out is None else out
     seen = ppo.epoch_gradient(weights, task, settings, grad, work)
     stats = EpisodeStats(

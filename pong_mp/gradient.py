@@ -17,16 +17,14 @@ def gradient_width(advantage: str) -> int:
     return 2 if advantage == "batch" else 1
 
 
-def gradient_length(
-    hidden: int, width: int, value: bool, channels: int = 0, layers: int = 1
-) -> int:
+def gradient_length(hidden: int, width: int, value: bool, channels: int = 0) -> int:
     """Floats in an episode's flat gradient: `width` policy-sized vectors, then the value
     head's part (hidden + 1) with a value baseline or the actor-critic, then the filters'
-    with --policy conv (whose gradient has width 1), `layers` of them."""
+    with --policy conv (whose gradient has width 1)."""
     return (
-        width * policy.mlp_count(hidden, channels, layers)
+        width * policy.mlp_count(hidden, channels)
         + (hidden + 1 if value else 0)
-        + policy.kernel_count(channels, layers)
+        + policy.kernel_count(channels)
     )
 
 

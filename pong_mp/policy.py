@@ -43,111 +43,68 @@ CONV_STRIDE = 4
 CONV_SIDE = (80 - CONV_SIZE) // CONV_STRIDE + 1
 """--policy conv: positions a side (19): its feature map is 19 x 19 x channels."""
 
-CONV2_SIZE = 4
-"""--conv-layers 2: the side of the second layer's filters, in positions of the first's map."""
-CONV2_STRIDE = 2
-"""--conv-layers 2: the step between the second layer's filters' positions."""
-CONV2_SIDE = (CONV_SIDE - CONV2_SIZE) // CONV2_STRIDE + 1
-"""--conv-layers 2: positions a side (8): its feature map is 8 x 8 x channels2."""
-CONV2_WIDENING = 2
-"""--conv-layers 2: the second layer has this many times the first's channels (channels2)."""
 
 
-def input_rows(channels: int = 0, layers: int = 1) -> int:
+def input_rows(channels: int = 0) -> int:
     """Rows of W1 transposed: one per input pixel for the MLP (channels 0), one per feature
-    (position x channel) of the last convolutional layer for --policy conv (`layers` 1 or
-    2)."""
+    (position x channel) of the convolutional layer for --policy conv."""
     if channels == 0:
         return INPUT_SIZE
-    if layers == 2:
-        return CONV2_SIDE * CONV2_SIDE * CONV2_WIDENING * channels
     return CONV_SIDE * CONV_SIDE * channels
 
 
-def kernel_shapes(channels: int, layers: int = 1) -> tuple[tuple[int, ...], ...]:
-    """The shapes of the convolutional layers' filters, in the order the flat parameters
-    hold them: the first's (CONV_SIZE, CONV_SIZE, channels), then with `layers` 2 the
-    second's (CONV2_SIZE, CONV2_SIZE, channels, channels2); none for the MLP."""
-    if channels == 0:
-        return ()
-    first = (CONV_SIZE, CONV_SIZE, channels)
-    if layers == 1:
-        return (first,)
-    return first, (CONV2_SIZE, CONV2_SIZE, channels, CONV2_WIDENING * channels)
+def kernel_shape(channels: int) -> tuple[int, ...]:
+    """The shape of the convolutional layer's filters, (CONV_SIZE, CONV_SIZE, channels)."""
+    return (CONV_SIZE, CONV_SIZE, channels)
 
 
-def kernel_count(channels: int, layers: int = 1) -> int:
-    """Scalars in the convolutional layers' filters (`kernel_shapes`; none for the MLP)."""
-    return sum(math.prod(shape) for shape in kernel_shapes(channels, layers))
+def kernel_count(channels: int) -> int:
+    """Scalars in the convolutional layer's filters (none for the MLP, channels 0)."""
+    return CONV_SIZE * CONV_SIZE * channels
 
 
-def mlp_count(hidden: int, channels: int = 0, layers: int = 1) -> int:
+def mlp_count(hidden: int, channels: int = 0) -> int:
     """Scalars in W1 (transposed) and W2: the flat parameters before the value head."""
-    return (input_rows(channels, layers) + 1) * hidden
+    return (input_rows(channels) + 1) * hidden
 
 
-def param_count(hidden: int, value: bool = False, channels: int = 0, layers: int = 1) -> int:
+def param_count(hidden: int, value: bool = False, channels: int = 0) -> int:
     """Number of scalars in a policy with `hidden` hidden units; with `value`, its value
     head too (hidden weights and a bias, after W2); with `channels`, the convolutional
-    layers' filters last (`layers` of them)."""
-    return (
-        mlp_count(hidden, channels, layers)
-        + (hidden + 1 if value else 0)
-        + kernel_count(channels, layers)
-    )
+    layer's filters last."""
+    return mlp_count(hidden, channels) + (hidden + 1 if value else 0) + kernel_count(channels)
 
 
 def split(
-    params: np.ndarray, hidden: int, channels: int = 0, layers: int = 1
+    params: np.ndarray, hidden: int, channels: int = 0
 ) -> tuple[np.ndarray, np.ndarray]:
     """Views (W1 transposed, shape (rows, hidden); W2, shape (hidden,)) into flat parameters,
     with or without a value head after them (see `value_head`); rows are `input_rows`."""
-    rows = input_rows(channels, layers)
+    rows = input_rows(channels)
     n1 = hidden * rows
-    sizes = (
-        param_count(hidden, False, channels, layers),
-        param_count(hidden, True, channels, layers),
-    )
+    sizes = (param_count(hidden, False, channels), param_count(hidden, True, channels))
     if params.shape not in ((sizes[0],), (sizes[1],)):
         raise ValueError(f"expected {sizes[0]} parameters, got shape {params.shape}")
     return params[:n1].reshape(rows, hidden), params[n1 : n1 + hidden]
 
 
-def value_head(
-    params: np.ndarray, hidden: int, channels: int = 0, layers: int = 1
-) -> np.ndarray | None:
+def value_head(params: np.ndarray, hidden: int, channels: int = 0) -> np.ndarray | None:
     """A view of the value head (hidden weights, then the bias) of flat parameters, or None
     if they have none."""
-    split(params, hidden, channels, layers)  # checks the size
-    if len(params) == param_count(hidden, False, channels, layers):
+    split(params, hidden, channels)  # checks the size
+    if len(params) == param_count(hidden, False, channels):
         return None
-    start = mlp_count(hidden, channels, layers)
+    start = mlp_count(hidden, channels)
     return params[start : start + hidden + 1]
 
 
-def conv_kernel(
-    params: np.ndarray, hidden: int, channels: int, layers: int = 1
-) -> np.ndarray | None:
-    """A view of the first convolutional layer's filters, (CONV_SIZE, CONV_SIZE, channels),
-    of flat parameters; None for the MLP (channels 0)."""
-    split(params, hidden, channels, layers)  # checks the size
+def conv_kernel(params: np.ndarray, hidden: int, channels: int) -> np.ndarray | None:
+    """A view of the convolutional layer's filters, (CONV_SIZE, CONV_SIZE, channels), of
+    flat parameters: their last scalars; None for the MLP (channels 0)."""
+    split(params, hidden, channels)  # checks the size
     if channels == 0:
         return None
-    shape = kernel_shapes(channels, layers)[0]
-    start = len(params) - kernel_count(channels, layers)
-    return params[start : start + math.prod(shape)].reshape(shape)
-
-
-def conv2_kernel(
-    params: np.ndarray, hidden: int, channels: int, layers: int = 1
-) -> np.ndarray | None:
-    """A view of the second convolutional layer's filters, (CONV2_SIZE, CONV2_SIZE,
-    channels, channels2), of flat parameters: their last scalars; None without one."""
-    split(params, hidden, channels, layers)  # checks the size
-    shapes = kernel_shapes(channels, layers)
-    if len(shapes) < 2:
-        return None
-    return params[len(params) - math.prod(shapes[1]) :].reshape(shapes[1])
+    return params[len(params) - kernel_count(channels) :].reshape(kernel_shape(channels))
 
 
 def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
@@ -157,38 +114,33 @@ def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
     )
 
 
-def init_params(
-    hidden: int, seed: int, value: bool = False, channels: int = 0, layers: int = 1
-) -> np.ndarray:
-    """Xavier-initialised flat parameters, a pure function of (hidden, seed, channels,
-    layers); a value head starts at zero (so the policy's weights are those of the same seed
-    without one). The convolutional layer's filters are drawn last, with a variance of
-    1 / 64; a second layer's after them, with a variance of 1 / its fan-in (4 x 4 x
-    channels)."""
+def init_params(hidden: int, seed: int, value: bool = False, channels: int = 0) -> np.ndarray:
+    """Xavier-initialised flat parameters, a pure function of (hidden, seed, channels); a
+    value head starts at zero (so the policy's weights are those of the same seed without
+    one). The convolutional layer's filters are drawn last, with a variance of 1 / 64 (one
+    over the fan-in, 8 x 8)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    rows = input_rows(channels, layers)
+    rows = input_rows(channels)
     w1 = rng.standard_normal((hidden, rows)) / np.sqrt(rows)
     w2 = rng.standard_normal(hidden) / np.sqrt(hidden)
     flat = join(w1, w2)
-    for shape in kernel_shapes(channels, layers):
-        # A standard deviation of 1 / sqrt(fan-in): 8 x 8 for the first layer, 4 x 4 x
-        # channels for the second.
-        fan_in = math.prod(shape[:-1])
-        flat = np.concatenate([flat, rng.standard_normal(math.prod(shape)) / np.sqrt(fan_in)])
-    return with_value_head(flat, hidden, value, channels, layers)
+    if channels:
+        fan_in = CONV_SIZE * CONV_SIZE
+        flat = np.concatenate([flat, rng.standard_normal(kernel_count(channels)) / np.sqrt(fan_in)])
+    return with_value_head(flat, hidden, value, channels)
 
 
 def with_value_head(
-    flat: np.ndarray, hidden: int, value: bool, channels: int = 0, layers: int = 1
+    flat: np.ndarray, hidden: int, value: bool, channels: int = 0
 ) -> np.ndarray:
     """Flat parameters (or a vector shaped like them) with a value head, a new one of zeros
     if they have none; or, if not `value`, without one."""
-    head = value_head(flat, hidden, channels, layers)
+    head = value_head(flat, hidden, channels)
     if (head is not None) == value:
         return flat
-    tail = flat[len(flat) - kernel_count(channels, layers) :] if channels else flat[:0]
+    tail = flat[len(flat) - kernel_count(channels) :] if channels else flat[:0]
     middle = np.zeros(hidden + 1, flat.dtype) if value else flat[:0]
-    return np.concatenate([flat[: mlp_count(hidden, channels, layers)], middle, tail])
+    return np.concatenate([flat[: mlp_count(hidden, channels)], middle, tail])
 
 
 def widened(
@@ -197,7 +149,6 @@ def widened(
     new_hidden: int,
     new_columns: np.ndarray | None = None,
     channels: int = 0,
-    layers: int = 1,
 ) -> np.ndarray:
     """Flat parameters (or a vector shaped like them) with `new_hidden` hidden units, the
     first `hidden` of them `flat`'s own. The new units' W1 columns (`input_rows(channels)` x
@@ -206,17 +157,17 @@ def widened(
     compute what `flat`'s did."""
     if new_hidden < hidden:
         raise ValueError(f"cannot narrow {hidden} hidden units to {new_hidden}")
-    w1t, w2 = split(flat, hidden, channels, layers)
-    head = value_head(flat, hidden, channels, layers)
+    w1t, w2 = split(flat, hidden, channels)
+    head = value_head(flat, hidden, channels)
     added = new_hidden - hidden
     zeros = np.zeros(added, flat.dtype)
-    rows = input_rows(channels, layers)
+    rows = input_rows(channels)
     columns = np.zeros((rows, added), flat.dtype) if new_columns is None else new_columns
     parts = [np.hstack([w1t, columns.astype(flat.dtype)]).ravel(), w2, zeros]
     if head is not None:
         parts += [head[:hidden], zeros, head[hidden:]]
     if channels:
-        parts.append(flat[len(flat) - kernel_count(channels, layers) :])
+        parts.append(flat[len(flat) - kernel_count(channels) :])
     return np.concatenate(parts)
 
 
@@ -369,40 +320,27 @@ class Weights32:
     kernel: np.ndarray | None = None
     """--policy conv: the filters, (CONV_SIZE, CONV_SIZE, channels) float32; None for the
     MLP."""
-    kernel2: np.ndarray | None = None
-    """--conv-layers 2: the second layer's filters, (CONV2_SIZE, CONV2_SIZE, channels,
-    channels2) float32; None without one."""
 
     @property
     def channels(self) -> int:
         """The convolutional layer's channels (0 for the MLP)."""
         return 0 if self.kernel is None else self.kernel.shape[2]
 
-    @property
-    def layers(self) -> int:
-        """Convolutional layers: 2 with a second one, else 1 (the MLP's count, unused)."""
-        return 1 if self.kernel2 is None else 2
-
     @classmethod
-    def from_params(
-        cls, params: np.ndarray, hidden: int, channels: int = 0, layers: int = 1
-    ) -> Weights32:
+    def from_params(cls, params: np.ndarray, hidden: int, channels: int = 0) -> Weights32:
         """The float32 weights of flat float64 parameters (a copy)."""
-        return cls.from_flat32(params.astype(np.float32), hidden, channels, layers)
+        return cls.from_flat32(params.astype(np.float32), hidden, channels)
 
     @classmethod
-    def from_flat32(
-        cls, flat: np.ndarray, hidden: int, channels: int = 0, layers: int = 1
-    ) -> Weights32:
+    def from_flat32(cls, flat: np.ndarray, hidden: int, channels: int = 0) -> Weights32:
         """Views of flat float32 weights (W1 transposed, W2, a value head if there is one,
-        the filters with `channels`, `layers` of them), as backends receive them."""
+        the filters with `channels`), as backends receive them."""
         if flat.dtype != np.float32:
             raise ValueError(f"expected float32 weights, got {flat.dtype}")
         return cls(
-            *split(flat, hidden, channels, layers),
-            value_head(flat, hidden, channels, layers),
-            conv_kernel(flat, hidden, channels, layers),
-            conv2_kernel(flat, hidden, channels, layers),
+            *split(flat, hidden, channels),
+            value_head(flat, hidden, channels),
+            conv_kernel(flat, hidden, channels),
         )
 
 
@@ -417,36 +355,20 @@ def conv_features(kernel: np.ndarray, x: np.ndarray) -> np.ndarray:
     return np.maximum(np.einsum("ijyx,yxc->ijc", windows, kernel), 0.0).ravel()
 
 
-def conv2_features(kernel2: np.ndarray, features: np.ndarray) -> np.ndarray:
-    """The dense float64 reference of the second convolutional layer: the relu of the
-    convolution of the first layer's features (`conv_features`, 19 x 19 x channels flat)
-    with `kernel2` (CONV2_SIZE, CONV2_SIZE, channels, channels2), stride CONV2_STRIDE, no
-    padding and no bias; flat, feature (row * CONV2_SIDE + column) * channels2 + channel."""
-    grid = features.reshape(CONV_SIDE, CONV_SIDE, kernel2.shape[2])
-    windows = np.lib.stride_tricks.sliding_window_view(grid, kernel2.shape[:2], axis=(0, 1))
-    windows = windows[::CONV2_STRIDE, ::CONV2_STRIDE]
-    return np.maximum(np.einsum("ijcyx,yxcd->ijd", windows, kernel2), 0.0).ravel()
-
-
 class SparseForward:
     """P(UP) of sparse inputs with `Weights32`, through the compiled loops (`sparse.pyx`):
     the MLP on the pixels, or --policy conv's hidden layer on the features of its
     convolutional layer. Holds the working memory, reused step after step."""
 
-    def __init__(self, hidden: int, channels: int = 0, layers: int = 1) -> None:
-        """Memory for a policy of `hidden` units (on the features of `layers` conv layers,
-        the first of `channels`)."""
+    def __init__(self, hidden: int, channels: int = 0) -> None:
+        """Memory for a policy of `hidden` units (on the features of a conv layer of
+        `channels`, or the pixels with 0)."""
         self.h = np.zeros(hidden, np.float32)
         """The hidden units (after the relu) of the last input."""
         self._features = np.zeros(input_rows(channels) if channels else 0, np.int32)
         self._values = np.zeros(len(self._features), np.float32)
         self._pre = np.zeros(len(self._features), np.float32)  # conv_step's scratch
         self._seen = np.zeros(CONV_SIDE * CONV_SIDE, np.uint8)
-        rows2 = input_rows(channels, layers) if channels and layers == 2 else 0
-        self._features2 = np.zeros(rows2, np.int32)
-        self._values2 = np.zeros(rows2, np.float32)
-        self._pre2 = np.zeros(rows2, np.float32)  # conv2_step's scratch
-        self._seen2 = np.zeros(CONV2_SIDE * CONV2_SIDE, np.uint8)
 
     def _inputs(
         self, weights: Weights32, idx: np.ndarray, vals: np.ndarray
@@ -457,13 +379,7 @@ class SparseForward:
         count = sparse.conv_step(
             weights.kernel, idx, vals, self._features, self._values, self._pre, self._seen
         )
-        if weights.kernel2 is None:
-            return self._features[:count], self._values[:count]
-        count = sparse.conv2_step(
-            weights.kernel2, self._features[:count], self._values[:count], self._features2,
-            self._values2, self._pre2, self._seen2,
-        )
-        return self._features2[:count], self._values2[:count]
+        return self._features[:count], self._values[:count]
 
     def logit(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
         """The logit of P(UP) for the input with values `vals` (float32) at pixels `idx`

@@ -128,13 +128,11 @@ class TrajectoryRecorder:
     `forward` (the action probabilities for its input) then `add` (the action taken and the
     reward)."""
 
-    def __init__(
-        self, hidden: int, channels: int = 0, noop_margin: float = 0.0, layers: int = 1
-    ) -> None:
-        """Working memory for a policy of `hidden` units (on the features of `layers` conv
-        layers, the first of `channels`) whose actions `noop_margin` sets
+    def __init__(self, hidden: int, channels: int = 0, noop_margin: float = 0.0) -> None:
+        """Working memory for a policy of `hidden` units (on the features of a conv layer
+        of `channels`, or the pixels with 0) whose actions `noop_margin` sets
         (`policy.action_probs`)."""
-        self._forward = policy.SparseForward(hidden, channels, layers)
+        self._forward = policy.SparseForward(hidden, channels)
         self.noop_margin = noop_margin
         self._weights: policy.Weights32 | None = None
         self._clear()
@@ -293,15 +291,15 @@ class PassWork:
     gradient, kept zero between passes (only the rows a pass touched are cleared), and the
     value head's."""
 
-    def __init__(self, hidden: int, channels: int = 0, layers: int = 1) -> None:
-        """Memory for policies of `hidden` units (on the features of `layers` conv layers,
-        the first of `channels`)."""
+    def __init__(self, hidden: int, channels: int = 0) -> None:
+        """Memory for policies of `hidden` units (on the features of a conv layer of
+        `channels`, or the pixels with 0)."""
         self.hidden = hidden
-        self._sum = np.zeros(policy.mlp_count(hidden, channels, layers))
+        self._sum = np.zeros(policy.mlp_count(hidden, channels))
         self._value = np.zeros(hidden + 1)
-        self._touched = np.zeros(policy.input_rows(channels, layers), np.uint8)
-        # The filters' gradients, one per conv layer (none for the MLP).
-        self._kernels = [np.zeros(shape) for shape in policy.kernel_shapes(channels, layers)]
+        self._touched = np.zeros(policy.input_rows(channels), np.uint8)
+        # The filters' gradient (none for the MLP).
+        self._kernel = np.zeros(policy.kernel_shape(channels)) if channels else None
 
     def gradient(
         self,
@@ -324,14 +322,11 @@ class PassWork:
         hidden = self.hidden
         count = len(steps)
         idx, vals, indptr = trajectory.inputs(steps)
-        kernel, kernel2 = weights.kernel, weights.kernel2
-        # The hidden layer's inputs: the pixels, or the features of the last conv layer.
+        kernel = weights.kernel
+        # The hidden layer's inputs: the pixels, or the features of the conv layer.
         rows_in = (idx, vals, indptr) if kernel is None else sparse.conv_many(
             kernel, idx, vals, indptr, count
         )
-        first = rows_in
-        if kernel2 is not None:
-            rows_in = sparse.conv2_many(kernel2, *first, count)
         hs = np.empty((count, hidden), np.float32)
         logits = np.empty(count)
         values = np.empty(count)
@@ -357,21 +352,13 @@ class PassWork:
         sparse.finish(self._sum, self._sum, self._touched, 0.0, 1.0, out[:n])
         out[n : n + hidden + 1] = self._value
         self._value[:] = 0.0
-        if kernel is not None and kernel2 is None:
+        if kernel is not None and self._kernel is not None:
             sparse.conv_backward(
-                weights.w1t, idx, vals, indptr, rows_in[0], rows_in[2], dh, count,
-                *self._kernels,
+                weights.w1t, idx, vals, indptr, rows_in[0], rows_in[2], dh, count, self._kernel
             )
-        elif kernel is not None:
-            sparse.conv2_backward(
-                weights.w1t, kernel2, idx, vals, indptr, *first, rows_in[0], rows_in[2], dh,
-                count, *self._kernels,
-            )
-        start = n + hidden + 1
-        for grad in self._kernels:  # the filters' gradients, in the flat layout's order
-            out[start : start + grad.size] = grad.ravel()
-            grad[:] = 0.0
-            start += grad.size
+            start = n + hidden + 1  # the filters come last in the flat layout
+            out[start : start + self._kernel.size] = self._kernel.ravel()
+            self._kernel[:] = 0.0
         return PassStats(count, clipped, entropy, error, kl)
 
 
@@ -417,7 +404,7 @@ def epoch_gradient(
         raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
     steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
     if work is None:
-        work = PassWork(weights.w2.shape[0], weights.channels, weights.layers)
+        work = PassWork(weights.w2.shape[0], weights.channels)
     return work.gradient(
         weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale,
         task.entropy_coef, settings, out,

@@ -492,8 +492,7 @@ def _prepare_fork(
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
     if config.hidden != stored.hidden:
         state = with_hidden(
-            state, stored.hidden, config.hidden, config.seed, config.conv_channels,
-            config.conv_layers,
+            state, stored.hidden, config.hidden, config.seed, config.conv_channels
         )
     if config.value_head != stored.value_head:
         # --baseline value added or dropped, or a switch of learner (the actor-critic has one)

@@ -51,7 +51,7 @@ class TrainState:
 def initial_state(config: TrainConfig) -> TrainState:
     """The state of a new run: weights from its seed, the optimizer's state at zero."""
     params = policy.init_params(
-        config.hidden, config.seed, config.value_head, config.conv_channels, config.conv_layers
+        config.hidden, config.seed, config.value_head, config.conv_channels
     )
     return TrainState(
         params=params,
@@ -66,21 +66,20 @@ def with_hidden(
     new_hidden: int,
     seed: int,
     channels: int = 0,
-    layers: int = 1,
 ) -> TrainState:
     """`state` widened to `new_hidden` hidden units that play as `state` did: the new units'
     W1 rows are those of a new run of `new_hidden` units and `seed`, their outgoing weights
     zero (so they start to learn from the first update), their optimizer state zero.
-    Convolutional layers (`channels`, `layers`) keep their filters and optimizer state."""
-    new = policy.init_params(new_hidden, seed, channels=channels, layers=layers)
-    w1t, _ = policy.split(new, new_hidden, channels, layers)
+    A convolutional layer (`channels`) keeps its filters and optimizer state."""
+    new = policy.init_params(new_hidden, seed, channels=channels)
+    w1t, _ = policy.split(new, new_hidden, channels)
     columns = w1t[:, hidden:]
 
     def weights(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, columns, channels, layers)
+        return policy.widened(flat, hidden, new_hidden, columns, channels)
 
     def zeros(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, channels=channels, layers=layers)
+        return policy.widened(flat, hidden, new_hidden, channels=channels)
 
     return _reshaped(state, weights, zeros)
 

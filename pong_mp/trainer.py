@@ -109,7 +109,6 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         algo=config.algo,
         ppo=ppo_settings(config),
         channels=config.conv_channels,
-        conv_layers=config.conv_layers,
     )
 
 
@@ -624,8 +623,7 @@ def _record(
 
 def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
     checkpoint.save(
-        run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json(), config.conv_channels,
-        config.conv_layers,
+        run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json(), config.conv_channels
     )
 
 

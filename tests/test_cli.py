@@ -119,7 +119,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--env-arg", "points_to_win=x"], "FakePong-v0 cannot be made with points_to_win='x'"),
         (["--env-arg", "fast=maybe"], "fast must be true or false"),
         (["--optimizer", "sgd"], "'sgd' is not one of"),
-        (["--preset", "pg", "--conv-layers", "2"], "--conv-layers 2 works with --policy conv"),
+        (["--conv-layers", "2"], "pong-mp no longer has --conv-layers; the code of commit"),
         (["--target-reward", "high"], "'high' is not a valid float"),
     ],
 )

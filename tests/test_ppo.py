@@ -20,9 +20,7 @@ from pong_mp import policy, ppo
 from pong_mp.api import Agent
 from pong_mp.backends import RolloutSpec
 from pong_mp.batch_sum import BatchSum
-from pong_mp.checkpoint import export_model, load_policy
 from pong_mp.config import ConfigError
-from pong_mp.envs import make_env
 from pong_mp.episode import make_tasks
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.rundir import prepare_run, read_metrics
@@ -84,26 +82,23 @@ def test_the_dealing_is_pinned_to_the_projects_own_hash() -> None:
     assert parts == [[3, 4, 5, 6], [0, 2, 7], [1, 8, 9]]
 
 
-def _weights(
-    seed: int, channels: int = 0, layers: int = 1
-) -> tuple[np.ndarray, policy.Weights32]:
+def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32]:
     rng = np.random.default_rng(seed)
-    params = policy.init_params(HIDDEN, seed, value=True, channels=channels, layers=layers)
+    params = policy.init_params(HIDDEN, seed, value=True, channels=channels)
     # A value head that is not zero, so that its share of the gradient shows.
-    head = policy.value_head(params, HIDDEN, channels, layers)
+    head = policy.value_head(params, HIDDEN, channels)
     head[:] = rng.standard_normal(HIDDEN + 1) * 0.5
     # Hidden units of size ~1 for sparse inputs.
-    scale = {0: 8.0, 1: 40.0, 2: 100.0}[layers if channels else 0]
-    params[: policy.input_rows(channels, layers) * HIDDEN] *= scale
+    params[: policy.input_rows(channels) * HIDDEN] *= 40.0 if channels else 8.0
     params = params.astype(np.float32).astype(np.float64)
-    return params, policy.Weights32.from_params(params, HIDDEN, channels, layers)
+    return params, policy.Weights32.from_params(params, HIDDEN, channels)
 
 
 def _record(
     weights: policy.Weights32, steps: int, seed: int, margin: float = 0.0
 ) -> ppo.Trajectory:
     rng = np.random.default_rng(seed)
-    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels, margin, weights.layers)
+    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels, margin)
     recorder.start(weights)
     # One pair of arrays for every step, as an input stream reuses its own.
     idx_room = np.empty(INPUT_SIZE, np.int32)
@@ -155,12 +150,11 @@ def _log_probs(z: float, margin: float) -> np.ndarray:
 
 def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
                mean: float, scale: float, entropy_coef: float, settings: ppo.PPOSettings,
-               channels: int, layers: int = 1) -> float:
+               channels: int) -> float:
     # The dense float64 definition of what the gradient is of.
-    w1t, w2 = policy.split(params, HIDDEN, channels, layers)
-    head = policy.value_head(params, HIDDEN, channels, layers)
-    kernel = policy.conv_kernel(params, HIDDEN, channels, layers)
-    kernel2 = policy.conv2_kernel(params, HIDDEN, channels, layers)
+    w1t, w2 = policy.split(params, HIDDEN, channels)
+    head = policy.value_head(params, HIDDEN, channels)
+    kernel = policy.conv_kernel(params, HIDDEN, channels)
     total = 0.0
     for t in steps:
         idx, vals, _ = trajectory.inputs(np.array([t]))
@@ -168,8 +162,6 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
         x[idx] = vals
         if kernel is not None:
             x = policy.conv_features(kernel, x)
-        if kernel2 is not None:
-            x = policy.conv2_features(kernel2, x)
         h = np.maximum(x @ w1t, 0.0)
         z, v = h @ w2, h @ head[:HIDDEN] + head[HIDDEN]
         logps = _log_probs(z, settings.noop_margin)
@@ -186,14 +178,12 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
 
 
 @pytest.mark.parametrize("margin", [0.0, 0.7], ids=["two-actions", "noop"])
-@pytest.mark.parametrize(
-    ("channels", "layers"), [(0, 1), (3, 1), (3, 2)], ids=["mlp", "conv", "conv2"]
-)
+@pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
 @pytest.mark.parametrize("moved", [0.0, 0.3])
 def test_the_surrogate_gradient_is_the_objectives(
-    moved: float, channels: int, layers: int, margin: float
+    moved: float, channels: int, margin: float
 ) -> None:
-    params, weights = _weights(0, channels, layers)
+    params, weights = _weights(0, channels)
     trajectory = _record(weights, 60, seed=2, margin=margin)
     if margin:  # every action was played
         assert set(trajectory.actions.tolist()) == {0, 1, 2}
@@ -205,8 +195,8 @@ def test_the_surrogate_gradient_is_the_objectives(
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
     mean, scale, beta = 0.1, 1.7, 0.01
     out = np.empty(len(params), np.float32)
-    work = ppo.PassWork(HIDDEN, channels, layers)
-    moved_weights = policy.Weights32.from_params(new, HIDDEN, channels, layers)
+    work = ppo.PassWork(HIDDEN, channels)
+    moved_weights = policy.Weights32.from_params(new, HIDDEN, channels)
     stats = work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, out)
     # The reused working memory was left clear: a second pass gives the same bytes.
     again = np.empty_like(out)
@@ -218,24 +208,20 @@ def test_the_surrogate_gradient_is_the_objectives(
     touched = np.flatnonzero(out)
     assert len(touched) > 3 * HIDDEN
     check = rng.choice(touched, 40, replace=False)
-    w2_start = policy.input_rows(channels, layers) * HIDDEN
+    w2_start = policy.input_rows(channels) * HIDDEN
     check = np.concatenate([check, np.arange(w2_start, w2_start + 2 * HIDDEN + 1)])
-    if channels:  # and the filters' taps (of both layers with two)
+    if channels:  # and the filters' taps
         filters = touched[touched >= w2_start + 2 * HIDDEN + 1]
         assert len(filters) > 20
         check = np.concatenate([check, rng.choice(filters, 20, replace=False)])
-    if layers == 2:
-        second = touched[touched >= len(params) - policy.conv2_kernel(new, HIDDEN, 3, 2).size]
-        assert len(second) > 20
-        check = np.concatenate([check, rng.choice(second, 20, replace=False)])
     for i in check:
         eps = 1e-6
         up, down = new.copy(), new.copy()
         up[i] += eps
         down[i] -= eps
         slope = (
-            _objective(up, trajectory, steps, mean, scale, beta, settings, channels, layers)
-            - _objective(down, trajectory, steps, mean, scale, beta, settings, channels, layers)
+            _objective(up, trajectory, steps, mean, scale, beta, settings, channels)
+            - _objective(down, trajectory, steps, mean, scale, beta, settings, channels)
         ) / (2 * eps)
         assert out[i] == pytest.approx(slope, rel=2e-3, abs=2e-4), i
 
@@ -544,7 +530,6 @@ def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model_and_plays(
     tmp_path: Path, channels: int, margin: float, clean_system
 ) -> None:
     from pong_mp import checkpoint
-    from pong_mp.api import Agent
 
     options = {**PPO, "policy": "conv", "channels": channels} if channels else PPO
     options = {**options, "noop_margin": margin}
@@ -604,67 +589,6 @@ def test_the_conv_policy_resumes_bit_for_bit_and_learns_its_filters(
     first = policy.init_params(16, 4, value=True, channels=3)
     with np.load(tmp_path / "checkpoint.npz") as npz:
         assert not np.array_equal(npz["conv"].ravel(), policy.conv_kernel(first, 16, 3).ravel())
-
-
-CONV2 = {**CONV, "conv_layers": 2}
-"""The actor-critic with two small convolutional layers (3, then 6 channels)."""
-
-
-@pytest.fixture(scope="module")
-def conv2_serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[dict]]:
-    """The weights and metrics of 3 updates of --conv-layers 2 on the serial backend."""
-    run_dir = tmp_path_factory.mktemp("conv2-serial")
-    train(fake_config(run_dir, backend="serial", **CONV2), log=_quiet)
-    return checkpoint_weights(run_dir), _metrics(run_dir)
-
-
-@pytest.mark.parametrize(("backend", "workers"), [("local", 3), ("ray", 2)])
-def test_two_conv_layers_give_the_same_bits_on_every_backend(
-    tmp_path: Path, backend: str, workers: int, conv2_serial, clean_system
-) -> None:
-    if backend == "ray":
-        pytest.importorskip("ray")
-    train(fake_config(tmp_path, backend=backend, workers=workers, **CONV2), log=_quiet)
-    assert checkpoint_weights(tmp_path) == conv2_serial[0]
-    assert _metrics(tmp_path) == conv2_serial[1]
-
-
-def test_two_conv_layers_resume_bit_for_bit_and_learn_both_layers_filters(
-    tmp_path: Path, conv2_serial, conv_serial, clean_system
-) -> None:
-    assert conv2_serial[0] != conv_serial[0]  # another policy
-    train(fake_config(tmp_path, batches=2, **CONV2), log=_quiet)
-    train(fake_config(tmp_path, batches=3, backend="serial", **CONV2), resume=True, log=_quiet)
-    assert checkpoint_weights(tmp_path) == conv2_serial[0]
-    assert _metrics(tmp_path) == conv2_serial[1]
-    first = policy.init_params(16, 4, value=True, channels=3, layers=2)
-    with np.load(tmp_path / "checkpoint.npz") as npz:
-        assert npz["W1"].shape == (16, 8 * 8 * 6)
-        assert npz["conv"].shape == (8, 8, 3) and npz["conv2"].shape == (4, 4, 3, 6)
-        assert npz["adam_m_conv"].any() and npz["adam_m_conv2"].any()
-        assert not np.array_equal(npz["conv"], policy.conv_kernel(first, 16, 3, 2))
-        assert not np.array_equal(npz["conv2"], policy.conv2_kernel(first, 16, 3, 2))
-    # Its model file plays through pong_mp.Agent (the dense reference) as the workers'
-    # compiled loops play it.
-    export_model(tmp_path / "checkpoint.npz", tmp_path / "model.npz")
-    agent = Agent.load(tmp_path / "model.npz")
-    params, _ = load_policy(tmp_path / "model.npz")
-    weights = policy.Weights32.from_params(params, 16, 3, 2)
-    forward = policy.SparseForward(16, 3, 2)
-    env = make_env("FakePong-v0", points_to_win=1)
-    obs, _ = env.reset(seed=3)
-    agent.reset()
-    previous, moving = None, 0
-    for step in range(40):
-        frame = policy.preprocess(obs)
-        x = np.zeros_like(frame) if previous is None else frame - previous
-        previous = frame
-        idx = np.flatnonzero(x).astype(np.int32)
-        compiled = forward.p_up(weights, idx, x[idx].astype(np.float32))
-        assert agent.probabilities(obs).up == pytest.approx(compiled, rel=1e-4, abs=1e-6)
-        moving += int(abs(compiled - 0.5) > 1e-3)
-        obs, *_ = env.step(policy.UP if step % 7 < 3 else policy.DOWN)
-    assert moving > 10
 
 
 NOOP = {**CONV, "noop_margin": 1.0}
@@ -767,28 +691,6 @@ def test_a_damaged_conv_checkpoint_is_named(tmp_path: Path, clean_system) -> Non
         checkpoint.load(tmp_path / "broken.npz")
 
 
-def test_a_damaged_two_layer_checkpoint_is_named(tmp_path: Path, clean_system) -> None:
-    from pong_mp import checkpoint
-
-    train(fake_config(tmp_path, backend="serial", batches=1, **CONV2), log=_quiet)
-    with np.load(tmp_path / "checkpoint.npz") as npz:
-        arrays = {key: npz[key] for key in npz.files}
-    broken = {**arrays, "adam_m_conv2": arrays["adam_m_conv2"][:, :, :, :2]}
-    np.savez(tmp_path / "narrow.npz", **broken)
-    narrow = re.escape("adam_m_conv2 is float64 (4, 4, 3, 2)")
-    with pytest.raises(checkpoint.CheckpointError, match=narrow):
-        checkpoint.load(tmp_path / "narrow.npz")
-    del arrays["conv2"]
-    np.savez(tmp_path / "broken.npz", **arrays)
-    with pytest.raises(checkpoint.CheckpointError, match="missing conv2"):
-        checkpoint.load(tmp_path / "broken.npz")
-    export = tmp_path / "model.npz"
-    np.savez(export, W1=arrays["W1"].astype(np.float32), W2=arrays["W2"].astype(np.float32),
-             conv=arrays["conv"].astype(np.float32), config=arrays["config"])
-    with pytest.raises(checkpoint.CheckpointError, match="missing conv2"):
-        checkpoint.load_policy(export)
-
-
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -798,7 +700,6 @@ def test_a_damaged_two_layer_checkpoint_is_named(tmp_path: Path, clean_system) -
             "--entropy-drop-at 4e6,6.3e6,1e7 works with --algo ppo only (Karpathy's learner",
         ),
         (["--algo", "ppo", "--channels", "0"], "--channels must be between 1 and 64"),
-        (["--conv-layers", "3"], "--conv-layers must be one of 1, 2"),
     ],
 )
 def test_options_the_conv_policy_cannot_take_are_one_line(
@@ -824,18 +725,6 @@ def test_a_conv_run_forks_with_its_policy(tmp_path: Path, clean_system) -> None:
     assert mlp.returncode == 2 and "a fork keeps the --policy" in mlp.stderr
     fork = pong_mp(*base, "--lr", "5e-4", "--batches", "2", "--run-dir", str(tmp_path / "f"))
     assert fork.returncode == 0, fork.stderr
-
-
-def test_a_two_layer_run_forks_with_both_layers(tmp_path: Path, clean_system) -> None:
-    train(fake_config(tmp_path / "base", backend="serial", batches=1, **CONV2), log=_quiet)
-    base = ["train", "--fork-from", str(tmp_path / "base"), "--backend", "serial"]
-    widen = pong_mp(*base, "--hidden", "32", "--batches", "2", "--run-dir", str(tmp_path / "w"))
-    assert widen.returncode == 0, widen.stderr
-    with np.load(tmp_path / "w" / "checkpoint.npz") as wide:
-        assert wide["W1"].shape == (32, policy.input_rows(CONV2["channels"], 2))
-        assert wide["conv2"].shape == (4, 4, 3, 6) and np.isfinite(wide["W1"]).all()
-    one = pong_mp(*base, "--conv-layers", "1", "--run-dir", str(tmp_path / "one"))
-    assert one.returncode == 2 and "a fork keeps the --conv-layers" in one.stderr
 
 
 @pytest.mark.ale

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint, files
+from pong_mp.config import REMOVED
 from pong_mp.files import FileError
 from pong_mp.rundir import (
     LOCK_FILE,
@@ -349,6 +350,39 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
     _one_line_error(done, 2, f"{run_dir}/config.json: not a valid pong-mp config", message)
     assert _snapshot(run_dir) == before
+
+
+@pytest.mark.parametrize(("key", "kept", "other"), [("conv_layers", 1, 2)])
+def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(
+    tmp_path: Path, finished_run: Path, key: str, kept: object, other: object
+) -> None:
+    # Records made before an option was removed name it: at the value it now always has
+    # they resume; at another they need the code of the commit that last had it.
+    commit = REMOVED[key][1]
+    run_dir = _copy_with_config(finished_run, tmp_path / "kept", {key: kept})
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "2")
+    assert done.returncode == 0, done.stderr
+    assert key not in json.loads((run_dir / "config.json").read_text())
+    run_dir = _copy_with_config(finished_run, tmp_path / "other", {key: other})
+    before = _snapshot(run_dir)
+    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    flag = "--" + key.replace("_", "-")
+    _one_line_error(
+        done, 2, f"{run_dir}/config.json: this run was made with {flag} ", f"commit {commit}"
+    )
+    assert _snapshot(run_dir) == before
+    # Its checkpoint, and a model file of it, are refused the same way.
+    with np.load(finished_run / "checkpoint.npz") as npz:
+        arrays = dict(npz)
+    arrays["config"] = np.str_(json.dumps({**json.loads(str(arrays["config"])), key: other}))
+    np.savez(tmp_path / "checkpoint.npz", **arrays)
+    model = {k: arrays[k].astype(np.float32) for k in ("W1", "W2", "conv") if k in arrays}
+    np.savez(tmp_path / "model.npz", **model, config=arrays["config"])
+    for path in (tmp_path / "checkpoint.npz", tmp_path / "model.npz"):
+        with pytest.raises(checkpoint.CheckpointError, match=f"made with {flag} .*{commit}"):
+            checkpoint.load_policy(path)
+        done = pong_mp("play", str(path), "--episodes", "1")
+        _one_line_error(done, 2, f"made with {flag} ", commit)
 
 
 def test_a_drop_stored_as_one_number_resumes_as_that_drop(

@@ -108,8 +108,6 @@ class RolloutSpec:
     """The actor-critic's hyperparameters (with algo "ppo")."""
     channels: int = 0
     """The convolutional layer's channels with --policy conv (0: the MLP on the pixels)."""
-    conv_layers: int = 1
-    """--policy conv's convolutional layers (--conv-layers)."""
 
     @property
     def value_head(self) -> bool:

@@ -52,10 +52,9 @@ class EpisodeWorker:
         self._env, self._inputs = env, inputs
         if self.spec.algo == "ppo":
             self._recorder = TrajectoryRecorder(
-                self.spec.hidden, self.spec.channels, self.spec.ppo.noop_margin,
-                self.spec.conv_layers,
+                self.spec.hidden, self.spec.channels, self.spec.ppo.noop_margin
             )
-            self._passes = PassWork(self.spec.hidden, self.spec.channels, self.spec.conv_layers)
+            self._passes = PassWork(self.spec.hidden, self.spec.channels)
             return
         self._work = EpisodeGradient(
             self.spec.hidden,
@@ -89,9 +88,7 @@ class EpisodeWorker:
             )
             if self._keep and stats.trajectory is not None:
                 self.kept.played(task.index, stats.trajectory)
-            size = policy.param_count(
-                self.spec.hidden, True, self.spec.channels, self.spec.conv_layers
-            )
+            size = policy.param_count(self.spec.hidden, True, self.spec.channels)
             grad = np.empty(size, np.float32) if out is None else out
             grad[:] = 0.0
             return EpisodeResult(stats, grad)

@@ -92,9 +92,7 @@ class EpisodeActor:
         group's sum."""
         if trajectory is not None:
             task = dataclasses.replace(task, trajectory=trajectory)
-        weights = policy.Weights32.from_flat32(
-            flat32, self.spec.hidden, self.spec.channels, self.spec.conv_layers
-        )
+        weights = policy.Weights32.from_flat32(flat32, self.spec.hidden, self.spec.channels)
         result = self.worker.play(weights, task)
         return result.stats, result.grad
 

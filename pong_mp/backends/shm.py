@@ -140,8 +140,6 @@ class BlockShape:
     value: bool = False
     channels: int = 0
     """--policy conv's channels (0: the MLP)."""
-    layers: int = 1
-    """--policy conv's convolutional layers."""
 
 
 class _Block:
@@ -205,13 +203,13 @@ class SharedWeights(_Block):
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Map each slot's version and weights (read-only unless this process owns them)."""
         super().__init__(shm, shape, owner)
-        hidden, value, channels, layers = shape.hidden, shape.value, shape.channels, shape.layers
+        hidden, value, channels = shape.hidden, shape.value, shape.channels
         slots = []
         for slot in range(shape.width):
-            offset = slot * self.slot_size(hidden, value, channels, layers)
+            offset = slot * self.slot_size(hidden, value, channels)
             version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=offset)
             flat = np.ndarray(
-                (policy.param_count(hidden, value, channels, layers),),
+                (policy.param_count(hidden, value, channels),),
                 dtype=np.float32,
                 buffer=shm.buf,
                 offset=offset + HEADER_BYTES,
@@ -220,23 +218,21 @@ class SharedWeights(_Block):
                 version[0] = _NO_VERSION
             else:
                 flat.flags.writeable = False
-            weights = policy.Weights32.from_flat32(flat, hidden, channels, layers)
+            weights = policy.Weights32.from_flat32(flat, hidden, channels)
             slots.append((version, flat, weights))
         self._views = slots
         self._written = 0  # versions written so far: the next goes in slot _written % width
 
     @staticmethod
-    def slot_size(hidden: int, value: bool = False, channels: int = 0, layers: int = 1) -> int:
+    def slot_size(hidden: int, value: bool = False, channels: int = 0) -> int:
         """Bytes of one slot: the header, then the float32 weights, rounded up to 64."""
-        floats = policy.param_count(hidden, value, channels, layers)
+        floats = policy.param_count(hidden, value, channels)
         return -(-(HEADER_BYTES + 4 * floats) // 64) * 64
 
     @staticmethod
     def size(shape: BlockShape) -> int:
         """`shape.width` slots."""
-        return shape.width * SharedWeights.slot_size(
-            shape.hidden, shape.value, shape.channels, shape.layers
-        )
+        return shape.width * SharedWeights.slot_size(shape.hidden, shape.value, shape.channels)
 
     def write(self, params: np.ndarray, version: int) -> None:
         """Publish flat `params` (float64 or float32) as `version`, over the oldest version
@@ -276,9 +272,7 @@ class SharedGradient(_Block):
     @staticmethod
     def size(shape: BlockShape) -> int:
         """A flat float32 gradient (with the value head's part last)."""
-        return 4 * gradient_length(
-            shape.hidden, shape.width, shape.value, shape.channels, shape.layers
-        )
+        return 4 * gradient_length(shape.hidden, shape.width, shape.value, shape.channels)
 
     @property
     def array(self) -> np.ndarray:

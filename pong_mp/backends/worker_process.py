@@ -92,10 +92,8 @@ def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
     coordinator that creates them and the workers that attach to them."""
     value = spec.value_head
     return (
-        BlockShape(spec.hidden, spec.lag + 1, value, spec.channels, spec.conv_layers),
-        BlockShape(
-            spec.hidden, gradient_width(spec.advantage), value, spec.channels, spec.conv_layers
-        ),
+        BlockShape(spec.hidden, spec.lag + 1, value, spec.channels),
+        BlockShape(spec.hidden, gradient_width(spec.advantage), value, spec.channels),
     )
 
 

@@ -154,7 +154,6 @@ class TrainingSetup:
     policy: str = TrainConfig.policy
     """The policy network of new weights (a model's is its own)."""
     channels: int = TrainConfig.channels
-    conv_layers: int = TrainConfig.conv_layers
     epochs: int = TrainConfig.epochs
     minibatches: int = TrainConfig.minibatches
     noop_margin: float | None = None
@@ -174,7 +173,6 @@ class TrainingSetup:
             "optimizer": self.optimizer,
             "policy": self.policy,
             "channels": self.channels if self.policy == "conv" else None,
-            "conv_layers": self.conv_layers if self.policy == "conv" else None,
             "epochs": self.epochs if self.algo == "ppo" else None,
             "minibatches": self.minibatches if self.algo == "ppo" else None,
             "model": None if self.model is None else str(self.model),
@@ -190,7 +188,7 @@ def training_config(
 
     if setup.model is None:
         hidden = TrainConfig.hidden
-        net, channels, layers = setup.policy, setup.channels, setup.conv_layers
+        net, channels = setup.policy, setup.channels
         params = None  # new weights, drawn once the config says their shape
         inputs = setup.inputs or TrainConfig.inputs
         margin = TrainConfig.noop_margin
@@ -198,7 +196,6 @@ def training_config(
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
         net, channels = stored_option(stored, "policy"), stored_option(stored, "channels")
-        layers = stored_option(stored, "conv_layers")
         inputs = setup.inputs or stored_option(stored, "inputs")
         margin = stored_option(stored, "noop_margin")
     config = TrainConfig(
@@ -216,19 +213,16 @@ def training_config(
         optimizer=setup.optimizer,
         policy=net,
         channels=channels,
-        conv_layers=layers,
         epochs=setup.epochs,
         minibatches=setup.minibatches,
         noop_margin=margin if setup.noop_margin is None else setup.noop_margin,
     )
     config.validate()
     if params is None:
-        params = policy.init_params(
-            hidden, 0, channels=config.conv_channels, layers=config.conv_layers
-        )
+        params = policy.init_params(hidden, 0, channels=config.conv_channels)
     # A model has no value head: the runs add a new one, as a fork does.
     return config, policy.with_value_head(
-        params, hidden, config.value_head, config.conv_channels, config.conv_layers
+        params, hidden, config.value_head, config.conv_channels
     )
 
 

@@ -40,20 +40,19 @@ def play_games(
     inputs: str = "diff",
     channels: int = 0,
     noop_margin: float = 0.0,
-    layers: int = 1,
 ) -> list[GameScore]:
     """Play `games` full games; game i is seeded from (seed, i), so results repeat.
 
-    `inputs` (frames.INPUTS), `channels` and `layers` (--policy conv's; channels 0 for the
-    MLP) and `noop_margin` (the actions, `policy.action_probs`) must be what the policy was
-    trained with: a model's config says.
+    `inputs` (frames.INPUTS), `channels` (--policy conv's; 0 for the MLP) and `noop_margin`
+    (the actions, `policy.action_probs`) must be what the policy was trained with: a
+    model's config says.
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
     `on_frame`, if given, receives the RGB frame after every step (for recording), and
     `on_game` each game's score as soon as the game ends.
     """
-    weights = policy.Weights32.from_params(params, hidden, channels, layers)
-    forward = policy.SparseForward(hidden, channels, layers)
+    weights = policy.Weights32.from_params(params, hidden, channels)
+    forward = policy.SparseForward(hidden, channels)
     kwargs = dict(env_kwargs or {})
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"

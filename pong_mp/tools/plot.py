@@ -14,9 +14,11 @@ from pong_mp import rundir
 from pong_mp.config import (
     ALGORITHM_FIELDS,
     OLDER_RUN_DEFAULTS,
+    REMOVED,
     TrainConfig,
     drop_options,
     idle_drop_values,
+    removed_values,
     shown,
 )
 from pong_mp.files import FileError, check_writable, write_atomic
@@ -222,6 +224,9 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
         stored = read_config(run_dir)
         # A config written before an option existed ran as older runs did.
         stored = {**defaults, **OLDER_RUN_DEFAULTS, **stored} if stored else {}
+        # An option pong-mp no longer has sets a run apart only at another value than the
+        # one it now always has.
+        stored = {k: v for k, v in stored.items() if k not in REMOVED} | removed_values(stored)
         stored.update(drop_options(stored))  # a drop stored as one number or as a list
         for name in idle_drop_values(stored):
             stored.pop(name, None)  # values without points decide nothing
