@@ -15,14 +15,18 @@ convolutional layer, whose filters are `conv` (8 x 8 x channels), with `rmsprop_
 from __future__ import annotations
 
 import json
+import math
 import zipfile
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
 from pong_mp import policy
 from pong_mp.config import (
     MAX_CHANNELS,
+    MAX_HIDDEN,
+    MAX_POLICY_LAG,
     ConfigError,
     check_types,
     stored_conv_channels,
@@ -42,6 +46,20 @@ FORMAT_VERSION = 1
 
 class CheckpointError(ValueError):
     """A checkpoint is missing, damaged or does not fit the run."""
+
+
+MAX_ARRAY_BYTES = max(
+    # W1 (and each optimizer state of it) of the widest policy, in float64
+    MAX_HIDDEN * policy.input_rows(MAX_CHANNELS) * 8,
+    # the MLP's weights in flight with the longest policy lag, in float32
+    MAX_POLICY_LAG * MAX_HIDDEN * policy.INPUT_SIZE * 4,
+)
+"""The largest array a checkpoint or model file of pong-mp's limits holds (839 MB): what an
+array's header in such a file may claim."""
+
+MAX_FILE_BYTES = 4 * MAX_ARRAY_BYTES
+"""What all the arrays of one file may claim together: W1 with its two optimizer states and
+the weights in flight, at most."""
 
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
@@ -133,18 +151,61 @@ def _read(path: Path) -> dict[str, np.ndarray]:
             magic = fh.read(6)
     except OSError as exc:
         raise CheckpointError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    if not magic.startswith(b"PK") and magic != b"\x93NUMPY":
+    if magic == b"\x93NUMPY":  # a .npy holds one bare array
+        raise CheckpointError(f"{path}: not a pong-mp checkpoint or model (.npz)")
+    if not magic.startswith(b"PK"):
         raise CheckpointError(f"{path}: damaged checkpoint (not an .npz file)")
     try:
-        loaded = np.load(path, allow_pickle=False)
-        if not isinstance(loaded, np.lib.npyio.NpzFile):  # a .npy holds one bare array
-            raise CheckpointError(f"{path}: not a pong-mp checkpoint or model (.npz)")
-        with loaded as npz:
-            return {key: npz[key] for key in npz.files}
+        # One open file for the check and the load: a checkpoint replaced (renamed over)
+        # in between must not be loaded unchecked.
+        with open(path, "rb") as fh:
+            problem = claims_problem(fh)
+            if problem is not None:
+                raise CheckpointError(f"{path}: damaged checkpoint ({problem})")
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as npz:
+                return {key: npz[key] for key in npz.files}
     except CheckpointError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+    except (
+        OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError,
+        NotImplementedError, RuntimeError,  # zipfile's: a compression it lacks, encryption
+    ) as exc:  # fmt: skip
         raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from None
+
+
+def claims_problem(fh: BinaryIO) -> str | None:
+    """What is wrong with the sizes an open .npz's arrays claim in their headers (None:
+    nothing), read before anything is loaded: numpy allocates a whole array before it reads
+    a byte of it, so a header of a few bytes claiming petabytes would end in a MemoryError.
+    A claim is refused beyond what its zip member holds, and beyond pong-mp's limits
+    (MAX_ARRAY_BYTES an array, MAX_FILE_BYTES in all). Raises ValueError or
+    zipfile.BadZipFile for a file that is not an .npz of arrays."""
+    total = 0
+    with zipfile.ZipFile(fh) as archive:
+        for member in archive.infolist():
+            with archive.open(member) as data:
+                try:
+                    version = np.lib.format.read_magic(data)
+                except ValueError:  # numpy would hand its bytes back as they are
+                    return f"{member.filename} is not a .npy array"
+                if version == (1, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_1_0(data)
+                elif version == (2, 0):
+                    shape, _, dtype = np.lib.format.read_array_header_2_0(data)
+                else:  # 3.0 is for field names beyond latin-1, which pong-mp never writes
+                    return f"{member.filename} is in .npy format {version}, not 1.0 or 2.0"
+                claimed = math.prod(shape) * dtype.itemsize
+                held = member.file_size - data.tell()
+            what = f"{member.filename} claims {dtype} {shape}, {claimed:,} bytes"
+            if claimed > held:
+                return f"{what}, more than the {held:,} it holds"
+            if claimed > MAX_ARRAY_BYTES:
+                return f"{what}, more than any array of a pong-mp policy ({MAX_ARRAY_BYTES:,})"
+            total += claimed
+    if total > MAX_FILE_BYTES:
+        return f"its arrays claim {total:,} bytes, more than a pong-mp file holds"
+    return None
 
 
 def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0) -> None:

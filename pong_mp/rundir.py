@@ -622,9 +622,16 @@ def checkpoint_on_disk(run_dir: Path) -> int | None:
     """The update of the checkpoint in `run_dir` as it is on disk now (None: there is none,
     or none readable): what a stop message names, whatever the run meant to save."""
     try:
-        with np.load(Path(run_dir) / CHECKPOINT_FILE, allow_pickle=False) as npz:
-            return int(npz["batch"])
-    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        with open(Path(run_dir) / CHECKPOINT_FILE, "rb") as fh:
+            if checkpoint.claims_problem(fh) is not None:  # damaged: none readable
+                return None
+            fh.seek(0)
+            with np.load(fh, allow_pickle=False) as npz:
+                return int(npz["batch"])
+    except (
+        OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
+        NotImplementedError, RuntimeError,  # zipfile's: a compression it lacks, encryption
+    ):  # fmt: skip
         return None
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -125,6 +126,37 @@ def test_validation_names_the_problem(tmp_path: Path, overrides: dict, problem: 
     path = tmp_path / "c.npz"
     _save_raw(path, **overrides)
     with pytest.raises(CheckpointError, match=problem):
+        checkpoint.load(path)
+
+
+def test_array_headers_are_held_to_what_a_policy_can_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Checked before numpy allocates: a claim the file's bytes would back (a zip bomb, a
+    # file of gigabytes) is refused all the same beyond what pong-mp's limits let a policy
+    # hold, an array at a time and in all.
+    path = tmp_path / "c.npz"
+    checkpoint.save(path, _state(), HIDDEN, CONFIG)
+    assert checkpoint.MAX_ARRAY_BYTES == 8 * 4096 * 6400 * 4  # --policy-lag 8's, at --hidden 4096
+    w1 = HIDDEN * 6400 * 8
+    monkeypatch.setattr(checkpoint, "MAX_ARRAY_BYTES", w1 - 1)
+    claim = r"W1.npy claims float64 \(4, 6400\), 204,800 bytes, more than any array of a pong"
+    with pytest.raises(CheckpointError, match=claim):
+        checkpoint.load(path)
+    monkeypatch.setattr(checkpoint, "MAX_ARRAY_BYTES", w1)
+    monkeypatch.setattr(checkpoint, "MAX_FILE_BYTES", 2 * w1)  # W1 and its RMSProp cache only
+    with pytest.raises(CheckpointError, match=r"its arrays claim 4\d\d,\d{3} bytes, more than a "):
+        checkpoint.load(path)
+
+
+def test_a_member_that_is_not_an_array_is_named(tmp_path: Path) -> None:
+    # numpy hands such a member back as bytes, which no check of an array expects.
+    path = tmp_path / "c.npz"
+    _save_raw(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("notes.npy", b"not an array")
+    not_an_array = r"damaged checkpoint \(notes.npy is not a .npy array\)$"
+    with pytest.raises(CheckpointError, match=not_an_array):
         checkpoint.load(path)
 
 

@@ -1,12 +1,13 @@
 """Hostile cases, one class at a time: signals at odd moments, stopped (not killed) processes,
 exhausted shared memory, odd paths, one run directory reached by two paths, concurrent
-readers and degenerate numbers. Each must end in one line with the documented exit code,
-lose nothing (a resume gives the bytes of a run never disturbed) and leave nothing behind
-(no shared memory, no worker: the `clean_system` fixture)."""
+readers, degenerate numbers and hostile input. Each must end in one line with the documented
+exit code, lose nothing (a resume gives the bytes of a run never disturbed) and leave nothing
+behind (no shared memory, no worker: the `clean_system` fixture)."""
 
 from __future__ import annotations
 
 import errno
+import io
 import os
 import re
 import shutil
@@ -15,13 +16,14 @@ import subprocess
 import sys
 import time
 import warnings
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from pong_mp import checkpoint, signals
+from pong_mp import api, checkpoint, signals
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.local import LocalBackend
 from pong_mp.backends.shm import SharedGradient, SharedMemoryFull
@@ -478,3 +480,59 @@ def test_an_update_that_overflows_prints_no_numpy_warning() -> None:
     assert np.isfinite(new_state.params).all()
 
 
+
+
+# -- hostile input ----------------------------------------------------------------------------
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file under `root` by its path, with its bytes: what "nothing written" compares."""
+    return {str(p): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def claiming(path: Path, key: str, shape: tuple[int, ...]) -> None:
+    """Rewrite the .npz `path` with a header for its array `key` that claims `shape` (a few
+    bytes that may say petabytes), the bytes it held after it."""
+    with zipfile.ZipFile(path) as archive:
+        members = {info.filename: archive.read(info) for info in archive.infolist()}
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<f8", "fortran_order": False, "shape": shape}
+    )
+    members[f"{key}.npy"] = header.getvalue() + members[f"{key}.npy"]
+    with zipfile.ZipFile(path, "w") as archive:
+        for name, data in members.items():
+            archive.writestr(name, data)
+
+
+def test_a_file_whose_header_claims_petabytes_is_one_line(tmp_path: Path, fake_checkpoint) -> None:
+    # numpy allocates an array before it reads it: the claim is checked first, on the one
+    # path every reader of a checkpoint or model takes.
+    run_dir = tmp_path / "run"
+    shutil.copytree(fake_checkpoint.parent, run_dir)
+    model = checkpoint.export_model(run_dir, tmp_path / "model.npz")
+    for path in (run_dir / "checkpoint.npz", model):
+        claiming(path, "W1", (2**40, 6400))
+    claim = "W1.npy claims float64 (1099511627776, 6400), 56,294,995,342,131,200 bytes, more than"
+    before = tree(tmp_path)
+    for args, name in [
+        (["play", str(model)], model),
+        (["play", str(run_dir)], run_dir / "checkpoint.npz"),
+        (["export", str(run_dir), str(tmp_path / "out.npz")], run_dir / "checkpoint.npz"),
+        (["train", "--resume", "--run-dir", str(run_dir)], run_dir / "checkpoint.npz"),
+        (["train", "--fork-from", str(run_dir), "--run-dir", str(tmp_path / "fork")],
+         run_dir / "checkpoint.npz"),
+    ]:  # fmt: skip
+        done = pong_mp(*args)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr).startswith(
+            f"pong-mp: error: {name}: damaged checkpoint ({claim}"
+        )
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(claim)):
+        api.Agent.load(model)
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(claim)):
+        api.train(run_dir, resume=True, progress=False)
+    claiming(run_dir / "checkpoint.npz", "batch", (2**60,))  # what a stop message reads
+    assert checkpoint_on_disk(run_dir) is None
+    before[str(run_dir / "checkpoint.npz")] = (run_dir / "checkpoint.npz").read_bytes()
+    assert tree(tmp_path) == before
