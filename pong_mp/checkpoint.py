@@ -29,6 +29,7 @@ from pong_mp.config import (
     MAX_POLICY_LAG,
     ConfigError,
     check_types,
+    parse_json,
     stored_conv_channels,
     stored_option,
     stored_value_head,
@@ -220,7 +221,7 @@ def _conv_of(data: dict[str, np.ndarray]) -> int:
     # A run of an option pong-mp no longer has is named first: its weights fit no policy
     # of today's.
     try:
-        config = json.loads(str(data["config"]))
+        config = parse_json(str(data["config"]))
         channels = stored_conv_channels(config)
     except (ValueError, TypeError, AttributeError, KeyError):
         return 0
@@ -296,7 +297,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             raise CheckpointError(f"{key} has dtype {data[key].dtype}, not float64")
         _check_finite(data, (key,))
     try:
-        config = json.loads(str(data["config"]))
+        config = parse_json(str(data["config"]))
         scalars = {key: data[key].item() for key in _SCALARS}
         running = float(data["running_reward"])
     except (ValueError, TypeError) as exc:
@@ -482,7 +483,7 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
             return state.params, config
         try:
             w1, w2 = data["W1"], data["W2"]
-            config = json.loads(str(data["config"]))
+            config = parse_json(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
         channels = _conv_of(data)

@@ -35,9 +35,11 @@ from pong_mp.config import (
     PRESETS,
     REMOVED,
     ConfigError,
+    JSONTooDeep,
     TrainConfig,
     apply_preset,
     default_workers,
+    parse_json,
     shown,
     stored_conv_channels,
     stored_option,
@@ -205,7 +207,9 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
         if not sep or not key.isidentifier():
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env-arg")
         try:
-            kwargs[key] = json.loads(raw)
+            kwargs[key] = parse_json(raw)
+        except JSONTooDeep as exc:
+            raise click.BadParameter(f"{key}: {exc}", param_hint="--env-arg") from None
         except ValueError:
             kwargs[key] = raw  # a bare word is a string
     return kwargs

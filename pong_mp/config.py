@@ -726,12 +726,47 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
     return dataclasses.replace(stored, **given)
 
 
+MAX_JSON_DEPTH = 32
+"""How deep the JSON that pong-mp reads (config.json, a checkpoint's config, a metrics line,
+an --env-arg) may nest; its own is 2 levels deep."""
+
+
+class JSONTooDeep(ValueError):
+    """A JSON document nested deeper than MAX_JSON_DEPTH."""
+
+
+def _deeper_than(value: object, depth: int) -> bool:
+    # Recursive, but never more than `depth` levels down.
+    if not isinstance(value, dict | list):
+        return False
+    if depth == 0:
+        return True
+    items = value.values() if isinstance(value, dict) else value
+    return any(_deeper_than(item, depth - 1) for item in items)
+
+
+def parse_json(text: str | bytes) -> Any:
+    """json.loads, with a document nested deeper than MAX_JSON_DEPTH refused (JSONTooDeep, a
+    ValueError as any malformed JSON): Python's parser, and the code that walks what it
+    returns, recurse, and a deep one would end in a RecursionError."""
+    too_deep = JSONTooDeep(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    try:
+        value = json.loads(text)
+    except RecursionError:
+        raise too_deep from None
+    if _deeper_than(value, MAX_JSON_DEPTH):
+        raise too_deep
+    return value
+
+
 def read_config(path: Path) -> TrainConfig:
     """Load and check config.json; a ConfigError names the file and the problem."""
     try:
-        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+        data = parse_json(Path(path).read_bytes().decode("utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except JSONTooDeep as exc:
+        raise ConfigError(f"{path}: not a valid pong-mp config ({exc})") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ConfigError(f"{path}: not a valid pong-mp config (not UTF-8 JSON: {exc})") from None
     try:

@@ -32,10 +32,12 @@ from pong_mp.config import (
     DROPS,
     FORK_KEEPS,
     ConfigError,
+    JSONTooDeep,
     TrainConfig,
     drop_options,
     merge_for_resume,
     option_flag,
+    parse_json,
     read_config,
     shown,
 )
@@ -279,8 +281,10 @@ def _scan_metrics(data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, by
         if not raw.strip() and not cut_off:
             continue
         try:
-            record = json.loads(raw.decode("utf-8"))
+            record = parse_json(raw.decode("utf-8"))
             problem = _check_record(record)
+        except JSONTooDeep as exc:
+            problem = str(exc)
         except (UnicodeDecodeError, ValueError):
             problem = "not UTF-8 JSON"
         if problem is None and records and record["batch"] <= records[-1]["batch"]:

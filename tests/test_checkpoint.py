@@ -113,6 +113,10 @@ def _save_raw(path: Path, **overrides: object) -> None:
         ({"W2": np.array([np.inf] * HIDDEN)}, "W2 holds non-finite"),
         ({"config": np.str_(json.dumps({"hidden": 99}))}, "does not match its weights"),
         ({"config": np.str_("{not json")}, "bad counters or config"),
+        (
+            {"config": np.str_("[" * 5000 + "]" * 5000)},
+            r"bad counters or config \(JSON nested more than 32 levels deep\)",
+        ),
         ({"batch": np.int64(-3)}, "batch must be a number >= 0, not -3"),
         ({"elapsed": np.float64(np.nan)}, "elapsed must be a number >= 0"),
         ({"steps": np.str_("many")}, "steps must be a number >= 0, not 'many'"),

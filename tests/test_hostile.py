@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.local import LocalBackend
 from pong_mp.backends.shm import SharedGradient, SharedMemoryFull
 from pong_mp.batch_sum import BatchSum
-from pong_mp.config import TrainConfig
+from pong_mp.config import ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.gradient import Moments
 from pong_mp.progress import QuietReporter
@@ -535,4 +536,38 @@ def test_a_file_whose_header_claims_petabytes_is_one_line(tmp_path: Path, fake_c
     claiming(run_dir / "checkpoint.npz", "batch", (2**60,))  # what a stop message reads
     assert checkpoint_on_disk(run_dir) is None
     before[str(run_dir / "checkpoint.npz")] = (run_dir / "checkpoint.npz").read_bytes()
+    assert tree(tmp_path) == before
+
+
+DEEP = "[" * 5000 + "]" * 5000
+"""JSON nested 5000 deep: Python's parser recurses, and gives up near 1000."""
+
+
+def test_json_nested_too_deep_is_one_line(tmp_path: Path, fake_checkpoint) -> None:
+    deep = "JSON nested more than 32 levels deep"
+    run_dir = tmp_path / "run"
+    shutil.copytree(fake_checkpoint.parent, run_dir)
+    config = json.loads((run_dir / CONFIG_FILE).read_text())
+    (run_dir / CONFIG_FILE).write_text(json.dumps({**config, "env_kwargs": "X"}).replace(
+        '"X"', DEEP
+    ))  # fmt: skip
+    logged = tmp_path / "logged"
+    shutil.copytree(fake_checkpoint.parent, logged)
+    (logged / "metrics.jsonl").write_text(DEEP + "\n")
+    bad_config = f"{run_dir}/config.json: not a valid pong-mp config ({deep})"
+    before = tree(tmp_path)
+    for args, message in [
+        (["train", "--resume", "--run-dir", str(run_dir)], bad_config),
+        (["train", "--fork-from", str(run_dir), "--run-dir", str(tmp_path / "fork")],
+         bad_config),
+        (["plot", str(logged), "-o", str(tmp_path / "p.png")],
+         f"{logged}/metrics.jsonl, line 1: damaged metrics record ({deep})"),
+        (["train", *FAKE, "--env-arg", f"points_to_win={DEEP}", "--run-dir",
+          str(tmp_path / "new")], f"Invalid value for --env-arg: points_to_win: {deep}"),
+    ]:  # fmt: skip
+        done = pong_mp(*args)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr) == f"pong-mp: error: {message}"
+    with pytest.raises(ConfigError, match=re.escape(bad_config)):
+        api.train(run_dir, resume=True, progress=False)
     assert tree(tmp_path) == before

@@ -18,6 +18,7 @@ from pong_mp.config import (
     TrainConfig,
     drop_options,
     idle_drop_values,
+    parse_json,
     removed_values,
     shown,
 )
@@ -67,7 +68,7 @@ def read_config(run_dir: Path) -> dict[str, Any]:
     """The run's config.json as a dict; empty if it is missing or unreadable (a plot still
     shows the curve)."""
     try:
-        config = json.loads((Path(run_dir) / "config.json").read_text())
+        config = parse_json((Path(run_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return {}
     return config if isinstance(config, dict) else {}
