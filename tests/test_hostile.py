@@ -571,3 +571,60 @@ def test_json_nested_too_deep_is_one_line(tmp_path: Path, fake_checkpoint) -> No
     with pytest.raises(ConfigError, match=re.escape(bad_config)):
         api.train(run_dir, resume=True, progress=False)
     assert tree(tmp_path) == before
+
+
+QUITS = """\
+import sys
+
+import gymnasium as gym
+
+from pong_mp.envs.fake_pong import FakePong
+
+
+class Quits(FakePong):
+    def __init__(self, **kwargs):
+        sys.exit(0)
+
+
+gym.register(id="Quits-v0", entry_point=Quits)
+"""
+"""An env module whose env's constructor calls sys.exit."""
+
+
+@pytest.mark.parametrize(
+    ("source", "env", "message"),
+    [
+        ("raise RuntimeError('no emulator here')\n", "Pong-v0",
+         "env id '{m}:Pong-v0': cannot import {m} (RuntimeError: no emulator here)"),
+        ("def broken(:\n", "Pong-v0", "env id '{m}:Pong-v0': cannot import {m} (SyntaxError: "),
+        ("import sys\nsys.exit(0)\n", "Pong-v0",
+         "env id '{m}:Pong-v0': importing {m} called sys.exit(0)"),
+        (QUITS, "Quits-v0", "{m}:Quits-v0 cannot be made with no --env-arg: it called sys.exit(0)"),
+    ],
+    ids=["raises", "syntax_error", "sys_exit", "constructor_sys_exit"],
+)  # fmt: skip
+def test_an_env_module_that_fails_is_one_line_before_any_worker(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
+    fake_checkpoint,
+    clean_system,
+    source: str,
+    env: str,
+    message: str,
+) -> None:
+    # The coordinator imports the module first: one that fails never reaches a worker, and
+    # one that calls sys.exit does not end pong-mp with its status (0) and nothing said.
+    module = f"hostile_env_{request.node.callspec.id}"
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    monkeypatch.syspath_prepend(tmp_path)  # for the API, in this process
+    message = message.format(m=module)
+    run_dir = tmp_path / "R"
+    for args in (["train", "--run-dir", str(run_dir)], ["play", str(fake_checkpoint)]):
+        done = pong_mp(*args, "--env", f"{module}:{env}")
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr).startswith(f"pong-mp: error: {message}")
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        api.train(run_dir, env=f"{module}:{env}", progress=False)
+    assert [p.name for p in tmp_path.iterdir() if p.name != "__pycache__"] == [f"{module}.py"]

@@ -54,10 +54,14 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
         raise UnknownEnvError(
             f"{env_id} is not Pong: pong-mp learns Pong from its frames; use {SUPPORTED}"
         )
+    args = env_args_text(env_kwargs) or "no --env-arg"
     try:
         env, _ = make_training_env(env_id, **env_kwargs)
+    except SystemExit as exc:  # it would end pong-mp itself, with a status that says nothing
+        raise UnknownEnvError(
+            f"{env_id} cannot be made with {args}: it called sys.exit({exc.code!r})"
+        ) from None
     except Exception as exc:  # an env constructor may raise anything on bad arguments
-        args = env_args_text(env_kwargs) or "no --env-arg"
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         # gymnasium appends the whole kwargs dict; the arguments are named already.
         message = message.split(" was raised from the environment creator")[0]

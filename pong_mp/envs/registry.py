@@ -40,7 +40,9 @@ def check_env_id(env_id: str) -> None:
     """Raise UnknownEnvError, with a short message, if `env_id` is not a known env.
 
     An id may name the module that registers its env, in gymnasium's "module:EnvId" form;
-    the module is imported here, as gymnasium.make does.
+    the module is imported here, as gymnasium.make does, and whatever its import raises
+    (a syntax error, any exception, a sys.exit) is an UnknownEnvError: checked here, in
+    the coordinator, a module that fails never reaches the workers.
     """
     module, _, name = env_id.rpartition(":")
     if module:
@@ -48,6 +50,17 @@ def check_env_id(env_id: str) -> None:
             importlib.import_module(module)
         except ImportError as exc:
             raise UnknownEnvError(f"env id {env_id!r}: cannot import {module} ({exc})") from None
+        except SystemExit as exc:
+            # It would end pong-mp itself, with a status that says nothing (often 0).
+            raise UnknownEnvError(
+                f"env id {env_id!r}: importing {module} called sys.exit({exc.code!r})"
+            ) from None
+        except Exception as exc:  # the user's module may raise anything at import
+            lines = str(exc).strip().splitlines()
+            raise UnknownEnvError(
+                f"env id {env_id!r}: cannot import {module} "
+                f"({type(exc).__name__}{': ' + lines[0] if lines else ''})"
+            ) from None
     if name.startswith("ALE/"):
         _register_ale()
     if name not in gym.registry:
