@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import json
 import logging
@@ -50,7 +51,13 @@ from pong_mp.frames import INPUTS
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
-from pong_mp.signals import STOP_SIGNALS, Interrupted, raise_stop_signals, stop_signals_raise
+from pong_mp.signals import (
+    STOP_SIGNALS,
+    Interrupted,
+    output_closed,
+    raise_stop_signals,
+    stop_signals_raise,
+)
 from pong_mp.tools.bench import (
     TrainingSetup,
     compare_envs,
@@ -101,6 +108,20 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _echo_or_stop(text: str) -> None:
+    """Print `text` on stdout; a closed stdout (its reader gone, or the terminal hung up)
+    stops the command as it stops `train`: Interrupted as SIGPIPE (exit 141), so that the
+    command cleans up, and says so on stderr, before it exits."""
+    try:
+        click.echo(text)
+    except (BrokenPipeError, ConnectionResetError):
+        raise output_closed() from None
+    except OSError as exc:
+        if exc.errno != errno.EIO:  # EIO: a terminal that hung up
+            raise
+        raise output_closed() from None
+
+
 def _detach_stdout() -> None:
     """Point stdout at /dev/null: the reader is gone, and what Python still holds for it
     would fail again, with a warning, when the interpreter flushes it on exit."""
@@ -133,6 +154,8 @@ def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
                 command(*args, **kwargs)
         except Interrupted as exc:
             click.echo(f"pong-mp: stopped by {exc}", err=True)
+            if exc.exit_code == EXIT_OUTPUT_CLOSED:
+                _detach_stdout()
             sys.exit(exc.exit_code)
 
     return stoppable
@@ -456,7 +479,7 @@ def play_command(
     def on_game(score: GameScore) -> None:
         played.append(score)
         if not as_json:
-            click.echo(
+            _echo_or_stop(
                 f"game {len(played)}: agent {score.agent} - {score.opponent} opponent "
                 f"({score.steps:,} steps)"
             )
@@ -499,11 +522,11 @@ def play_command(
         }
         if recorder is not None:
             report["recorded_frames"] = recorder.frames
-        click.echo(json.dumps(report, indent=2))
+        _echo_or_stop(json.dumps(report, indent=2))
         return
-    click.echo(summary(scores) + (" (greedy)" if greedy else " (sampled)"))
+    _echo_or_stop(summary(scores) + (" (greedy)" if greedy else " (sampled)"))
     if recorder is not None:
-        click.echo(f"recorded {recorder.frames:,} frames to {record}")
+        _echo_or_stop(f"recorded {recorder.frames:,} frames to {record}")
 
 
 class _RecordingProgress:

@@ -306,6 +306,22 @@ def test_a_closed_stdout_stops_the_run_as_sigpipe_would(tmp_path: Path, clean_sy
     )
 
 
+def test_a_closed_stdout_stops_play_as_it_stops_a_run(tmp_path: Path, fake_checkpoint) -> None:
+    # pong-mp play ... | head -1: the games stop, the recording's temp file goes, and the
+    # status is SIGPIPE's, as for train (not a failed recording's 1).
+    video = tmp_path / "games.gif"
+    proc = start(
+        "play", str(fake_checkpoint), "--episodes", "1000", "--record", str(video),
+        "--max-frames", "50",
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().startswith("game 1: ")
+    proc.stdout.close()
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    assert proc.wait(timeout=60) == 141, err
+    assert one_line(err) == "pong-mp: stopped by SIGPIPE (standard output closed)"
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- stopped, not killed -------------------------------------------------------------------------
 
 
