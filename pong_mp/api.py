@@ -104,19 +104,16 @@ class Agent:
         seed: int | None = None,
         inputs: str = "diff",
         channels: int = 0,
-        noop_margin: float = 0.0,
     ) -> None:
         """An agent with flat float64 `params` of a `hidden`-unit policy that sees `inputs`
         (one of frames.INPUTS; a loaded agent takes its config's), on the features of a
-        convolutional layer of `channels` for --policy conv (0: the MLP), whose actions
-        `noop_margin` sets (0: UP and DOWN; `policy.action_probs`); `seed` seeds the
+        convolutional layer of `channels` for --policy conv (0: the MLP); `seed` seeds the
         sampling of actions (None: fresh entropy)."""
         flat = np.asarray(params, dtype=np.float64)
         self._w1t, self._w2 = policy.split(flat, hidden, channels)
         self._kernel = policy.conv_kernel(flat, hidden, channels)
         self.hidden = hidden
         self.inputs = inputs
-        self.noop_margin = noop_margin
         self._stream = BinaryInputs(inputs)  # the stream training uses on RGB frames
         self._rng = np.random.default_rng(seed)
         self._started = False
@@ -130,8 +127,7 @@ class Agent:
         inputs = stored_option(config, "inputs")
         channels = stored_conv_channels(config)
         agent = cls(
-            params, int(config["hidden"]), seed=seed, inputs=inputs, channels=channels,
-            noop_margin=stored_option(config, "noop_margin"),
+            params, int(config["hidden"]), seed=seed, inputs=inputs, channels=channels
         )
         agent.config = config
         return agent
@@ -143,9 +139,8 @@ class Agent:
         """Start a new game: forget the previous frame."""
         self._started = False
 
-    def probabilities(self, observation: np.ndarray) -> policy.ActionProbs:
-        """The action probabilities for this frame (210 x 160 x 3 uint8), given the frames
-        seen since reset: P(UP), P(DOWN) and P(NOOP) (0 for a two-action policy)."""
+    def probability_up(self, observation: np.ndarray) -> float:
+        """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
         x = np.zeros(INPUT_SIZE)
         if self._started:
             changed, values = self._stream.step(observation)
@@ -155,17 +150,10 @@ class Agent:
             self._started = True
         if self._kernel is not None:
             x = policy.conv_features(self._kernel, x)
-        if self.noop_margin == 0.0:
-            p_up, _ = policy.forward(self._w1t, self._w2, x)
-            return policy.ActionProbs.two(p_up)
-        h = np.maximum(x @ self._w1t, 0.0)
-        return policy.action_probs(float(h @ self._w2), self.noop_margin)
-
-    def probability_up(self, observation: np.ndarray) -> float:
-        """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
-        return self.probabilities(observation).up
+        p_up, _ = policy.forward(self._w1t, self._w2, x)
+        return p_up
 
     def act(self, observation: np.ndarray, greedy: bool = False) -> int:
-        """The action for this frame: 2 (UP), 3 (DOWN) or, with a NOOP margin, 0 (NOOP),
-        sampled as in training, or the likeliest one if `greedy`."""
-        return policy.choose_action(self.probabilities(observation), self._rng.random, greedy)
+        """The action for this frame: 2 (UP) or 3 (DOWN), sampled as in training, or the
+        likelier one if `greedy`."""
+        return policy.choose_action(self.probability_up(observation), self._rng.random, greedy)

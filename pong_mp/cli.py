@@ -30,7 +30,6 @@ from pong_mp.config import (
     MAX_BATCH_SIZE,
     MAX_CHANNELS,
     MAX_ENTROPY_BONUS,
-    MAX_NOOP_MARGIN,
     MAX_POLICY_LAG,
     POLICIES,
     PRESETS,
@@ -497,7 +496,6 @@ def play_command(
             on_game=on_game,
             inputs=inputs,
             channels=stored_conv_channels(config),
-            noop_margin=stored_option(config, "noop_margin"),
         )
         if recorder is not None:
             recorder.close()
@@ -691,7 +689,7 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     options = {
         f.name: getattr(setup, f.name)
         for f in dataclasses.fields(TrainingSetup)
-        if f.name not in ("inputs", "model", "noop_margin")
+        if f.name not in ("inputs", "model")
     }
     given = {
         name
@@ -815,14 +813,6 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     "round trip to the workers).",
 )
 @click.option(
-    "--noop-margin",
-    type=_FiniteRange(min=0, max=MAX_NOOP_MARGIN),
-    default=None,
-    metavar="D",
-    help="The training runs' --noop-margin, with --algo ppo (default: the model's, else "
-    "train's default).",
-)
-@click.option(
     "--compare-envs",
     "compare_envs_only",
     is_flag=True,
@@ -870,7 +860,6 @@ def bench_command(
     channels: int,
     epochs: int,
     minibatches: int,
-    noop_margin: float | None,
     compare_envs_only: bool,
     rounds: int,
     ray_driver: bool,
@@ -921,7 +910,7 @@ def bench_command(
         batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
         policy=net, channels=channels, epochs=epochs,
-        minibatches=minibatches, model=model, noop_margin=noop_margin,
+        minibatches=minibatches, model=model,
     )
     if preset is not None:
         setup = _with_preset(setup, preset)

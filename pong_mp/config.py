@@ -159,13 +159,6 @@ class TrainConfig:
         choices=POLICIES,
     )
     channels: int = option(16, "conv: filters of the convolutional layer.")
-    noop_margin: float = option(
-        0.0,
-        "The policy's actions: 0, UP and DOWN (Karpathy's); D > 0, NOOP too, on the same "
-        "logit z: P(UP) = sigmoid(z - D), P(DOWN) = sigmoid(-z - D), NOOP the rest (--algo "
-        "ppo).",
-        metavar="D",
-    )
     algo: str = option(
         "ppo",
         "ppo: an actor-critic (a value head on the hidden layer, GAE advantages, the clipped "
@@ -234,7 +227,7 @@ class TrainConfig:
         check_types(dataclasses.asdict(self))
         for name in (
             "lr", "lr_half_life", "gamma", "decay_rate", "entropy_bonus", "episode_timeout",
-            "clip", "noop_margin", "gae_lambda", "value_coef", "max_grad_norm",
+            "clip", "gae_lambda", "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{option_flag(name)} must be a finite number")
@@ -327,14 +320,6 @@ class TrainConfig:
                 self.policy == "mlp" or self.algo == "ppo",
                 "--policy conv works with --algo ppo; --algo pg takes --policy mlp and "
                 "--entropy-drop-at 0 (as --preset pg and --preset karpathy set them)",
-            ),
-            (
-                0 <= self.noop_margin <= MAX_NOOP_MARGIN,
-                f"--noop-margin must be between 0 and {MAX_NOOP_MARGIN:g}",
-            ),
-            (
-                self.noop_margin == 0 or self.algo == "ppo",
-                "--noop-margin works with --algo ppo (Karpathy's learner has two actions)",
             ),
             (
                 not self.entropy_drop_at or self.algo == "ppo",
@@ -445,7 +430,6 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "max_grad_norm": 0.5,
     "policy": "mlp",
     "channels": 16,
-    "noop_margin": 0.0,
 }
 """The defaults of older runs: options added after runs were first stored, with the value
 that a config without them was trained with (whatever the default is now), so that a
@@ -472,6 +456,7 @@ def stored_conv_channels(config: dict[str, Any]) -> int:
 
 REMOVED: dict[str, tuple[Any, str]] = {
     "conv_layers": (1, "582c055"),
+    "noop_margin": (0.0, "582c055"),
 }
 """Options pong-mp no longer has, each with the value it now always has and the last commit
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
@@ -504,10 +489,6 @@ def without_removed(config: dict[str, Any]) -> dict[str, Any]:
         )
     return {name: value for name, value in config.items() if name not in REMOVED}
 
-
-MAX_NOOP_MARGIN = 20.0
-"""The largest NOOP margin: P(NOOP) is then within 2e-9 of 1 at logit 0, and the logit
-needs to pass 20 for UP or DOWN to be likely."""
 
 MAX_CHANNELS = 64
 """The most filters of --policy conv: its hidden layer then has 23,104 input rows, 3.6
@@ -622,7 +603,6 @@ ALGORITHM_FIELDS = (
     "hidden",
     "policy",
     "channels",
-    "noop_margin",
     "advantage",
     "entropy_bonus",
     "entropy_drop_at",
@@ -666,7 +646,6 @@ _KARPATHY: dict[str, Any] = {
     "baseline": "none",
     "inputs": "diff",
     "policy_lag": 0,
-    "noop_margin": 0.0,
 }
 
 PRESETS: dict[str, dict[str, Any]] = {

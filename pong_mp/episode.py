@@ -101,23 +101,23 @@ def run_episode(
     env: gym.Env,
     inputs: InputStream,
     seed: int,
-    probs: Callable[[np.ndarray, np.ndarray], policy.ActionProbs],
-    on_step: Callable[[int, policy.ActionProbs, float], None],
+    p_up: Callable[[np.ndarray, np.ndarray], float],
+    on_step: Callable[[int, float, float], None],
     greedy: bool = False,
 ) -> None:
     """The loop of every episode, trained or watched: reset from `seed`, then step until the
     game ends.
 
-    Each step, `probs(pixels, values)` gives the action probabilities for the step's sparse
-    input; the action is drawn with them (one number from the episode's seeded generator),
-    or is the likeliest when `greedy` (`policy.choose_action`); then
-    `on_step(action, probs, reward)` sees what happened.
+    Each step, `p_up(pixels, values)` gives P(UP) for the step's sparse input; the action is
+    UP with that probability (one number from the episode's seeded generator), or if it is
+    the likelier one when `greedy` (`policy.choose_action`); then
+    `on_step(action, p_up, reward)` sees what happened.
     """
     uniform = start_episode(env, inputs, seed)
     idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
     done = False
     while not done:
-        p = probs(idx, vals)
+        p = p_up(idx, vals)
         action = policy.choose_action(p, uniform, greedy)
         obs, reward, terminated, truncated, _ = env.step(action)
         on_step(action, p, reward)
@@ -149,14 +149,11 @@ def play_episode(
     work.start(weights, gamma)
     record = work.add
 
-    def probs(idx: np.ndarray, vals: np.ndarray) -> policy.ActionProbs:
-        return policy.ActionProbs.two(work.forward(idx, vals))
-
-    def on_step(action: int, p: policy.ActionProbs, reward: float) -> None:
+    def on_step(action: int, p_up: float, reward: float) -> None:
         # dlogp: d log pi(a) / d logit
-        record((1.0 if action == policy.UP else 0.0) - p.up, reward)
+        record((1.0 if action == policy.UP else 0.0) - p_up, reward)
 
-    run_episode(env, inputs, task.seed, probs, on_step)
+    run_episode(env, inputs, task.seed, work.forward, on_step)
     grad = np.empty(work.size, np.float32) if out is None else out
     work.finish(grad)
     moments = work.moments
@@ -182,14 +179,13 @@ def play_recorded(
 ) -> EpisodeStats:
     """Play one episode with the actor-critic's weights (with a value head) and return its
     statistics with its trajectory (GAE(`lam`) advantages); `recorder` is the working memory
-    a worker reuses, and holds the policy's NOOP margin (none without one). Like
-    `play_episode`, the result depends only on (weights, task)."""
+    a worker reuses. Like `play_episode`, the result depends only on (weights, task)."""
     start = time.perf_counter()
     if recorder is None:
         recorder = ppo.TrajectoryRecorder(weights.w2.shape[0], weights.channels)
     recorder.start(weights)
 
-    def on_step(action: int, p: policy.ActionProbs, reward: float) -> None:
+    def on_step(action: int, p_up: float, reward: float) -> None:
         recorder.add(action, reward)
 
     run_episode(env, inputs, task.seed, recorder.forward, on_step)

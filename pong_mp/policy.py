@@ -16,7 +16,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -27,13 +26,6 @@ UP = 2
 """ALE Pong's action that moves the agent's paddle up ("RIGHT" in ALE's naming)."""
 DOWN = 3
 """ALE Pong's action that moves the agent's paddle down ("LEFT" in ALE's naming)."""
-NOOP = 0
-"""ALE Pong's action that leaves the paddle to itself: the third action of a policy with a
-NOOP margin (--noop-margin)."""
-
-ACTION_CODES = {DOWN: 0, UP: 1, NOOP: 2}
-"""ALE action -> the code a trajectory stores (`sparse.log_prob`'s): 1 UP, 0 DOWN, 2 NOOP."""
-
 
 
 CONV_SIZE = 8
@@ -198,59 +190,16 @@ def entropy_slope(p_up: float) -> float:
     return -(math.log(p_up) - math.log(q)) * p_up * q
 
 
-def _logistic(x: float) -> float:
-    # The recorder's sigmoid (scalar math, 0 far below): the same bits in every process.
+def logistic(x: float) -> float:
+    """P(UP) of logit `x`, in scalar math (0 far below): the same bits in every process."""
     return 1.0 / (1.0 + math.exp(-x)) if x > -700.0 else 0.0
 
 
-class ActionProbs(NamedTuple):
-    """The policy's action probabilities at a step (they sum to 1)."""
-
-    up: float
-    down: float
-    noop: float = 0.0
-    """0 for the two-action policy."""
-
-    @classmethod
-    def two(cls, p_up: float) -> ActionProbs:
-        """The two-action policy's: P(DOWN) = 1 - P(UP), no NOOP."""
-        return cls(p_up, 1.0 - p_up)
-
-
-def action_probs(logit: float, margin: float = 0.0) -> ActionProbs:
-    """The action probabilities of the policy's one logit z. With `margin` 0, Karpathy's two
-    actions: P(UP) = sigmoid(z), P(DOWN) = 1 - P(UP). With a margin d > 0, three ordered
-    actions on the same z (an ordinal logit): P(UP) = sigmoid(z - d), P(DOWN) =
-    sigmoid(-z - d), and NOOP the rest, sigmoid(d - z) - sigmoid(-d - z), likeliest near
-    z = 0. The parameters are the same, so a margin can be given to a trained policy."""
-    if margin == 0.0:
-        return ActionProbs.two(_logistic(logit))
-    return ActionProbs(
-        _logistic(logit - margin),
-        _logistic(-logit - margin),
-        _logistic(margin - logit) - _logistic(-margin - logit),
-    )
-
-
-def choose_action(probs: ActionProbs, uniform: Callable[[], float], greedy: bool) -> int:
-    """The ALE action for `probs`: drawn with one number from `uniform` (UP below P(UP); then
-    DOWN below P(UP) + P(DOWN), else NOOP), or the likeliest if `greedy` (no draw). Without
-    NOOP, UP when the draw is below P(UP) (greedy: P(UP) >= 1/2), else DOWN."""
-    if probs.noop == 0.0:
-        up = probs.up >= 0.5 if greedy else uniform() < probs.up
-        return UP if up else DOWN
-    if greedy:
-        best = max(probs)
-        return UP if probs.up == best else DOWN if probs.down == best else NOOP
-    u = uniform()
-    return UP if u < probs.up else DOWN if u < probs.up + probs.down else NOOP
-
-
-def action_entropy(probs: ActionProbs) -> float:
-    """The entropy in nats of the action probabilities `probs` (two or three actions)."""
-    if probs.noop == 0.0:
-        return entropy(probs.up)
-    return -sum(p * math.log(p) for p in probs if p > 0.0)
+def choose_action(p_up: float, uniform: Callable[[], float], greedy: bool) -> int:
+    """The ALE action for P(UP) = `p_up`: UP when one number drawn from `uniform` is below
+    it, or, if `greedy` (no draw), when it is at least 1/2; else DOWN."""
+    up = p_up >= 0.5 if greedy else uniform() < p_up
+    return UP if up else DOWN
 
 
 def discount_rewards(rewards: np.ndarray, gamma: float) -> np.ndarray:

@@ -53,8 +53,6 @@ class PPOSettings:
     """GAE's lambda: 1 gives the discounted returns minus V, 0 one-step TD errors."""
     value_coef: float = TrainConfig.value_coef
     """Weight of the value loss, (V - R)^2 / 2 a step."""
-    noop_margin: float = TrainConfig.noop_margin
-    """The policy's actions: 0 for UP and DOWN, d > 0 for NOOP too (`policy.action_probs`)."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ class Trajectory:
     indptr: np.ndarray
     """int64 (steps + 1): step t's pixels are pixels[indptr[t]:indptr[t + 1]]."""
     actions: np.ndarray
-    """uint8 (steps): the action of each step, 1 UP, 0 DOWN, 2 NOOP (`policy.ACTION_CODES`)."""
+    """uint8 (steps): the action of each step, 1 UP, 0 DOWN (`sparse.log_prob`'s codes)."""
     logp_old: np.ndarray
     """float64 (steps): log pi(action) under the weights that played it."""
     values: np.ndarray
@@ -125,15 +123,12 @@ def gae(
 
 class TrajectoryRecorder:
     """Records an episode as it is played with the actor-critic's weights: a step is
-    `forward` (the action probabilities for its input) then `add` (the action taken and the
-    reward)."""
+    `forward` (P(UP) for its input) then `add` (the action taken and the reward)."""
 
-    def __init__(self, hidden: int, channels: int = 0, noop_margin: float = 0.0) -> None:
+    def __init__(self, hidden: int, channels: int = 0) -> None:
         """Working memory for a policy of `hidden` units (on the features of a conv layer
-        of `channels`, or the pixels with 0) whose actions `noop_margin` sets
-        (`policy.action_probs`)."""
+        of `channels`, or the pixels with 0)."""
         self._forward = policy.SparseForward(hidden, channels)
-        self.noop_margin = noop_margin
         self._weights: policy.Weights32 | None = None
         self._clear()
 
@@ -163,9 +158,8 @@ class TrajectoryRecorder:
         self._clear()
         self._weights = weights
 
-    def forward(self, idx: np.ndarray, vals: np.ndarray) -> policy.ActionProbs:
-        """The action probabilities for this step's input (int32 pixels `idx`, float32
-        values `vals`)."""
+    def forward(self, idx: np.ndarray, vals: np.ndarray) -> float:
+        """P(UP) for this step's input (int32 pixels `idx`, float32 values `vals`)."""
         weights = self._weights
         assert weights is not None and weights.value is not None, "start() was not called"
         logit = self._forward.logit(weights, idx, vals)
@@ -175,16 +169,16 @@ class TrajectoryRecorder:
         self._pixels.append(idx.astype(np.uint16))
         self._signs.append(vals.astype(np.int8))
         self._counts.append(len(idx))
-        probs = policy.action_probs(logit, self.noop_margin)
-        self.entropy_sum += policy.action_entropy(probs)
-        return probs
+        p_up = policy.logistic(logit)
+        self.entropy_sum += policy.entropy(p_up)
+        return p_up
 
     def add(self, action: int, reward: float) -> None:
         """Complete the step begun by `forward`: the action taken (ALE's), and the reward."""
-        code = policy.ACTION_CODES[action]
+        code = 1 if action == policy.UP else 0
         self._actions.append(code)
         logit = self._logits[len(self._actions) - 1]
-        self._logp.append(sparse.log_prob(logit, code, self.noop_margin))
+        self._logp.append(sparse.log_prob(logit, code))
         self._rewards.append(reward)
         self.reward_sum += reward
 
@@ -339,7 +333,7 @@ class PassWork:
         clipped, entropy, error, kl = sparse.ppo_coefficients(
             logits, values, trajectory.actions[steps], trajectory.logp_old[steps], advantages,
             trajectory.returns[steps], settings.clip, settings.value_coef,
-            entropy_coef, coef_logit, coef_value, settings.noop_margin,
+            entropy_coef, coef_logit, coef_value,
         )
         dh = None if kernel is None else np.empty((count, hidden))
         sparse.ppo_accumulate(

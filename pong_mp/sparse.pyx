@@ -19,7 +19,7 @@ The rules that keep results reproducible:
   weights and hidden units, float64 sums.
 """
 
-from libc.math cimport exp, expm1, fabs, log, log1p, sqrt
+from libc.math cimport exp, fabs, log1p, sqrt
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
@@ -474,53 +474,14 @@ cdef inline double _softplus(double x):
 cdef enum:
     DOWN_CODE = 0
     UP_CODE = 1
-    NOOP_CODE = 2
 
 
-cdef inline double _log_prob(double z, int action, double margin):
-    # The two-action policy (margin 0): -softplus(-z) for UP, -softplus(z) for DOWN. With a
-    # margin d: P(UP) = sigmoid(z - d), P(DOWN) = sigmoid(-z - d), and NOOP the rest,
-    # sigmoid(d - z) - sigmoid(-d - z), whose log is
-    # -d - z + log(expm1(2 d)) - softplus(d - z) - softplus(-d - z) (finite for any z).
-    if margin == 0.0:
-        return -_softplus(-z) if action == UP_CODE else -_softplus(z)
-    if action == UP_CODE:
-        return -_softplus(margin - z)
-    if action == DOWN_CODE:
-        return -_softplus(z + margin)
-    return -margin - z + log(expm1(2.0 * margin)) - _softplus(margin - z) \
-        - _softplus(-margin - z)
-
-
-cdef inline double _log_prob_slope(double z, int action, double margin):
-    # d log pi(action) / d z, for a margin > 0 (with margin 0 it is 1[UP] - sigmoid(z)).
-    if action == UP_CODE:
-        return _sigmoid(margin - z)
-    if action == DOWN_CODE:
-        return -_sigmoid(z + margin)
-    return _sigmoid(margin - z) + _sigmoid(-margin - z) - 1.0
-
-
-cdef inline double _entropy3(double z, double margin, double* slope):
-    # H = -sum_i p_i log p_i of the three actions, and into `slope` d H / d z =
-    # -sum_i p_i (d log p_i / d z) log p_i.
-    cdef double lu = _log_prob(z, UP_CODE, margin)
-    cdef double ld = _log_prob(z, DOWN_CODE, margin)
-    cdef double ln = _log_prob(z, NOOP_CODE, margin)
-    cdef double pu = exp(lu), pd = exp(ld), pn = exp(ln)
-    slope[0] = -(pu * _log_prob_slope(z, UP_CODE, margin) * lu
-                 + pd * _log_prob_slope(z, DOWN_CODE, margin) * ld
-                 + pn * _log_prob_slope(z, NOOP_CODE, margin) * ln)
-    return -(pu * lu + pd * ld + pn * ln)
-
-
-def log_prob(double logit, int action, double margin=0.0) -> float:
-    """log pi(action | logit), action 1 UP, 0 DOWN, 2 NOOP: with margin 0 the two-action
-    policy's -softplus(-logit) for UP, -softplus(logit) for DOWN; with a margin d > 0 the
-    three actions of `policy.action_probs` (finite for any finite logit)."""
-    if not (action == UP_CODE or action == DOWN_CODE or (action == NOOP_CODE and margin > 0)):
-        raise ValueError(f"log_prob: no action {action} with margin {margin}")
-    return _log_prob(logit, action, margin)
+def log_prob(double logit, int action) -> float:
+    """log pi(action | logit) of the two-action policy, action 1 UP or 0 DOWN:
+    -softplus(-logit) for UP, -softplus(logit) for DOWN (finite for any finite logit)."""
+    if not (action == UP_CODE or action == DOWN_CODE):
+        raise ValueError(f"log_prob: no action {action}")
+    return -_softplus(-logit) if action == UP_CODE else -_softplus(logit)
 
 
 def ppo_coefficients(
@@ -535,39 +496,31 @@ def ppo_coefficients(
     double entropy_coef,
     double[::1] coef_logit,
     double[::1] coef_value,
-    double margin=0.0,
 ) -> tuple:
     """The clipped surrogate's per-step derivatives, for steps t < len(logits).
 
     The objective of a step is min(r A, clip(r, 1 - clip, 1 + clip) A)
     - value_coef / 2 (V - R)^2 + entropy_coef H(p), with r = pi(a) / pi_old(a), a the
-    step's action (1 UP, 0 DOWN, 2 NOOP) under the policy of `margin` (0: two actions).
-    Writes d objective / d logit into coef_logit and d objective / d V into coef_value.
-    Returns (steps whose ratio was clipped, sum of entropies, sum of (V - R)^2, sum of
-    logp_old - logp): the statistics of the pass.
+    step's action (1 UP, 0 DOWN). Writes d objective / d logit into coef_logit and
+    d objective / d V into coef_value. Returns (steps whose ratio was clipped, sum of
+    entropies, sum of (V - R)^2, sum of logp_old - logp): the statistics of the pass.
     """
     cdef Py_ssize_t n = logits.shape[0], t, clipped = 0
     cdef double z, p, logp, ratio, adv, grad, err, ent, entropy_sum = 0.0
-    cdef double error_sum = 0.0, kl_sum = 0.0, slope
+    cdef double error_sum = 0.0, kl_sum = 0.0
     cdef int a
     if not (values.shape[0] == n and actions.shape[0] == n and logp_old.shape[0] == n
             and advantages.shape[0] == n and returns.shape[0] == n
             and coef_logit.shape[0] >= n and coef_value.shape[0] >= n):
         raise ValueError("ppo_coefficients: arrays of mismatched sizes")
-    if not margin >= 0.0:
-        raise ValueError("ppo_coefficients: the margin must be >= 0")
     for t in range(n):
-        if not (actions[t] <= UP_CODE or (actions[t] == NOOP_CODE and margin > 0.0)):
-            raise ValueError(f"ppo_coefficients: no action {actions[t]} with margin {margin}")
+        if actions[t] > UP_CODE:
+            raise ValueError(f"ppo_coefficients: no action {actions[t]}")
     for t in range(n):
         z = logits[t]
         a = actions[t]
-        logp = _log_prob(z, a, margin)
-        if margin == 0.0:
-            p = _sigmoid(z)
-            slope = (1.0 if a == UP_CODE else 0.0) - p
-        else:
-            slope = _log_prob_slope(z, a, margin)
+        logp = -_softplus(-z) if a == UP_CODE else -_softplus(z)
+        p = _sigmoid(z)
         ratio = exp(logp - logp_old[t])
         adv = advantages[t]
         # The min takes the clipped term, whose slope in r is 0, only where the ratio has
@@ -576,15 +529,11 @@ def ppo_coefficients(
             grad = 0.0
             clipped += 1
         else:
-            grad = adv * ratio * slope
-        if margin == 0.0:
-            ent = 0.0
-            if 0.0 < p < 1.0:
-                ent = -p * (-_softplus(-z)) - (1.0 - p) * (-_softplus(z))
-                grad += entropy_coef * (-z * p * (1.0 - p))
-        else:
-            ent = _entropy3(z, margin, &slope)
-            grad += entropy_coef * slope
+            grad = adv * ratio * ((1.0 if a == UP_CODE else 0.0) - p)
+        ent = 0.0
+        if 0.0 < p < 1.0:
+            ent = -p * (-_softplus(-z)) - (1.0 - p) * (-_softplus(z))
+            grad += entropy_coef * (-z * p * (1.0 - p))
         coef_logit[t] = grad
         err = values[t] - returns[t]
         coef_value[t] = -value_coef * err

@@ -47,7 +47,6 @@ from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
 from pong_mp.optim import Optimizer, dropped, scheduled_lr
-from pong_mp.policy import ACTION_CODES, NOOP
 from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
 from pong_mp.progress import GuardedReporter, LineReporter, Reporter
 from pong_mp.rundir import (
@@ -132,7 +131,6 @@ def ppo_settings(config: TrainConfig) -> PPOSettings:
         clip=config.clip,
         gae_lambda=config.gae_lambda,
         value_coef=config.value_coef,
-        noop_margin=config.noop_margin,
     )
 
 
@@ -540,12 +538,6 @@ def ppo_updates(
             "clip_fraction": seen.clipped / seen.steps if seen.steps else None,
             "approx_kl": seen.kl / seen.steps if seen.steps else None,
         }
-        if config.noop_margin:
-            noops = sum(
-                int(np.count_nonzero(trajectories[task.index].actions == ACTION_CODES[NOOP]))
-                for task in tasks
-            )
-            stats_out["noop_share"] = noops / played.steps if played.steps else None
         now = time.perf_counter()
         seconds, last = now - last, now
         new_state.elapsed = state.elapsed + seconds
@@ -581,11 +573,10 @@ def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
     return index - (index - first) % batch_size
 
 
-PPO_FIELDS = ("entropy_bonus", "value_loss", "clip_fraction", "approx_kl", "noop_share")
+PPO_FIELDS = ("entropy_bonus", "value_loss", "clip_fraction", "approx_kl")
 """The metrics fields of --algo ppo: the entropy's weight in the update's objective (its
 schedule's, as `lr` is), the value head's mean (V - R)^2 / 2, the share of steps whose ratio
-was clipped, and the mean of log pi_old - log pi, over the update's passes; with
---noop-margin, the share of the batch's steps played with NOOP."""
+was clipped, and the mean of log pi_old - log pi, over the update's passes."""
 
 
 def _record(

@@ -202,11 +202,10 @@ def assert_agent_acts_as(
     hidden: int,
     steps: int,
     channels: int = 0,
-    noop_margin: float = 0.0,
 ) -> list[int]:
     """Play `steps` steps of FakePong with `agent` (greedy) and check each action is the one
-    the dense reference policy of flat `params` (--policy conv's with `channels`, the
-    actions of `noop_margin`) takes on the frame difference; return the actions."""
+    the dense reference policy of flat `params` (--policy conv's with `channels`) takes on
+    the frame difference; return the actions."""
     from pong_mp.envs import make_env
 
     w1t, w2 = policy.split(params, hidden, channels)
@@ -223,13 +222,9 @@ def assert_agent_acts_as(
         if kernel is not None:
             x = policy.conv_features(kernel, x)
         h = np.maximum(x @ w1t, 0.0)
-        probs = policy.action_probs(float(h @ w2), noop_margin)
+        p_up = policy.logistic(float(h @ w2))
         action = agent.act(obs, greedy=True)
-        if noop_margin == 0.0:
-            assert action == (policy.UP if probs.up >= 0.5 else policy.DOWN)
-        else:
-            likeliest = (policy.UP, policy.DOWN, policy.NOOP)[int(np.argmax(probs))]
-            assert action == likeliest
+        assert action == (policy.UP if p_up >= 0.5 else policy.DOWN)
         actions.append(action)
         obs, *_ = env.step(action)
     return actions

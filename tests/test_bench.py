@@ -25,7 +25,7 @@ from pong_mp.tools.bench import (
     ray_driver_cost,
 )
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import fake_config, pong_mp
+from tests.helpers import pong_mp
 
 PG = {name: PRESETS["pg"][name] for name in ("algo", "optimizer", "entropy_bonus", "policy")}
 """Bench's options for Karpathy's learner (--preset pg), which the tests of its sums train."""
@@ -165,7 +165,6 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
         "training_rate",
         lambda env, workers, seconds, setup: {
             "inputs": setup.inputs or "diff",
-            "noop_margin": 0.0,
             "steps_per_sec": 90.0 * workers,
             "coordinator_share": 0.01,
             "workers_busy": 0.9,
@@ -176,7 +175,6 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
     assert raw_calls == [1, 1, 2, 2, 3, 3]  # before and after each training run
     assert [r["workers"] for r in rows] == [1, 2, 3]
     assert all(r["train_ratio"] == pytest.approx(0.9) and r["batch_size"] == 6 for r in rows)
-    assert all(r["noop_margin"] == 0.0 for r in rows)
     table = bench.format_scaling(rows)
     assert "| 3 | 300 | 270 | 0.90 | 3.00x |" in table
 
@@ -378,37 +376,6 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     results = bench.run_bench(1, 0.2, "FakePong-v0", more)
     assert seen[-1][-2:] == (2, 16) and (results["epochs"], results["minibatches"]) == (2, 16)
     assert "2 passes of 16 minibatches" in bench.format_bench(results)
-    assert results["noop_margin"] == 0 and "NOOP" not in bench.format_bench(results)
-
-
-def test_bench_trains_with_the_noop_margin_of_its_model_or_its_option(
-    tmp_path, monkeypatch, clean_system
-) -> None:
-    import pong_mp.trainer as trainer
-    from pong_mp.tools import bench
-
-    seen = []
-    original = trainer.ppo_updates
-
-    def spy(config, state, backend):
-        seen.append(config.noop_margin)
-        return original(config, state, backend)
-
-    monkeypatch.setattr(trainer, "ppo_updates", spy)
-    monkeypatch.setattr(bench, "raw_rate", lambda env, workers, seconds: 1000.0)
-    monkeypatch.setattr(bench, "dense_reference_rate", lambda env, seconds: 100.0)
-    monkeypatch.setattr(bench, "episode_memory", lambda *args, **kwargs: None)
-    model = tmp_path / "noop"
-    trainer.train(fake_config(model, backend="serial", batches=1, algo="ppo", optimizer="adam",
-                              policy="conv", channels=2, noop_margin=1.5), log=lambda _: None)
-    seen.clear()
-    from_model = bench.TrainingSetup(batch_size=1, model=model / "checkpoint.npz")
-    results = bench.run_bench(1, 0.2, "FakePong-v0", from_model)
-    assert seen == [1.5] and results["noop_margin"] == 1.5
-    assert "NOOP margin 1.5, " in bench.format_bench(results)
-    given = bench.TrainingSetup(batch_size=1, channels=2, noop_margin=0.5)
-    bench.training_rate("FakePong-v0", 1, 0.2, given)
-    assert seen == [1.5, 0.5]
 
 
 def test_bench_takes_a_preset_where_its_options_are_not_given(monkeypatch) -> None:

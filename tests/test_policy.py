@@ -195,42 +195,21 @@ def test_the_entropy_and_its_slope_by_the_logit() -> None:
 
 
 @pytest.mark.parametrize("logit", [-30.0, -2.5, -0.3, 0.0, 0.4, 3.0, 30.0])
-@pytest.mark.parametrize("margin", [0.0, 0.5, 2.0])
-def test_the_action_probabilities_sum_to_one_and_match_the_log_probs(
-    logit: float, margin: float
-) -> None:
+def test_the_probability_of_up_matches_the_log_probs(logit: float) -> None:
     from pong_mp import sparse
 
-    probs = policy.action_probs(logit, margin)
-    assert sum(probs) == pytest.approx(1.0, abs=1e-12)
-    assert (probs.noop == 0.0) == (margin == 0.0)
-    codes = [policy.ACTION_CODES[a] for a in (policy.UP, policy.DOWN)]
-    codes += [policy.ACTION_CODES[policy.NOOP]] if margin else []
-    for code, p in zip(codes, probs, strict=False):
-        assert np.exp(sparse.log_prob(logit, code, margin)) == pytest.approx(p, abs=1e-12)
-    if margin:  # NOOP is likeliest at logit 0, and UP and DOWN mirror each other
-        assert probs.noop <= policy.action_probs(0.0, margin).noop
-        mirrored = policy.action_probs(-logit, margin)
-        assert (mirrored.up, mirrored.down) == pytest.approx((probs.down, probs.up))
-    with pytest.raises(ValueError, match="no action 2 with margin 0"):
-        sparse.log_prob(logit, 2, 0.0)
+    p_up = policy.logistic(logit)
+    assert np.exp(sparse.log_prob(logit, 1)) == pytest.approx(p_up, abs=1e-12)
+    assert np.exp(sparse.log_prob(logit, 0)) == pytest.approx(1 - p_up, abs=1e-12)
+    with pytest.raises(ValueError, match="no action 2"):
+        sparse.log_prob(logit, 2)
 
 
-def test_actions_are_drawn_with_their_probabilities_and_greedy_takes_the_likeliest() -> None:
-    rng = np.random.default_rng(0)
-    probs = policy.action_probs(0.3, 1.0)
-    drawn = [policy.choose_action(probs, rng.random, greedy=False) for _ in range(20_000)]
-    for action, p in zip((policy.UP, policy.DOWN, policy.NOOP), probs, strict=True):
-        assert drawn.count(action) / len(drawn) == pytest.approx(p, abs=0.01)
+def test_actions_are_drawn_with_their_probability_and_greedy_takes_the_likelier() -> None:
+    # UP below P(UP) and DOWN above it, as Karpathy's policy draws.
+    p_up = policy.logistic(0.3)
+    assert policy.choose_action(p_up, lambda: p_up - 1e-12, False) == policy.UP
+    assert policy.choose_action(p_up, lambda: 0.999999, False) == policy.DOWN
     never = lambda: pytest.fail("a greedy choice draws nothing")  # noqa: E731
-    assert policy.choose_action(probs, never, greedy=True) == policy.NOOP
-    assert policy.choose_action(policy.action_probs(4.0, 1.0), never, True) == policy.UP
-    assert policy.choose_action(policy.action_probs(-4.0, 1.0), never, True) == policy.DOWN
-    # Two actions: UP below P(UP) and DOWN above it, as Karpathy's policy draws.
-    two = policy.action_probs(0.3)
-    assert policy.choose_action(two, lambda: two.up - 1e-12, False) == policy.UP
-    assert policy.choose_action(two, lambda: 0.999999, False) == policy.DOWN
-    assert policy.choose_action(policy.ActionProbs.two(0.5), never, True) == policy.UP
-    entropy = policy.action_entropy(probs)
-    assert entropy == pytest.approx(-sum(p * np.log(p) for p in probs))
-    assert policy.action_entropy(two) == policy.entropy(two.up)
+    assert policy.choose_action(0.5, never, greedy=True) == policy.UP
+    assert policy.choose_action(0.4999, never, greedy=True) == policy.DOWN

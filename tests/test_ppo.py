@@ -94,11 +94,9 @@ def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32
     return params, policy.Weights32.from_params(params, HIDDEN, channels)
 
 
-def _record(
-    weights: policy.Weights32, steps: int, seed: int, margin: float = 0.0
-) -> ppo.Trajectory:
+def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
     rng = np.random.default_rng(seed)
-    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels, margin)
+    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels)
     recorder.start(weights)
     # One pair of arrays for every step, as an input stream reuses its own.
     idx_room = np.empty(INPUT_SIZE, np.int32)
@@ -139,13 +137,10 @@ def test_the_recorded_trajectory_keeps_the_inputs_and_the_playing_policy() -> No
         assert trajectory.values[t] == pytest.approx(h @ head[:HIDDEN] + head[HIDDEN], rel=1e-5)
 
 
-def _log_probs(z: float, margin: float) -> np.ndarray:
-    # log P(DOWN), log P(UP), log P(NOOP) (the codes' order), from the definition.
-    if margin == 0:
-        p = 1 / (1 + np.exp(-z))
-        return np.log([1 - p, p, 1.0])  # NOOP unused
-    up, down = 1 / (1 + np.exp(margin - z)), 1 / (1 + np.exp(z + margin))
-    return np.log([down, up, 1 - up - down])
+def _log_probs(z: float) -> np.ndarray:
+    # log P(DOWN), log P(UP) (the codes' order), from the definition.
+    p = 1 / (1 + np.exp(-z))
+    return np.log([1 - p, p])
 
 
 def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
@@ -164,34 +159,29 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
             x = policy.conv_features(kernel, x)
         h = np.maximum(x @ w1t, 0.0)
         z, v = h @ w2, h @ head[:HIDDEN] + head[HIDDEN]
-        logps = _log_probs(z, settings.noop_margin)
+        logps = _log_probs(z)
         logp = logps[trajectory.actions[t]]
         ratio = np.exp(logp - trajectory.logp_old[t])
         adv = (trajectory.advantages[t] - mean) * scale
         clipped = np.clip(ratio, 1 - settings.clip, 1 + settings.clip)
-        kept = logps[:2] if settings.noop_margin == 0 else logps
-        entropy = -np.sum(np.exp(kept) * kept)
+        entropy = -np.sum(np.exp(logps) * logps)
         total += min(ratio * adv, clipped * adv)
         total += -settings.value_coef / 2 * (v - trajectory.returns[t]) ** 2
         total += entropy_coef * entropy
     return total
 
 
-@pytest.mark.parametrize("margin", [0.0, 0.7], ids=["two-actions", "noop"])
 @pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
 @pytest.mark.parametrize("moved", [0.0, 0.3])
-def test_the_surrogate_gradient_is_the_objectives(
-    moved: float, channels: int, margin: float
-) -> None:
+def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -> None:
     params, weights = _weights(0, channels)
-    trajectory = _record(weights, 60, seed=2, margin=margin)
-    if margin:  # every action was played
-        assert set(trajectory.actions.tolist()) == {0, 1, 2}
+    trajectory = _record(weights, 60, seed=2)
+    assert set(trajectory.actions.tolist()) == {0, 1}  # both actions were played
     # Later passes see weights that have moved from those that played.
     rng = np.random.default_rng(3)
     new = params + moved * rng.standard_normal(len(params)) * (np.abs(params) > 0)
     new = new.astype(np.float32).astype(np.float64)
-    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5, noop_margin=margin)
+    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5)
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
     mean, scale, beta = 0.1, 1.7, 0.01
     out = np.empty(len(params), np.float32)
@@ -316,12 +306,6 @@ def test_an_actor_critic_checkpoint_plays(tmp_path: Path, ppo_serial, clean_syst
         (["--clip", "0"], "--clip must be in (0, 1)"),
         (["--epochs", "0"], "--epochs must be between 1 and 100"),
         (["--gae-lambda", "1.5"], "--gae-lambda must be in [0, 1]"),
-        (["--noop-margin", "-1"], "--noop-margin must be between 0 and 20"),
-        (["--noop-margin", "nan"], "--noop-margin must be a finite number"),
-        (
-            ["--algo", "pg", "--policy", "mlp", "--noop-margin", "1"],
-            "--noop-margin works with --algo ppo (Karpathy's learner has two actions)",
-        ),
     ],
 )
 def test_options_the_actor_critic_cannot_take_are_one_line(
@@ -523,16 +507,13 @@ def test_the_ppo_preset_is_the_measured_actor_critic() -> None:
     assert "ppo: the actor-critic on the MLP" in " ".join(done.stdout.split())
 
 
-@pytest.mark.parametrize(
-    ("channels", "margin"), [(0, 0.0), (3, 0.0), (3, 1.5)], ids=["mlp", "conv", "conv-noop"]
-)
+@pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
 def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model_and_plays(
-    tmp_path: Path, channels: int, margin: float, clean_system
+    tmp_path: Path, channels: int, clean_system
 ) -> None:
     from pong_mp import checkpoint
 
     options = {**PPO, "policy": "conv", "channels": channels} if channels else PPO
-    options = {**options, "noop_margin": margin}
     state = train(fake_config(tmp_path / "run", backend="serial", **options), log=_quiet)
     done = pong_mp("export", str(tmp_path / "run"), str(tmp_path / "model.npz"))
     assert done.returncode == 0, done.stderr
@@ -542,10 +523,9 @@ def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model_and_plays(
     # W2 and, with --policy conv, the filters).
     without_head = policy.with_value_head(state.params, 16, False, channels)
     assert np.array_equal(params.astype(np.float32), without_head.astype(np.float32))
-    assert config.get("noop_margin", 0.0) == margin
     for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
-        actions = assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels, margin)
-        assert (policy.NOOP in actions) == (margin > 0)
+        actions = assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels)
+        assert {policy.UP, policy.DOWN} == set(actions)
     done = pong_mp("play", str(tmp_path / "model.npz"), "--episodes", "2", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["games"] == 2
@@ -591,15 +571,13 @@ def test_the_conv_policy_resumes_bit_for_bit_and_learns_its_filters(
         assert not np.array_equal(npz["conv"].ravel(), policy.conv_kernel(first, 16, 3).ravel())
 
 
-NOOP = {**CONV, "noop_margin": 1.0}
-"""The conv actor-critic with a third action, NOOP."""
-
-NOOP_DROP = {**NOOP, "entropy_bonus": 0.3, "entropy_drop_at": 400.0, "entropy_drop_to": -0.3}
-"""NOOP with an entropy bonus that turns to a penalty within 3 updates (at 400 env steps)."""
+DROP = {**CONV, "entropy_bonus": 0.3, "entropy_drop_at": 400.0, "entropy_drop_to": -0.3}
+"""The conv actor-critic with an entropy bonus that turns to a penalty within 3 updates (at
+400 env steps)."""
 
 
 @pytest.mark.parametrize(("backend", "workers"), [("local", 3), ("ray", 2)])
-def test_a_noop_margin_and_an_entropy_drop_give_the_same_bits_on_every_backend_and_resume(
+def test_an_entropy_drop_gives_the_same_bits_on_every_backend_and_resume(
     tmp_path: Path, backend: str, workers: int, conv_serial, clean_system
 ) -> None:
     # The entropy's weight travels in each pass's task: kept or sent whole, to a local worker
@@ -607,19 +585,16 @@ def test_a_noop_margin_and_an_entropy_drop_give_the_same_bits_on_every_backend_a
     if backend == "ray":
         pytest.importorskip("ray")
     reference = tmp_path / "serial"
-    train(fake_config(reference, backend="serial", **NOOP_DROP), log=_quiet)
-    assert checkpoint_weights(reference) != conv_serial[0]  # NOOP was played and learned
+    train(fake_config(reference, backend="serial", **DROP), log=_quiet)
+    assert checkpoint_weights(reference) != conv_serial[0]  # the drop was learned
     weights = [record["entropy_bonus"] for record in _metrics(reference)]
     assert weights[0] == 0.3 and weights[-1] == -0.3
     run_dir = tmp_path / backend
-    given = {"backend": backend, **NOOP_DROP}
+    given = {"backend": backend, **DROP}
     train(fake_config(run_dir, workers=workers, batches=2, **given), log=_quiet)
     train(fake_config(run_dir, workers=2, **given), resume=True, log=_quiet)
     assert checkpoint_weights(run_dir) == checkpoint_weights(reference)
     assert _metrics(run_dir) == _metrics(reference)
-    assert all(0 < record["noop_share"] < 1 for record in _metrics(reference))
-    with pytest.raises(ConfigError, match=re.escape("trained with --noop-margin 1.0")):
-        prepare_run(run_dir, True, {"noop_margin": 0.0})
     with pytest.raises(ConfigError, match=re.escape("with --entropy-drop-at 400, not 500:")):
         prepare_run(run_dir, True, {"entropy_drop_at": 500.0})
 
@@ -664,19 +639,6 @@ def test_a_fork_refuses_a_value_that_a_fallen_drop_would_hide(
     # Points given alone take the values of the run forked from, which must match them.
     with pytest.raises(ConfigError, match=f"{at_flag} 2000 has 1 point, and the run forked"):
         prepare_run(tmp_path / "fork", False, {**given, at: 2000.0}, build_env=False)
-
-
-def test_a_two_action_run_forks_into_three_actions(tmp_path: Path, clean_system) -> None:
-    train(fake_config(tmp_path / "two", backend="serial", batches=2, **CONV), log=_quiet)
-    given = {"fork_from": str(tmp_path / "two"), "noop_margin": 1.0}
-    fork = train(fake_config(tmp_path / "three", backend="serial", **CONV, **given), log=_quiet)
-    assert fork.batch == 3
-    # Its first batch is played with the run's weights, and takes NOOP too: other games.
-    two_on = train(fake_config(tmp_path / "two", backend="serial", **CONV), resume=True,
-                   log=_quiet)
-    records = [json.loads(r) for r in (tmp_path / "three" / "metrics.jsonl").open()]
-    assert records[:2] == [json.loads(r) for r in (tmp_path / "two" / "metrics.jsonl").open()][:2]
-    assert fork.params.tobytes() != two_on.params.tobytes()
 
 
 def test_a_damaged_conv_checkpoint_is_named(tmp_path: Path, clean_system) -> None:
@@ -741,12 +703,12 @@ def test_a_trajectory_of_real_pong_keeps_every_steps_input(channels: int) -> Non
     recorder.start(weights)
     seen: list[tuple[np.ndarray, np.ndarray]] = []
 
-    def probs(idx: np.ndarray, vals: np.ndarray) -> policy.ActionProbs:
+    def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
         seen.append((idx.copy(), vals.copy()))
         return recorder.forward(idx, vals)
 
     try:
-        run_episode(env, stream, 7, probs, lambda a, p, reward: recorder.add(a, reward))
+        run_episode(env, stream, 7, p_up, lambda a, p, reward: recorder.add(a, reward))
     finally:
         env.close()
     trajectory = recorder.finish(0.99, 0.95)

@@ -44,7 +44,7 @@ def play_scaled(model: str, games: int, scale: float) -> dict[str, object]:
             z = max(min(scale * math.log(p / (1 - p)), 700.0), -700.0)
             q = 1 / (1 + math.exp(-z))
             entropies.append(policy.entropy(q))
-            action = policy.choose_action(policy.ActionProbs.two(q), rng.random, greedy=False)
+            action = policy.choose_action(q, rng.random, greedy=False)
             _, reward, terminated, truncated, _ = env.step(action)
             observation = env.render()
             score += reward

@@ -51,9 +51,7 @@ class EpisodeWorker:
         )
         self._env, self._inputs = env, inputs
         if self.spec.algo == "ppo":
-            self._recorder = TrajectoryRecorder(
-                self.spec.hidden, self.spec.channels, self.spec.ppo.noop_margin
-            )
+            self._recorder = TrajectoryRecorder(self.spec.hidden, self.spec.channels)
             self._passes = PassWork(self.spec.hidden, self.spec.channels)
             return
         self._work = EpisodeGradient(

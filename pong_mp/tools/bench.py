@@ -156,8 +156,6 @@ class TrainingSetup:
     channels: int = TrainConfig.channels
     epochs: int = TrainConfig.epochs
     minibatches: int = TrainConfig.minibatches
-    noop_margin: float | None = None
-    """The policy's actions (--noop-margin); None: the model's, or else train's default."""
     model: Path | None = None
     """A model or checkpoint whose weights the runs start from (a trained agent's long
     episodes); None: new weights."""
@@ -191,13 +189,11 @@ def training_config(
         net, channels = setup.policy, setup.channels
         params = None  # new weights, drawn once the config says their shape
         inputs = setup.inputs or TrainConfig.inputs
-        margin = TrainConfig.noop_margin
     else:
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
         net, channels = stored_option(stored, "policy"), stored_option(stored, "channels")
         inputs = setup.inputs or stored_option(stored, "inputs")
-        margin = stored_option(stored, "noop_margin")
     config = TrainConfig(
         env=env_id,
         workers=workers,
@@ -215,7 +211,6 @@ def training_config(
         channels=channels,
         epochs=setup.epochs,
         minibatches=setup.minibatches,
-        noop_margin=margin if setup.noop_margin is None else setup.noop_margin,
     )
     config.validate()
     if params is None:
@@ -276,7 +271,6 @@ def training_rate(
     shares = {part: seconds / idle for part, seconds in parts.items()}
     return {
         "inputs": config.inputs,
-        "noop_margin": config.noop_margin,
         "steps_per_sec": sum(r["steps"] for r in records) / wall,
         "updates": len(records),
         "coordinator_share": coordinator / wall,
@@ -375,7 +369,6 @@ def run_bench(
         "idle_shares": training.get("idle_shares"),
         **setup.describe(),
         "inputs": training["inputs"],
-        "noop_margin": training["noop_margin"],
         "coordinator_share": training["coordinator_share"],
         "passes_light_share": training.get("passes_light_share"),
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
@@ -395,12 +388,6 @@ def _passes(r: dict[str, Any]) -> str:
     return f"{r['epochs']} passes of {r['minibatches']} minibatches, "
 
 
-def _noop(r: dict[str, Any]) -> str:
-    # Only a policy with NOOP says so: older results have no margin.
-    margin = r.get("noop_margin") or 0
-    return f"NOOP margin {margin:g}, " if margin else ""
-
-
 def format_bench(r: dict[str, Any]) -> str:
     """The bench's results as readable lines."""
     rss = r["peak_worker_rss_mb"]
@@ -417,7 +404,6 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{_passes(r)}policy lag {r.get('policy_lag', 0)}, "
         f"inputs {r.get('inputs', 'diff')}, entropy bonus {r.get('entropy_bonus', 0):g}, "
         f"baseline {r.get('baseline', 'none')}, "
-        f"{_noop(r)}"
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
         f"Ray's example (dense float64 loop), 1 process: "
@@ -461,7 +447,6 @@ def run_scaling(
                 "workers": workers,
                 **setup.describe(),
                 "inputs": training["inputs"],
-                "noop_margin": training["noop_margin"],
                 "raw_steps_per_sec": raw,
                 "train_steps_per_sec": training["steps_per_sec"],
                 "train_ratio": training["steps_per_sec"] / raw,

@@ -39,13 +39,11 @@ def play_games(
     on_game: Callable[[GameScore], None] | None = None,
     inputs: str = "diff",
     channels: int = 0,
-    noop_margin: float = 0.0,
 ) -> list[GameScore]:
     """Play `games` full games; game i is seeded from (seed, i), so results repeat.
 
-    `inputs` (frames.INPUTS), `channels` (--policy conv's; 0 for the MLP) and `noop_margin`
-    (the actions, `policy.action_probs`) must be what the policy was trained with: a
-    model's config says.
+    `inputs` (frames.INPUTS) and `channels` (--policy conv's; 0 for the MLP) must be what
+    the policy was trained with: a model's config says.
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
     `on_frame`, if given, receives the RGB frame after every step (for recording), and
@@ -58,14 +56,12 @@ def play_games(
         kwargs["render_mode"] = "rgb_array"
     env, stream = make_training_env(env_id, inputs, **kwargs)
 
-    def probs(idx: np.ndarray, vals: np.ndarray) -> policy.ActionProbs:
-        if noop_margin == 0.0:
-            return policy.ActionProbs.two(forward.p_up(weights, idx, vals))
-        return policy.action_probs(forward.logit(weights, idx, vals), noop_margin)
+    def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
+        return forward.p_up(weights, idx, vals)
 
     game = {"agent": 0, "opponent": 0, "steps": 0}
 
-    def on_step(action: int, p: policy.ActionProbs, reward: float) -> None:
+    def on_step(action: int, p: float, reward: float) -> None:
         game["agent"] += reward > 0
         game["opponent"] += reward < 0
         game["steps"] += 1
@@ -76,7 +72,7 @@ def play_games(
     try:
         for i in range(games):
             game.update(agent=0, opponent=0, steps=0)
-            run_episode(env, stream, episode_seed(seed, i), probs, on_step, greedy=greedy)
+            run_episode(env, stream, episode_seed(seed, i), p_up, on_step, greedy=greedy)
             scores.append(GameScore(**game))
             if on_game is not None:
                 on_game(scores[-1])
