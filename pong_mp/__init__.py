@@ -20,8 +20,7 @@ Module map, in the order data flows through an update:
     ppo.py         the actor-critic (--algo ppo): an episode's trajectory, GAE, minibatches
                    and the clipped surrogate's gradient (the coordinator's side:
                    trainer.ppo_updates)
-    frames.py      frames -> binary 80x80 -> sparse inputs (frame differences, or the frame
-                   with its trail)
+    frames.py      frames -> binary 80x80 -> sparse frame differences
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops
                    (per step, the actor-critic's passes, the optimizers' steps)
     batch_sum.py   the fixed order in which a batch's gradients are added

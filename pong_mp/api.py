@@ -21,12 +21,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.checkpoint import load_policy
-from pong_mp.config import (
-    TrainConfig,
-    apply_preset,
-    stored_conv_channels,
-    stored_option,
-)
+from pong_mp.config import TrainConfig, apply_preset, stored_conv_channels
 from pong_mp.frames import INPUT_SIZE, BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
@@ -92,29 +87,20 @@ class Agent:
     """A trained policy that plays gymnasium's ALE/Pong-v5 from its raw RGB frames.
 
     Call `reset()` when a game starts and `act(observation)` after every step; the policy
-    sees what it saw in training: the difference between this frame and the last, with the
-    paddle's column as it is for a policy trained with inputs "diff+paddle", or the frame
-    with the pixels that went dark for "frame+trail".
+    sees what it saw in training: the difference between this frame and the last.
     """
 
     def __init__(
-        self,
-        params: np.ndarray,
-        hidden: int,
-        seed: int | None = None,
-        inputs: str = "diff",
-        channels: int = 0,
+        self, params: np.ndarray, hidden: int, seed: int | None = None, channels: int = 0
     ) -> None:
-        """An agent with flat float64 `params` of a `hidden`-unit policy that sees `inputs`
-        (one of frames.INPUTS; a loaded agent takes its config's), on the features of a
-        convolutional layer of `channels` for --policy conv (0: the MLP); `seed` seeds the
-        sampling of actions (None: fresh entropy)."""
+        """An agent with flat float64 `params` of a `hidden`-unit policy, on the features
+        of a convolutional layer of `channels` for --policy conv (0: the MLP); `seed` seeds
+        the sampling of actions (None: fresh entropy)."""
         flat = np.asarray(params, dtype=np.float64)
         self._w1t, self._w2 = policy.split(flat, hidden, channels)
         self._kernel = policy.conv_kernel(flat, hidden, channels)
         self.hidden = hidden
-        self.inputs = inputs
-        self._stream = BinaryInputs(inputs)  # the stream training uses on RGB frames
+        self._stream = BinaryInputs()  # the stream training uses on RGB frames
         self._rng = np.random.default_rng(seed)
         self._started = False
 
@@ -124,11 +110,8 @@ class Agent:
         model file (`pong-mp export`); CheckpointError if the file is missing, damaged or not
         pong-mp's."""
         params, config = load_policy(Path(path))
-        inputs = stored_option(config, "inputs")
         channels = stored_conv_channels(config)
-        agent = cls(
-            params, int(config["hidden"]), seed=seed, inputs=inputs, channels=channels
-        )
+        agent = cls(params, int(config["hidden"]), seed=seed, channels=channels)
         agent.config = config
         return agent
 

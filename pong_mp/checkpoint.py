@@ -36,7 +36,6 @@ from pong_mp.config import (
     without_removed,
 )
 from pong_mp.files import write_atomic
-from pong_mp.frames import INPUTS
 from pong_mp.state import TrainState
 
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -266,12 +265,6 @@ def _check_config(config: object, hidden: int) -> None:
         check_types(config)
     except ConfigError as exc:
         raise CheckpointError(f"bad config ({exc})") from None
-    inputs = stored_option(config, "inputs")
-    if inputs not in INPUTS:
-        raise CheckpointError(
-            f"its policy sees inputs {inputs!r}, which this pong-mp does not know "
-            f"({', '.join(INPUTS)})"
-        )
 
 
 def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:

@@ -46,7 +46,6 @@ from pong_mp.config import (
 )
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
-from pong_mp.frames import INPUTS
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
@@ -471,7 +470,6 @@ def play_command(
             err=True,
         )
     hidden = int(config["hidden"])
-    inputs = stored_option(config, "inputs")
     played: list[GameScore] = []
     progress = _RecordingProgress(recorder) if recorder is not None else None
 
@@ -494,7 +492,6 @@ def play_command(
             env_kwargs=env_kwargs,
             on_frame=progress.add if progress is not None else None,
             on_game=on_game,
-            inputs=inputs,
             channels=stored_conv_channels(config),
         )
         if recorder is not None:
@@ -513,7 +510,6 @@ def play_command(
             "policy": str(checkpoint_path),
             "env": env_id,
             "env_kwargs": env_kwargs,
-            "inputs": inputs,
             "greedy": greedy,
             "seed": seed,
             **evaluation(scores),
@@ -683,13 +679,13 @@ def plot_command(
 
 def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     """`setup` with a preset's values for the training options the user did not give on the
-    command line; its inputs stay the model's (or train's default), as without a preset."""
+    command line."""
     ctx = click.get_current_context()
     flags = {"policy": "net"}  # bench's parameter for --policy
     options = {
         f.name: getattr(setup, f.name)
         for f in dataclasses.fields(TrainingSetup)
-        if f.name not in ("inputs", "model")
+        if f.name != "model"
     }
     given = {
         name
@@ -747,11 +743,6 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     "--model",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Train from this model or checkpoint's weights: a trained agent's long episodes.",
-)
-@click.option(
-    "--inputs",
-    type=click.Choice(INPUTS),
-    help="The training runs' --inputs (default: the model's, else train's default).",
 )
 @click.option(
     "--entropy-bonus",
@@ -851,7 +842,6 @@ def bench_command(
     project: bool,
     policy_lag: int,
     model: Path | None,
-    inputs: str | None,
     entropy_bonus: float,
     baseline: str,
     algo: str,
@@ -877,10 +867,7 @@ def bench_command(
     try:
         check_env(env, {})
         if model is not None:
-            # A bad file is one line now, not after the raw runs.
-            trained_on = stored_option(load_policy(model)[1], "inputs")
-            if inputs not in (None, trained_on):
-                _fail(f"{model} sees inputs {trained_on}: omit --inputs", EXIT_USAGE)
+            load_policy(model)  # a bad file is one line now, not after the raw runs
     except (UnknownEnvError, CheckpointError) as exc:
         _fail(str(exc), EXIT_USAGE)
     if compare_envs_only:
@@ -907,7 +894,7 @@ def bench_command(
         )
         return
     setup = TrainingSetup(
-        batch_size=batch_size, policy_lag=policy_lag, inputs=inputs,
+        batch_size=batch_size, policy_lag=policy_lag,
         entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
         policy=net, channels=channels, epochs=epochs,
         minibatches=minibatches, model=model,

@@ -12,7 +12,6 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pong_mp.frames import INPUTS
 from pong_mp.optim import OPTIMIZERS
 
 
@@ -173,14 +172,6 @@ class TrainConfig:
     value_coef: float = option(0.5, "ppo: weight of the value loss, (V - R)^2 / 2 a step.")
     max_grad_norm: float = option(
         0.5, "ppo: scale each step's mean gradient down to at most this norm (0: no limit)."
-    )
-    inputs: str = option(
-        "diff",
-        "What the policy sees: frame differences (Karpathy's); differences with the "
-        "agent's paddle column shown as it is (diff+paddle), so a paddle standing still is seen; "
-        "or the frame as it is, with -1 where pixels went dark (frame+trail): both paddles "
-        "and the ball, and where they were.",
-        choices=INPUTS,
     )
     policy_lag: int = option(
         0,
@@ -347,7 +338,6 @@ class TrainConfig:
                 self.advantage in ADVANTAGES,
                 f"--advantage must be one of {', '.join(ADVANTAGES)}",
             ),
-            (self.inputs in INPUTS, f"--inputs must be one of {', '.join(INPUTS)}"),
             (
                 self.optimizer in OPTIMIZERS,
                 f"--optimizer must be one of {', '.join(OPTIMIZERS)}",
@@ -413,7 +403,6 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "optimizer": "rmsprop",
     "advantage": "episode",
     "policy_lag": 0,
-    "inputs": "diff",
     "lr_half_life": 0.0,
     "lr_drop_at": 0.0,
     "lr_drop_to": 3e-4,
@@ -457,6 +446,7 @@ def stored_conv_channels(config: dict[str, Any]) -> int:
 REMOVED: dict[str, tuple[Any, str]] = {
     "conv_layers": (1, "582c055"),
     "noop_margin": (0.0, "582c055"),
+    "inputs": ("diff", "582c055"),
 }
 """Options pong-mp no longer has, each with the value it now always has and the last commit
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
@@ -608,7 +598,6 @@ ALGORITHM_FIELDS = (
     "entropy_drop_at",
     "entropy_drop_to",
     "baseline",
-    "inputs",
     "policy_lag",
     "algo",
     "epochs",
@@ -621,7 +610,7 @@ ALGORITHM_FIELDS = (
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
-FORK_KEEPS = ("env", "inputs", "optimizer", "policy", "channels")
+FORK_KEEPS = ("env", "optimizer", "policy", "channels")
 """Options a fork keeps from the run it starts from: that run's checkpoint (weights and
 optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
 drop one, change the policy lag, and switch the learner, whose optimizer state then starts
@@ -644,7 +633,6 @@ _KARPATHY: dict[str, Any] = {
     "entropy_bonus": 0.0,
     "entropy_drop_at": (),
     "baseline": "none",
-    "inputs": "diff",
     "policy_lag": 0,
 }
 

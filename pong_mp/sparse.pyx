@@ -36,18 +36,12 @@ def palette_diff(
     const int8_t[:, ::1] change,
     int32_t[::1] idx,
     float[::1] vals,
-    const uint8_t[::1] table=None,
-    Py_ssize_t column=-1,
 ) -> int:
     """Write the pixels whose colour class changed from `prev` to `cur` (uint8 palette
     indices, of a length that is a multiple of 8) into `idx` and their signs into `vals`;
     return how many, or -1 if a pair of indices has no entry in `change` yet.
 
     `change[a, b]` (int8) is binary(b) - binary(a), or UNSEEN.
-
-    With a `column` (0 to 79) and the 0/1 `table` of palette indices, the column is shown as
-    it is instead: its changes are left out and its pixels that are on in `cur` come last,
-    with value 1, as `show_column` writes them (-1 also if `table` lacks one of them).
     """
     cdef Py_ssize_t n = 0, w, p
     cdef uint64_t now, before
@@ -55,9 +49,6 @@ def palette_diff(
     if cur.shape[0] != prev.shape[0] or cur.shape[0] % 8 or idx.shape[0] < cur.shape[0] \
             or vals.shape[0] < cur.shape[0] or change.shape[0] < 256 or change.shape[1] < 256:
         raise ValueError("palette_diff: arrays of mismatched sizes")
-    if column >= 0 and (table is None or table.shape[0] < 256 or column >= 80
-                        or cur.shape[0] % 80):
-        raise ValueError("palette_diff: a shown column needs a table of 256 and rows of 80")
     for w in range(0, cur.shape[0], 8):
         # Eight pixels at a time: between two frames, most words are equal.
         memcpy(&now, &cur[w], 8)
@@ -65,7 +56,7 @@ def palette_diff(
         if now == before:
             continue
         for p in range(w, w + 8):
-            if cur[p] == prev[p] or p % 80 == column:
+            if cur[p] == prev[p]:
                 continue
             c = change[prev[p], cur[p]]
             if c == _UNSEEN:
@@ -74,97 +65,7 @@ def palette_diff(
                 idx[n] = <int32_t>p
                 vals[n] = c
                 n += 1
-    if column >= 0:
-        return _append_column(cur, table, column, 80, idx, vals, n)
     return n
-
-
-def frame_trail(
-    const uint8_t[::1] cur,
-    const uint8_t[::1] table not None,
-    const uint8_t[::1] prev_on,
-    uint8_t[::1] now_on,
-    int32_t[::1] idx,
-    float[::1] vals,
-) -> int:
-    """Write the input "frame+trail" of the palette indices `cur` into `idx` and `vals`:
-    value 1 where a pixel is on (`table[v]` is the 0/1 pixel of palette index v), -1 where
-    it is off and was on in `prev_on` (0/1 pixels of the previous frame); the 0/1 pixels of
-    `cur` go into `now_on`. Return how many, or -1 if a palette index has no 0/1 entry in
-    `table` yet (`now_on` is then partly written)."""
-    cdef Py_ssize_t n = 0, p
-    cdef uint8_t on
-    if prev_on.shape[0] != cur.shape[0] or now_on.shape[0] != cur.shape[0] \
-            or idx.shape[0] < cur.shape[0] or vals.shape[0] < cur.shape[0] \
-            or table.shape[0] < 256:
-        raise ValueError("frame_trail: arrays of mismatched sizes")
-    for p in range(cur.shape[0]):
-        on = table[cur[p]]
-        if on > 1:
-            return -1
-        now_on[p] = on
-        if on:
-            idx[n] = <int32_t>p
-            vals[n] = 1.0
-            n += 1
-        elif prev_on[p]:
-            idx[n] = <int32_t>p
-            vals[n] = -1.0
-            n += 1
-    return n
-
-
-cdef Py_ssize_t _append_column(
-    const uint8_t[::1] frame,
-    const uint8_t[::1] table,
-    Py_ssize_t column,
-    Py_ssize_t width,
-    int32_t[::1] out_idx,
-    float[::1] out_vals,
-    Py_ssize_t n,
-):
-    # The column's on pixels after the n entries written, or -1 for a value not in `table`.
-    cdef Py_ssize_t p
-    cdef uint8_t on
-    for p in range(column, frame.shape[0], width):
-        on = table[frame[p]]
-        if on > 1:
-            return -1
-        if on:
-            out_idx[n] = <int32_t>p
-            out_vals[n] = 1.0
-            n += 1
-    return n
-
-
-def show_column(
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    const uint8_t[::1] frame,
-    const uint8_t[::1] table,
-    Py_ssize_t column,
-    Py_ssize_t width,
-    int32_t[::1] out_idx,
-    float[::1] out_vals,
-) -> int:
-    """Write the difference (`idx`, `vals`) without the pixels of `column`, then that column's
-    pixels that are on in `frame`, with value 1, into `out_idx` and `out_vals`; return how
-    many, or -1 if a pixel of the column has no 0/1 entry in `table` yet.
-
-    `frame` holds the current frame's values (palette indices, or 0/1 pixels) row by row,
-    `width` a row; `table[v]` is the 0/1 pixel of value v (anything else: not known yet).
-    """
-    cdef Py_ssize_t n = 0, i, count = idx.shape[0]
-    if vals.shape[0] != count or width <= column or column < 0 or frame.shape[0] % width \
-            or out_idx.shape[0] < frame.shape[0] or out_vals.shape[0] < frame.shape[0] \
-            or table.shape[0] < 256:
-        raise ValueError("show_column: arrays of mismatched sizes")
-    for i in range(count):
-        if idx[i] % width != column:
-            out_idx[n] = idx[i]
-            out_vals[n] = vals[i]
-            n += 1
-    return _append_column(frame, table, column, width, out_idx, out_vals, n)
 
 
 cdef inline double _sigmoid(double x):

@@ -98,7 +98,6 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         hidden=config.hidden,
         gamma=config.gamma,
         advantage=config.advantage,
-        inputs=config.inputs,
         entropy_bonus=config.entropy_bonus,
         baseline=config.baseline,
         workers=config.workers,

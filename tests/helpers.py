@@ -22,7 +22,6 @@ from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.config import PRESETS, TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
 from pong_mp.files import pid_alive
-from pong_mp.frames import PADDLE_COLUMN
 
 METRIC_FIELDS = frozenset(
     {"batch", "episodes", "steps", "reward_mean", "running_reward", "seconds", "steps_per_sec"}
@@ -228,20 +227,6 @@ def assert_agent_acts_as(
         actions.append(action)
         obs, *_ = env.step(action)
     return actions
-
-
-# -- inputs ------------------------------------------------------------------------------------
-
-
-def expected_input(inputs: str, cur: np.ndarray, prev: np.ndarray) -> np.ndarray:
-    """The dense input of `inputs`: the difference, with the paddle column as it is for
-    "diff+paddle"; for "frame+trail" the frame, with -1 where a pixel went dark."""
-    if inputs == "frame+trail":
-        return cur - prev * (1 - cur)
-    dense = cur - prev
-    if inputs == "diff+paddle":
-        dense[PADDLE_COLUMN::80] = cur[PADDLE_COLUMN::80]
-    return dense
 
 
 # -- leftovers: shared memory and worker processes -------------------------------------------

@@ -106,7 +106,6 @@ def test_format_bench_shows_every_figure() -> None:
         "train_updates": 12,
         "workers_busy": 0.934,
         "policy_lag": 1,
-        "inputs": "diff+paddle",
         "coordinator_share": 0.004,
         "peak_worker_rss_mb": 85.0,
         "episode_memory_mb_1k_steps": {"before": 56.0, "peak": 68.0, "added": 12.0},
@@ -117,7 +116,7 @@ def test_format_bench_shows_every_figure() -> None:
         "8,000 steps/s",
         "7,600 steps/s",
         "0.95x raw",
-        "policy lag 1, inputs diff+paddle, entropy bonus 0, baseline none, new weights",
+        "policy lag 1, entropy bonus 0, baseline none, new weights",
         "workers busy 93% of the time",
         "0.45x one raw process",
         "0.40%",
@@ -164,7 +163,6 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
         bench,
         "training_rate",
         lambda env, workers, seconds, setup: {
-            "inputs": setup.inputs or "diff",
             "steps_per_sec": 90.0 * workers,
             "coordinator_share": 0.01,
             "workers_busy": 0.9,
@@ -210,15 +208,15 @@ def test_training_rate_starts_from_a_model_with_its_lag(
     original = trainer.updates
 
     def spy(config, state, backend):
-        played.append((config.hidden, config.policy_lag, config.inputs, state.params.copy()))
+        played.append((config.hidden, config.policy_lag, state.params.copy()))
         return original(config, state, backend)
 
     monkeypatch.setattr(trainer, "updates", spy)  # training_rate imports it when called
     setup = bench.TrainingSetup(**PG, batch_size=2, policy_lag=1, model=fake_checkpoint)
     rate = bench.training_rate("FakePong-v0", 2, 0.5, setup)
     params, _ = load_policy(fake_checkpoint)
-    hidden, lag, inputs, start = played[0]
-    assert (hidden, lag, inputs) == (8, 1, "diff") and np.array_equal(start, params)
+    hidden, lag, start = played[0]
+    assert (hidden, lag) == (8, 1) and np.array_equal(start, params)
     assert rate["updates"] >= 1 and rate["steps_per_sec"] > 0
     assert 0 < rate["workers_busy"] <= 1.1  # approximate at the window's ends
     shares = rate["idle_shares"]
@@ -248,31 +246,6 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
     done = pong_mp("bench", "--env", "FakePong-v0", "--model", str(bad))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr
-
-
-def test_bench_trains_with_the_inputs_of_its_model(tmp_path, monkeypatch, clean_system) -> None:
-    import pong_mp.trainer as trainer
-    from pong_mp.tools import bench
-
-    model = tmp_path / "paddle.npz"
-    config = {"hidden": 4, "env": "FakePong-v0", "inputs": "diff+paddle"}
-    np.savez(model, W1=np.zeros((4, 6400), np.float32), W2=np.zeros(4, np.float32),
-             config=np.str_(json.dumps(config)))
-    seen = []
-    original = trainer.updates
-
-    def spy(config, state, backend):
-        seen.append(config.inputs)
-        return original(config, state, backend)
-
-    monkeypatch.setattr(trainer, "updates", spy)
-    bench.training_rate("FakePong-v0", 1, 0.2, bench.TrainingSetup(**PG, batch_size=1, model=model))
-    setup = bench.TrainingSetup(**PG, batch_size=1, inputs="diff+paddle")
-    bench.training_rate("FakePong-v0", 1, 0.2, setup)
-    assert seen == ["diff+paddle", "diff+paddle"]
-    done = pong_mp("bench", "--env", "FakePong-v0", "--model", str(model), "--inputs", "diff")
-    assert done.returncode == 2 and done.stderr.count("\n") == 1
-    assert "sees inputs diff+paddle: omit --inputs" in done.stderr
 
 
 def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_system) -> None:

@@ -145,7 +145,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
         "rmsprop", 1e-4, 10, 200,
     )
     assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
-    assert (config["inputs"], config["lr_half_life"], config["entropy_bonus"]) == ("diff", 0, 0)
+    assert (config["lr_half_life"], config["entropy_bonus"]) == (0, 0)
     assert (config["lr_drop_at"], config["entropy_drop_at"]) == ([], [])  # no drop
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")

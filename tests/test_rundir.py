@@ -352,7 +352,10 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
     assert _snapshot(run_dir) == before
 
 
-@pytest.mark.parametrize(("key", "kept", "other"), [("conv_layers", 1, 2)])
+@pytest.mark.parametrize(
+    ("key", "kept", "other"),
+    [("conv_layers", 1, 2), ("noop_margin", 0.0, 1.0), ("inputs", "diff", "frame+trail")],
+)
 def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(
     tmp_path: Path, finished_run: Path, key: str, kept: object, other: object
 ) -> None:

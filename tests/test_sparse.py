@@ -110,25 +110,6 @@ def test_palette_diff_finds_changed_colours_and_stops_at_unseen_pairs() -> None:
     assert sparse.palette_diff(cur, prev, change, idx, vals) == -1
 
 
-def test_frame_trail_shows_the_frame_and_what_went_dark() -> None:
-    table = np.full(256, 255, dtype=np.uint8)
-    table[[0, 1, 2]] = [0, 1, 1]  # index 0 erased, 1 and 2 on
-    prev_on = np.zeros(16, dtype=np.uint8)
-    prev_on[[3, 4, 9]] = 1
-    cur = np.zeros(16, dtype=np.uint8)
-    cur[[4, 7, 12]] = [1, 2, 1]
-    now_on = np.zeros(16, dtype=np.uint8)
-    idx, vals = np.empty(16, dtype=np.int32), np.empty(16, dtype=np.float32)
-    n = sparse.frame_trail(cur, table, prev_on, now_on, idx, vals)
-    assert idx[:n].tolist() == [3, 4, 7, 9, 12]
-    assert vals[:n].tolist() == [-1.0, 1.0, 1.0, -1.0, 1.0]
-    assert np.flatnonzero(now_on).tolist() == [4, 7, 12]
-    cur[5] = 9  # a colour not learned yet
-    assert sparse.frame_trail(cur, table, prev_on, now_on, idx, vals) == -1
-    with pytest.raises(ValueError):
-        sparse.frame_trail(cur, table, prev_on[:8], now_on, idx, vals)
-
-
 def test_bad_arrays_raise_instead_of_reading_out_of_bounds() -> None:
     weights = policy.Weights32.from_params(policy.init_params(4, 0), 4)
     h = np.empty(4, dtype=np.float32)

@@ -165,7 +165,6 @@ def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> Non
         ("target_reward", float("nan"), "--target-reward must be a finite number"),
         ("gamma", 1.5, "--gamma must be in"),
         ("policy_lag", -1, "--policy-lag must be between 0 and 8"),
-        ("inputs", "pixels", "--inputs must be one of diff, diff\\+paddle"),
         ("env", "Nope-v0", "unknown env id 'Nope-v0'"),
     ],
 )
@@ -307,8 +306,6 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
     ("option", "value"),
     [
         ("advantage", "batch"),
-        ("inputs", "diff+paddle"),
-        ("inputs", "frame+trail"),
         ("lr_half_life", 1000.0),
         ("lr_drop_at", (300.0,)),
         ("entropy_bonus", 0.5),
@@ -473,21 +470,13 @@ def test_a_config_from_before_policy_lag_resumes_without_it(
     assert TrainConfig.from_dict({**stored, "policy_lag": 1}).policy_lag == 1
 
 
-def test_a_config_from_before_inputs_resumes_with_frame_differences(tmp_path: Path) -> None:
-    stored = json.loads(fake_config(tmp_path, inputs="diff+paddle").to_json())
-    assert config_module.stored_option(stored, "inputs") == "diff+paddle"
-    del stored["inputs"]
-    assert TrainConfig.from_dict(stored).inputs == "diff"
-    assert config_module.stored_option(stored, "inputs") == "diff"
-
-
 def test_a_config_from_before_the_actor_critic_resumes_as_karpathys_learner() -> None:
     # The oldest runs' config.json: the options there were when the first runs were stored.
     # The defaults have moved on (adam, ppo, conv, an entropy bonus); such a run has not.
     oldest = {"env": "ALE/Pong-v5", "batch_size": 10, "seed": 0, "lr": 1e-3, "hidden": 200,
               "gamma": 0.99, "decay_rate": 0.99, "workers": 2, "run_dir": "runs/pong"}
     config = TrainConfig.from_dict(oldest)
-    kept = ("algo", "policy", "optimizer", "entropy_bonus", "advantage", "baseline", "inputs")
+    kept = ("algo", "policy", "optimizer", "entropy_bonus", "advantage", "baseline")
     assert {name: getattr(config, name) for name in kept} == {
         name: config_module.PRESETS["pg"][name] for name in kept
     }
@@ -550,7 +539,6 @@ def test_a_fork_is_refused_where_its_checkpoint_does_not_fit(tmp_path: Path) -> 
         ({**fork, "hidden": 8}, ConfigError, r"may widen the hidden layer .*\(16 units\), not"),
         ({**fork, "hidden": 0}, ConfigError, "--hidden must be between 1 and 4096"),
         ({**fork, "optimizer": "adam"}, ConfigError, "keeps the --optimizer"),
-        ({**fork, "inputs": "diff+paddle"}, ConfigError, "keeps the --inputs"),
         ({"fork_from": str(tmp_path / "none")}, RunDirError, "no such run directory"),
         ({"fork_from": str(tmp_path)}, RunDirError, r"nothing to fork from \(no config.json\)"),
     ]

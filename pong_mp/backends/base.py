@@ -82,9 +82,6 @@ class RolloutSpec:
     """Discount factor of the returns."""
     advantage: str = "episode"
     """Returns standardised per episode, or over the batch (the gradient is then A and B)."""
-    inputs: str = "diff"
-    """What the policy sees (frames.INPUTS): frame differences, with the paddle shown, or
-    the frame with its trail."""
     entropy_bonus: float = 0.0
     """Weight of the policy's entropy in each episode's objective (0: none), with --algo pg;
     the actor-critic's comes in each EpochTask (it may change during a run)."""

@@ -46,9 +46,7 @@ class EpisodeWorker:
         """Build the env and the gradient's working memory (once; again after close)."""
         if self.is_open:
             return
-        env, inputs = make_training_env(
-            self.spec.env_id, self.spec.inputs, **self.spec.env_kwargs
-        )
+        env, inputs = make_training_env(self.spec.env_id, **self.spec.env_kwargs)
         self._env, self._inputs = env, inputs
         if self.spec.algo == "ppo":
             self._recorder = TrajectoryRecorder(self.spec.hidden, self.spec.channels)

@@ -76,10 +76,8 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
 
 
 
-def make_training_env(
-    env_id: str, inputs: str = "diff", **kwargs: Any
-) -> tuple[gym.Env, InputStream]:
-    """An env for training and the stream of `inputs` (frames.INPUTS) that reads it.
+def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:
+    """An env for training and the input stream that reads it.
 
     ALE ids get FastAtari (v5 semantics, seeded sticky actions, the screen read from the
     emulator) unless `kwargs` has fast=False, which keeps gymnasium's own env.
@@ -95,4 +93,4 @@ def make_training_env(
         env: gym.Env = FastAtari(env_id, **kwargs)
     else:
         env = make_env(env_id, **kwargs)
-    return env, input_stream(env, inputs)
+    return env, input_stream(env)

@@ -84,14 +84,6 @@ class FastAtari(gym.Env):
         self._ale.getScreen(self._screen)
         return self._crop.copy()
 
-    @property
-    def table(self) -> np.ndarray:
-        """The 0/1 pixel of each palette index learned so far (256 uint8; 255: not seen yet).
-        A view: `binary` fills it in."""
-        view = self._table.view()
-        view.flags.writeable = False
-        return view
-
     def binary(self, indices: np.ndarray) -> np.ndarray:
         """The 0/1 pixels (uint8) of palette `indices` taken from the current screen.
 

@@ -145,8 +145,6 @@ class TrainingSetup:
 
     batch_size: int = TrainConfig.batch_size
     policy_lag: int = TrainConfig.policy_lag
-    inputs: str | None = None
-    """What the policy sees (frames.INPUTS); None: the model's, or else train's default."""
     entropy_bonus: float = TrainConfig.entropy_bonus
     baseline: str = TrainConfig.baseline
     algo: str = TrainConfig.algo
@@ -188,19 +186,16 @@ def training_config(
         hidden = TrainConfig.hidden
         net, channels = setup.policy, setup.channels
         params = None  # new weights, drawn once the config says their shape
-        inputs = setup.inputs or TrainConfig.inputs
     else:
         params, stored = load_policy(setup.model)
         hidden = int(stored["hidden"])
         net, channels = stored_option(stored, "policy"), stored_option(stored, "channels")
-        inputs = setup.inputs or stored_option(stored, "inputs")
     config = TrainConfig(
         env=env_id,
         workers=workers,
         batch_size=setup.batch_size,
         hidden=hidden,
         policy_lag=setup.policy_lag,
-        inputs=inputs,
         entropy_bonus=setup.entropy_bonus,
         # Karpathy's learner has no entropy drop; the actor-critic's is train's default.
         entropy_drop_at=TrainConfig.entropy_drop_at if setup.algo == "ppo" else (),
@@ -270,7 +265,6 @@ def training_rate(
     parts["other"] = idle - sum(parts.values())
     shares = {part: seconds / idle for part, seconds in parts.items()}
     return {
-        "inputs": config.inputs,
         "steps_per_sec": sum(r["steps"] for r in records) / wall,
         "updates": len(records),
         "coordinator_share": coordinator / wall,
@@ -368,7 +362,6 @@ def run_bench(
         "workers_busy": training["workers_busy"],
         "idle_shares": training.get("idle_shares"),
         **setup.describe(),
-        "inputs": training["inputs"],
         "coordinator_share": training["coordinator_share"],
         "passes_light_share": training.get("passes_light_share"),
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
@@ -402,7 +395,7 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r.get('batch_size', 10)} episodes, {r.get('algo', 'pg')} with "
         f"{r.get('optimizer', 'rmsprop')}, "
         f"{_passes(r)}policy lag {r.get('policy_lag', 0)}, "
-        f"inputs {r.get('inputs', 'diff')}, entropy bonus {r.get('entropy_bonus', 0):g}, "
+        f"entropy bonus {r.get('entropy_bonus', 0):g}, "
         f"baseline {r.get('baseline', 'none')}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
@@ -446,7 +439,6 @@ def run_scaling(
             {
                 "workers": workers,
                 **setup.describe(),
-                "inputs": training["inputs"],
                 "raw_steps_per_sec": raw,
                 "train_steps_per_sec": training["steps_per_sec"],
                 "train_ratio": training["steps_per_sec"] / raw,

@@ -37,13 +37,12 @@ def play_games(
     env_kwargs: dict[str, Any] | None = None,
     on_frame: Callable[[np.ndarray], None] | None = None,
     on_game: Callable[[GameScore], None] | None = None,
-    inputs: str = "diff",
     channels: int = 0,
 ) -> list[GameScore]:
     """Play `games` full games; game i is seeded from (seed, i), so results repeat.
 
-    `inputs` (frames.INPUTS) and `channels` (--policy conv's; 0 for the MLP) must be what
-    the policy was trained with: a model's config says.
+    `channels` (--policy conv's; 0 for the MLP) must be what the policy was trained with:
+    a model's config says.
 
     The policy samples its actions as in training, or takes the likelier one if `greedy`.
     `on_frame`, if given, receives the RGB frame after every step (for recording), and
@@ -54,7 +53,7 @@ def play_games(
     kwargs = dict(env_kwargs or {})
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"
-    env, stream = make_training_env(env_id, inputs, **kwargs)
+    env, stream = make_training_env(env_id, **kwargs)
 
     def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
         return forward.p_up(weights, idx, vals)

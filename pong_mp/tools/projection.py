@@ -124,7 +124,7 @@ def measure_costs(
     from pong_mp.backends.shm import BlockShape, SharedWeights
     from pong_mp.batch_sum import BatchSum
     from pong_mp.checkpoint import load_policy
-    from pong_mp.config import PRESETS, TrainConfig, stored_option
+    from pong_mp.config import PRESETS, TrainConfig
     from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
     from pong_mp.optim import Optimizer
     from pong_mp.signals import stop_signals_deferred
@@ -135,8 +135,7 @@ def measure_costs(
     prepare_worker_process()
     params, config = load_policy(model)
     hidden = int(config["hidden"])
-    inputs = stored_option(config, "inputs")
-    spec = RolloutSpec(env_id, hidden, float(config.get("gamma", 0.99)), inputs=inputs)
+    spec = RolloutSpec(env_id, hidden, float(config.get("gamma", 0.99)))
     worker = EpisodeWorker(spec)
     worker.open()
     weights = policy.Weights32.from_params(params, hidden)
