@@ -40,7 +40,7 @@ def train(
     (`.batch`, `.episodes`, `.steps`, `.running_reward`, ...).
 
     Options are the fields of `TrainConfig`, which are `pong-mp train`'s long options with
-    underscores (`batch_size`, `lr_half_life`, ...; `pong_mp.config.TrainConfig` lists them);
+    underscores (`batch_size`, `lr_drop_at`, ...; `pong_mp.config.TrainConfig` lists them);
     `env_arg` is a dict of env arguments and `preset` a preset's name. On resume, only the
     options given here change the stored run (and only those that may change); with
     `fork_from="runs/a"`, a new run starts from that run's checkpoint, with its algorithm

@@ -96,11 +96,6 @@ class TrainConfig:
     run_dir: str = option("runs/pong", "Where config.json, metrics.jsonl and checkpoint.npz live.")
     optimizer: str = option("adam", "adam, or rmsprop (Karpathy's).", choices=OPTIMIZERS)
     lr: float = option(1e-3, "Learning rate (Karpathy's reference: 1e-4).")
-    lr_half_life: float = option(
-        0.0,
-        "Halve the learning rate every STEPS env steps, smoothly (0: constant, Karpathy's).",
-        metavar="STEPS",
-    )
     lr_drop_at: tuple[float, ...] = option(
         (8e6,),
         "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never); several "
@@ -217,7 +212,7 @@ class TrainConfig:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
         for name in (
-            "lr", "lr_half_life", "gamma", "decay_rate", "entropy_bonus", "episode_timeout",
+            "lr", "gamma", "decay_rate", "entropy_bonus", "episode_timeout",
             "clip", "gae_lambda", "value_coef", "max_grad_norm",
         ):
             if not math.isfinite(getattr(self, name)):
@@ -264,7 +259,6 @@ class TrainConfig:
                 f"--lr must be at most {MAX_LR:g} (larger steps overflow the weights; the "
                 "default is 1e-3, Karpathy's 1e-4)",
             ),
-            (self.lr_half_life >= 0, "--lr-half-life must be >= 0 (0: constant)"),
             (
                 all(0 < v <= MAX_LR for v in self.lr_drop_to),
                 f"--lr-drop-to must be > 0 and at most {MAX_LR:g}",
@@ -403,7 +397,6 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "optimizer": "rmsprop",
     "advantage": "episode",
     "policy_lag": 0,
-    "lr_half_life": 0.0,
     "lr_drop_at": 0.0,
     "lr_drop_to": 3e-4,
     "entropy_bonus": 0.0,
@@ -447,6 +440,7 @@ REMOVED: dict[str, tuple[Any, str]] = {
     "conv_layers": (1, "582c055"),
     "noop_margin": (0.0, "582c055"),
     "inputs": ("diff", "582c055"),
+    "lr_half_life": (0.0, "582c055"),
 }
 """Options pong-mp no longer has, each with the value it now always has and the last commit
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
@@ -585,7 +579,6 @@ ALGORITHM_FIELDS = (
     "seed",
     "optimizer",
     "lr",
-    "lr_half_life",
     "lr_drop_at",
     "lr_drop_to",
     "gamma",
@@ -623,7 +616,6 @@ _KARPATHY: dict[str, Any] = {
     "policy": "mlp",
     "optimizer": "rmsprop",
     "lr": 1e-4,
-    "lr_half_life": 0.0,
     "lr_drop_at": (),
     "decay_rate": 0.99,
     "batch_size": 10,

@@ -101,27 +101,6 @@ def dropped(
     return value
 
 
-def scheduled_lr(
-    lr: float,
-    half_life: float,
-    steps: int,
-    drop_at: Sequence[float] = (),
-    drop_to: Sequence[float] = (),
-) -> float:
-    """The learning rate after `steps` env steps: `lr`, or the value of `drop_to` at the last
-    point of `drop_at` that `steps` has reached, halved every `half_life` steps (when that is
-    not 0).
-
-    Counting env steps rather than updates ties the schedule to the experience played, so
-    the same setting means the same thing at any batch size, and a run stopped and resumed
-    carries on where it was (the checkpoint holds the steps).
-    """
-    rate = dropped(lr, steps, drop_at, drop_to)
-    if half_life == 0:
-        return rate
-    return rate * 0.5 ** (steps / half_life)
-
-
 class Optimizer:
     """A run's update rule over the flat parameters, `rmsprop` or `adam`, as one object.
 

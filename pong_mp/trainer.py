@@ -46,7 +46,7 @@ from pong_mp.envs import env_args_text
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments, gradient_width
-from pong_mp.optim import Optimizer, dropped, scheduled_lr
+from pong_mp.optim import Optimizer, dropped
 from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
 from pong_mp.progress import GuardedReporter, LineReporter, Reporter
 from pong_mp.rundir import (
@@ -111,10 +111,10 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
 
 
 def _scheduled_lr(config: TrainConfig, steps: int) -> float:
-    # The run's schedule (--lr, --lr-half-life, --lr-drop-at/-to) at `steps` env steps.
-    return scheduled_lr(
-        config.lr, config.lr_half_life, steps, config.lr_drop_at, config.lr_drop_to
-    )
+    # The run's schedule (--lr, --lr-drop-at/-to) at `steps` env steps. Counting env steps
+    # rather than updates ties it to the experience played, so a setting means the same at
+    # any batch size, and a resumed run carries on where it was (the checkpoint holds them).
+    return dropped(config.lr, steps, config.lr_drop_at, config.lr_drop_to)
 
 
 def scheduled_entropy_bonus(config: TrainConfig, steps: int) -> float:

@@ -83,7 +83,6 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--resume"], "nothing to resume"),
         (["--preset", "fast"], "'fast' is not one of 'karpathy', 'pg', 'ppo'"),
         (["--lr", "inf"], "--lr must be a finite number"),
-        (["--lr-half-life", "-1e6"], "--lr-half-life must be >= 0"),
         (["--lr-drop-at", "-5"], "--lr-drop-at must be env steps > 0 in increasing order"),
         (["--lr-drop-at", "2e6,1e6"], "--lr-drop-at must be env steps > 0 in increasing order"),
         (["--lr-drop-to", "0"], "--lr-drop-to must be > 0 and at most 1"),
@@ -145,7 +144,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
         "rmsprop", 1e-4, 10, 200,
     )
     assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
-    assert (config["lr_half_life"], config["entropy_bonus"]) == (0, 0)
+    assert config["entropy_bonus"] == 0
     assert (config["lr_drop_at"], config["entropy_drop_at"]) == ([], [])  # no drop
     done = pong_mp(
         "train", *small, "--preset", "karpathy", "--lr", "3e-4", "--run-dir", str(tmp_path / "L")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pong_mp.optim import Optimizer, adam_step, dropped, rmsprop_step, scheduled_lr
+from pong_mp.optim import Optimizer, adam_step, dropped, rmsprop_step
 
 
 def test_one_step_by_hand() -> None:
@@ -95,21 +95,11 @@ def test_an_unknown_optimizer_is_refused() -> None:
         Optimizer("sgd", lr=0.1, decay=0.9)
 
 
-def test_the_scheduled_rate_halves_every_half_life_and_zero_keeps_it_constant() -> None:
-    assert scheduled_lr(1e-3, 0.0, 10**9) == 1e-3
-    assert scheduled_lr(1e-3, 2e6, 0) == 1e-3
-    assert scheduled_lr(1e-3, 2e6, 2_000_000) == pytest.approx(5e-4, rel=1e-15)
-    assert scheduled_lr(1e-3, 2e6, 6_000_000) == pytest.approx(1.25e-4, rel=1e-15)
-    assert scheduled_lr(1e-3, 2e6, 1_000_000) == pytest.approx(1e-3 / np.sqrt(2), rel=1e-15)
-
-
-def test_a_drop_replaces_the_rate_from_its_step_on_and_the_half_life_still_applies() -> None:
-    assert scheduled_lr(1e-3, 0.0, 10**9, (), (3e-4,)) == 1e-3  # no point: never
-    assert scheduled_lr(1e-3, 0.0, 4_999_999, (5e6,), (3e-4,)) == 1e-3
-    assert scheduled_lr(1e-3, 0.0, 5_000_000, (5e6,), (3e-4,)) == 3e-4
-    assert scheduled_lr(1e-3, 0.0, 9_000_000, (5e6,), (2e-3,)) == 2e-3
-    assert scheduled_lr(1e-3, 2e6, 6_000_000, (5e6,), (4e-4,)) == pytest.approx(5e-5, rel=1e-15)
-    assert scheduled_lr(1e-3, 2e6, 4_000_000, (5e6,), (4e-4,)) == pytest.approx(2.5e-4, rel=1e-15)
+def test_a_drop_replaces_the_rate_from_its_step_on() -> None:
+    assert dropped(1e-3, 10**9, (), (3e-4,)) == 1e-3  # no point: never
+    assert dropped(1e-3, 4_999_999, (5e6,), (3e-4,)) == 1e-3
+    assert dropped(1e-3, 5_000_000, (5e6,), (3e-4,)) == 3e-4
+    assert dropped(1e-3, 9_000_000, (5e6,), (2e-3,)) == 2e-3
 
 
 @pytest.mark.parametrize(
