@@ -24,7 +24,6 @@ import numpy as np
 
 from pong_mp import sparse
 from pong_mp.episode import EpisodeResult, EpisodeStats
-from pong_mp.gradient import Moments
 
 GROUP = 30
 """Episodes per group: about what one node of the cluster in Ray's example (18 cores) plays in
@@ -112,7 +111,6 @@ class BatchSum:
         self.steps = 0
         self.rewards: dict[int, float] = {}
         self._entropies: dict[int, float] = {}
-        self._returns: dict[int, Moments] = {}
         self._first = first_index
         self._groups = group_count(batch_size)
         self._batch_size = batch_size
@@ -130,13 +128,6 @@ class BatchSum:
         """The sum of the policy's entropy over the steps of the episodes that arrived,
         added in episode order (the same bits whatever order they arrived in)."""
         return sum(self._entropies[i] for i in sorted(self._entropies))
-
-    def return_moments(self) -> Moments:
-        """The moments of all the batch's returns, merged in episode order (fixed)."""
-        merged = Moments()
-        for index in sorted(self._returns):
-            merged.merge(self._returns[index])
-        return merged
 
     @property
     def complete(self) -> bool:
@@ -165,7 +156,6 @@ class BatchSum:
         self.steps += stats.steps
         self._entropies[stats.index] = stats.entropy
         self.rewards[stats.index] = stats.reward_sum
-        self._returns[stats.index] = stats.returns
 
     def add_episode(self, item: EpisodeResult) -> None:
         """Count an episode and add its gradient in its place in the order."""

@@ -31,9 +31,6 @@ BASELINES = ("none", "value")
 """What the returns are compared with: their per-episode mean (Karpathy's), or a learned
 value head's estimate."""
 
-ADVANTAGES = ("episode", "batch")
-"""How returns are standardised into advantages: per episode (Karpathy's) or per batch."""
-
 ALGOS = ("pg", "ppo")
 """Learners: Karpathy's policy gradient, or an actor-critic with PPO's clipped surrogate."""
 
@@ -110,11 +107,6 @@ class TrainConfig:
     )
     gamma: float = option(0.99, "Discount factor; the return restarts at every point.")
     decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
-    advantage: str = option(
-        "episode",
-        "Standardise the returns into advantages per episode (Karpathy's) or over the batch.",
-        choices=ADVANTAGES,
-    )
     entropy_bonus: float = option(
         0.01,
         "Add BETA times the policy's entropy at every step to the objective, which keeps the "
@@ -277,18 +269,9 @@ class TrainConfig:
                 f"{MAX_ENTROPY_BONUS:g}",
             ),
             (
-                self.algo == "pg" or (self.baseline == "none" and self.advantage == "episode"),
-                "--baseline and --advantage are pg's options: --algo ppo has its own value "
+                self.algo == "pg" or self.baseline == "none",
+                "--baseline is pg's option: --algo ppo has its own value "
                 "head and advantages",
-            ),
-            (
-                self.entropy_bonus == 0 or self.advantage == "episode",
-                "--entropy-bonus works with --advantage episode only (give --entropy-bonus 0, "
-                "as --preset pg does)",
-            ),
-            (
-                self.baseline == "none" or self.advantage == "episode",
-                "--baseline value works with --advantage episode only",
             ),
             (self.baseline in BASELINES, f"--baseline must be one of {', '.join(BASELINES)}"),
             (self.algo in ALGOS, f"--algo must be one of {', '.join(ALGOS)}"),
@@ -328,10 +311,6 @@ class TrainConfig:
             ),
             (self.seed >= 0, "--seed must be >= 0"),
             (self.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}"),
-            (
-                self.advantage in ADVANTAGES,
-                f"--advantage must be one of {', '.join(ADVANTAGES)}",
-            ),
             (
                 self.optimizer in OPTIMIZERS,
                 f"--optimizer must be one of {', '.join(OPTIMIZERS)}",
@@ -395,7 +374,6 @@ version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on ev
 
 OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "optimizer": "rmsprop",
-    "advantage": "episode",
     "policy_lag": 0,
     "lr_drop_at": 0.0,
     "lr_drop_to": 3e-4,
@@ -441,6 +419,7 @@ REMOVED: dict[str, tuple[Any, str]] = {
     "noop_margin": (0.0, "582c055"),
     "inputs": ("diff", "582c055"),
     "lr_half_life": (0.0, "582c055"),
+    "advantage": ("episode", "582c055"),
 }
 """Options pong-mp no longer has, each with the value it now always has and the last commit
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
@@ -586,7 +565,6 @@ ALGORITHM_FIELDS = (
     "hidden",
     "policy",
     "channels",
-    "advantage",
     "entropy_bonus",
     "entropy_drop_at",
     "entropy_drop_to",
@@ -621,7 +599,6 @@ _KARPATHY: dict[str, Any] = {
     "batch_size": 10,
     "hidden": 200,
     "gamma": 0.99,
-    "advantage": "episode",
     "entropy_bonus": 0.0,
     "entropy_drop_at": (),
     "baseline": "none",

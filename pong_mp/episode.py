@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 
 from pong_mp import policy, ppo
 from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
-from pong_mp.gradient import EpisodeGradient, Moments
+from pong_mp.gradient import EpisodeGradient
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,6 @@ class EpisodeStats:
     """Env steps played."""
     seconds: float
     """Wall time spent on the episode in the worker."""
-    returns: Moments = field(default_factory=Moments)
-    """Count, mean and spread of its steps' returns (for batch-wide standardising)."""
     entropy: float = 0.0
     """Sum over its steps of the policy's entropy (nats): how undecided it played."""
     trajectory: ppo.Trajectory | None = None
@@ -156,13 +154,11 @@ def play_episode(
     run_episode(env, inputs, task.seed, work.forward, on_step)
     grad = np.empty(work.size, np.float32) if out is None else out
     work.finish(grad)
-    moments = work.moments
     stats = EpisodeStats(
         index=task.index,
         reward_sum=work.reward_sum,
         steps=work.steps,
         seconds=time.perf_counter() - start,
-        returns=Moments(moments.count, moments.mean, moments.m2),
         entropy=work.entropy_sum,
     )
     return EpisodeResult(stats, grad)

@@ -11,23 +11,6 @@ import numpy as np
 from pong_mp import policy, sparse
 
 
-def gradient_width(advantage: str) -> int:
-    """How many parameter-sized vectors an episode's gradient holds: 1, the gradient, for
-    per-episode advantages; 2, its sums A and B, when the batch standardises the returns."""
-    return 2 if advantage == "batch" else 1
-
-
-def gradient_length(hidden: int, width: int, value: bool, channels: int = 0) -> int:
-    """Floats in an episode's flat gradient: `width` policy-sized vectors, then the value
-    head's part (hidden + 1) with a value baseline or the actor-critic, then the filters'
-    with --policy conv (whose gradient has width 1)."""
-    return (
-        width * policy.mlp_count(hidden, channels)
-        + (hidden + 1 if value else 0)
-        + policy.kernel_count(channels)
-    )
-
-
 @dataclass
 class Moments:
     """Count, mean and sum of squared deviations of a stream of values, merged chunk by chunk
@@ -115,22 +98,15 @@ class EpisodeGradient:
         self,
         hidden: int,
         block: int = BLOCK,
-        advantage: str = "episode",
         entropy_bonus: float = 0.0,
         baseline: bool = False,
     ) -> None:
-        """Working memory for the gradients of policies with `hidden` units; with
-        `advantage` "batch", `finish` writes A and B and leaves standardising to the batch.
-        An `entropy_bonus` beta > 0 adds beta * sum_t H_t, the policy's entropy at each
-        step, to the (per-episode) objective. With `baseline`, the policy has a value head
-        and the advantage is R_t - V_t (see `finish`)."""
-        if entropy_bonus and advantage == "batch":
-            raise ValueError("an entropy bonus needs per-episode advantages")
-        if baseline and advantage == "batch":
-            raise ValueError("a value baseline needs per-episode advantages")
+        """Working memory for the gradients of policies with `hidden` units. An
+        `entropy_bonus` beta > 0 adds beta * sum_t H_t, the policy's entropy at each step, to
+        the objective. With `baseline`, the policy has a value head and the advantage is
+        R_t - V_t (see `finish`)."""
         self._hidden = hidden
         self._baseline = baseline
-        self._width = gradient_width(advantage)
         self._block = block
         self._entropy_bonus = entropy_bonus
         size = policy.param_count(hidden)
@@ -179,7 +155,7 @@ class EpisodeGradient:
     @property
     def size(self) -> int:
         """Length of the flat float32 gradient `finish` writes."""
-        return gradient_length(self._hidden, self._width, self._baseline)
+        return policy.param_count(self._hidden, self._baseline)
 
     @property
     def moments(self) -> Moments:
@@ -238,14 +214,6 @@ class EpisodeGradient:
     def finish(self, out: np.ndarray) -> np.ndarray:
         """End the episode: write its gradient into the flat float32 `out`."""
         self._fold(final=True)
-        if self._width == 2:  # the batch standardises: A then B, as they are
-            n = policy.param_count(self._hidden)
-            out[:n] = self._a
-            out[n:] = self._b
-            self._a[:] = 0.0
-            self._b[:] = 0.0
-            self._touched[:] = 0
-            return out
         mu, scale = self._moments.mean, self._moments.standardizing_scale
         if self._baseline:
             # B holds sum_t V_t g_t: A - B is sum_t (R_t - V_t) g_t, left unscaled (RMSProp

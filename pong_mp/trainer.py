@@ -45,7 +45,7 @@ from pong_mp.config import TrainConfig
 from pong_mp.envs import env_args_text
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
-from pong_mp.gradient import Moments, gradient_width
+from pong_mp.gradient import Moments
 from pong_mp.optim import Optimizer, dropped
 from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
 from pong_mp.progress import GuardedReporter, LineReporter, Reporter
@@ -97,7 +97,6 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         env_id=config.env,
         hidden=config.hidden,
         gamma=config.gamma,
-        advantage=config.advantage,
         entropy_bonus=config.entropy_bonus,
         baseline=config.baseline,
         workers=config.workers,
@@ -131,17 +130,6 @@ def ppo_settings(config: TrainConfig) -> PPOSettings:
         gae_lambda=config.gae_lambda,
         value_coef=config.value_coef,
     )
-
-
-def batch_advantage_gradient(sums: np.ndarray, returns: Moments) -> np.ndarray:
-    """The policy gradient with the batch's returns standardised: (sum A - mu sum B) / sigma,
-    from the summed [A; B] of its episodes and the moments of all its steps' returns."""
-    n = len(sums) // 2
-    scale = returns.standardizing_scale
-    grad = sums[n:] * -returns.mean
-    grad += sums[:n]
-    grad *= scale
-    return grad
 
 
 def l2_norm(values: np.ndarray) -> float:
@@ -184,8 +172,6 @@ def step_batch(
     finite.
     """
     grad = summed.total
-    if config.advantage == "batch":
-        grad = batch_advantage_gradient(grad, summed.return_moments())
     # An overflow is no warning to print: the sums below tell, and the update is refused.
     with np.errstate(over="ignore", invalid="ignore"):
         if not np.isfinite(grad.sum()):  # NaN/inf iff some element is (or it overflows)
@@ -373,8 +359,8 @@ def updates(
     """
     lag = config.policy_lag
     state = with_lagged(state, lag)
-    width = gradient_width(config.advantage) * len(state.params)
-    sums = [np.empty(width) for _ in range(lag + 1)]  # batch k sums into sums[k % (lag + 1)]
+    # Batch k sums into sums[k % (lag + 1)].
+    sums = [np.empty(len(state.params)) for _ in range(lag + 1)]
     optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
     # Versions batch-L .. batch (those before update 0 are update 0's: published once).
     versions = {max(0, v): w for v, w in enumerate(state.lagged, start=state.batch - lag)}

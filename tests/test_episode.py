@@ -58,10 +58,10 @@ class _Recording(EpisodeGradient):
     """Keeps every step it is given, for comparison with the dense reference."""
 
     def __init__(
-        self, hidden: int, block: int, entries: int, advantage: str = "episode",
-        entropy_bonus: float = 0.0, baseline: bool = False,
+        self, hidden: int, block: int, entries: int, entropy_bonus: float = 0.0,
+        baseline: bool = False,
     ) -> None:
-        super().__init__(hidden, block, advantage, entropy_bonus, baseline)
+        super().__init__(hidden, block, entropy_bonus, baseline)
         self.ENTRIES = entries  # the buffers stay larger: only the fold's trigger moves
         self.log: list[tuple[np.ndarray, np.ndarray, float, float]] = []
         self.most_buffered = 0
@@ -193,48 +193,6 @@ def test_a_value_baseline_matches_the_dense_reference(block: int, max_steps: int
     assert np.abs(standardised - dense[:n]).max() > np.abs(dense[:n]).max() * 1e-2
     with pytest.raises(ValueError, match="needs weights with a value head"):
         _play(env, policy.Weights32.from_params(params[:n], HIDDEN), EpisodeTask(0, 5), work)
-
-
-def test_batch_advantages_match_the_dense_reference() -> None:
-    # Three episodes whose returns are standardised together, as --advantage batch does.
-    from pong_mp.batch_sum import BatchSum
-    from pong_mp.trainer import batch_advantage_gradient
-
-    params = policy.init_params(HIDDEN, 2) * 3
-    weights = policy.Weights32.from_params(params, HIDDEN)
-    env = make_training_env("FakePong-v0", points_to_win=2)
-    n = policy.param_count(HIDDEN)
-    summed = BatchSum(0, 3, np.empty(2 * n))
-    logs = []
-    for i in range(3):
-        work = _Recording(HIDDEN, 16, EpisodeGradient.ENTRIES, advantage="batch")
-        result = _play(env, weights, EpisodeTask(i, 20 + i), work)
-        assert result.grad.shape == (2 * n,) and result.stats.returns.count == result.stats.steps
-        summed.add(result)
-        logs.append(work.log)
-    got = batch_advantage_gradient(summed.total, summed.return_moments())
-    # Dense: every step's discounted return, standardised over the whole batch.
-    returns = [
-        policy.discount_rewards(np.array([step[3] for step in log]), 0.99) for log in logs
-    ]
-    everything = np.concatenate(returns)
-    mu, sigma = everything.mean(), everything.std()
-    dense = np.zeros(n)
-    w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), HIDDEN)
-    for log, ret in zip(logs, returns, strict=True):
-        xs = np.zeros((len(log), policy.INPUT_SIZE))
-        for t, (idx, vals, _, _) in enumerate(log):
-            xs[t, idx] = vals
-        dlogps = np.array([step[2] for step in log])
-        hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
-        dense += policy.backward(w2, xs, hs, dlogps * (ret - mu) / sigma, np.empty(n))
-    scale = np.abs(dense).max()
-    np.testing.assert_allclose(got, dense, rtol=0, atol=scale * 1e-5)
-    # Per-episode standardising gives another gradient: the option changes something.
-    per_episode = sum(
-        _dense_gradient(log, params, HIDDEN, 0.99) for log in logs
-    )
-    assert np.abs(per_episode - dense).max() > scale * 1e-2
 
 
 def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:

@@ -359,6 +359,7 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
         ("noop_margin", 0.0, 1.0),
         ("inputs", "diff", "frame+trail"),
         ("lr_half_life", 0.0, 8e6),
+        ("advantage", "episode", "batch"),
     ],
 )
 def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(

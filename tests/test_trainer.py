@@ -305,7 +305,6 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
 @pytest.mark.parametrize(
     ("option", "value"),
     [
-        ("advantage", "batch"),
         ("lr_drop_at", (300.0,)),
         ("entropy_bonus", 0.5),
         ("baseline", "value"),
@@ -476,7 +475,7 @@ def test_a_config_from_before_the_actor_critic_resumes_as_karpathys_learner() ->
     oldest = {"env": "ALE/Pong-v5", "batch_size": 10, "seed": 0, "lr": 1e-3, "hidden": 200,
               "gamma": 0.99, "decay_rate": 0.99, "workers": 2, "run_dir": "runs/pong"}
     config = TrainConfig.from_dict(oldest)
-    kept = ("algo", "policy", "optimizer", "entropy_bonus", "advantage", "baseline")
+    kept = ("algo", "policy", "optimizer", "entropy_bonus", "baseline")
     assert {name: getattr(config, name) for name in kept} == {
         name: config_module.PRESETS["pg"][name] for name in kept
     }

@@ -80,8 +80,6 @@ class RolloutSpec:
     """Hidden units of the policy."""
     gamma: float
     """Discount factor of the returns."""
-    advantage: str = "episode"
-    """Returns standardised per episode, or over the batch (the gradient is then A and B)."""
     entropy_bonus: float = 0.0
     """Weight of the policy's entropy in each episode's objective (0: none), with --algo pg;
     the actor-critic's comes in each EpochTask (it may change during a run)."""

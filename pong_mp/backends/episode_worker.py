@@ -54,7 +54,6 @@ class EpisodeWorker:
             return
         self._work = EpisodeGradient(
             self.spec.hidden,
-            advantage=self.spec.advantage,
             entropy_bonus=self.spec.entropy_bonus,
             baseline=self.spec.baseline == "value",
         )

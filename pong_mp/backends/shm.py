@@ -32,7 +32,6 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.backends.base import BackendUnavailable
 from pong_mp.files import pid_alive
-from pong_mp.gradient import gradient_length
 
 HEADER_BYTES = 64
 NAME_PREFIX = "pong-mp-"
@@ -132,8 +131,7 @@ class StaleWeightsError(RuntimeError):
 class BlockShape:
     """What a block is sized for: a policy of `hidden` units, with a value head if `value`
     (--baseline value), and `width`: the weights versions a SharedWeights block keeps
-    (--policy-lag + 1), or the parameter-sized vectors of a SharedGradient
-    (gradient.gradient_width)."""
+    (--policy-lag + 1; 1 for a SharedGradient)."""
 
     hidden: int
     width: int = 1
@@ -271,8 +269,8 @@ class SharedGradient(_Block):
 
     @staticmethod
     def size(shape: BlockShape) -> int:
-        """A flat float32 gradient (with the value head's part last)."""
-        return 4 * gradient_length(shape.hidden, shape.width, shape.value, shape.channels)
+        """A flat float32 gradient, shaped as the parameters."""
+        return 4 * policy.param_count(shape.hidden, shape.value, shape.channels)
 
     @property
     def array(self) -> np.ndarray:

@@ -34,7 +34,6 @@ from pong_mp.backends.base import RolloutSpec, prepare_worker_process
 from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.backends.shm import BlockShape, SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeStats, Task
-from pong_mp.gradient import gradient_width
 from pong_mp.signals import ignore_in_worker
 
 
@@ -93,7 +92,7 @@ def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
     value = spec.value_head
     return (
         BlockShape(spec.hidden, spec.lag + 1, value, spec.channels),
-        BlockShape(spec.hidden, gradient_width(spec.advantage), value, spec.channels),
+        BlockShape(spec.hidden, 1, value, spec.channels),
     )
 
 
