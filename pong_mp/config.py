@@ -154,12 +154,6 @@ class TrainConfig:
     )
     epochs: int = option(4, "ppo: passes over each batch.")
     minibatches: int = option(16, "ppo: optimizer steps per pass (each episode's steps dealt out).")
-    clip: float = option(0.1, "ppo: the probability ratio's clipping range, 1 +- CLIP.")
-    gae_lambda: float = option(0.95, "ppo: GAE's lambda (1: returns minus the value).")
-    value_coef: float = option(0.5, "ppo: weight of the value loss, (V - R)^2 / 2 a step.")
-    max_grad_norm: float = option(
-        0.5, "ppo: scale each step's mean gradient down to at most this norm (0: no limit)."
-    )
     policy_lag: int = option(
         0,
         "Play update k's episodes with the weights of update k-1-L, so that L+1 batches "
@@ -203,10 +197,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
-        for name in (
-            "lr", "gamma", "decay_rate", "entropy_bonus", "episode_timeout",
-            "clip", "gae_lambda", "value_coef", "max_grad_norm",
-        ):
+        for name in ("lr", "gamma", "decay_rate", "entropy_bonus", "episode_timeout"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{option_flag(name)} must be a finite number")
         for at, to in DROPS.values():
@@ -278,10 +269,6 @@ class TrainConfig:
             (self.algo == "pg" or self.policy_lag == 0, "--algo ppo works with --policy-lag 0"),
             (1 <= self.epochs <= 100, "--epochs must be between 1 and 100"),
             (1 <= self.minibatches <= 1000, "--minibatches must be between 1 and 1000"),
-            (0 < self.clip < 1, "--clip must be in (0, 1)"),
-            (0 <= self.gae_lambda <= 1, "--gae-lambda must be in [0, 1]"),
-            (self.value_coef >= 0, "--value-coef must be >= 0"),
-            (self.max_grad_norm >= 0, "--max-grad-norm must be >= 0 (0: no limit)"),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
             (self.policy in POLICIES, f"--policy must be one of {', '.join(POLICIES)}"),
             (
@@ -384,10 +371,6 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "algo": "pg",
     "epochs": 4,
     "minibatches": 4,
-    "clip": 0.1,
-    "gae_lambda": 0.95,
-    "value_coef": 0.5,
-    "max_grad_norm": 0.5,
     "policy": "mlp",
     "channels": 16,
 }
@@ -420,6 +403,10 @@ REMOVED: dict[str, tuple[Any, str]] = {
     "inputs": ("diff", "582c055"),
     "lr_half_life": (0.0, "582c055"),
     "advantage": ("episode", "582c055"),
+    "clip": (0.1, "582c055"),
+    "gae_lambda": (0.95, "582c055"),
+    "value_coef": (0.5, "582c055"),
+    "max_grad_norm": (0.5, "582c055"),
 }
 """Options pong-mp no longer has, each with the value it now always has and the last commit
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
@@ -573,10 +560,6 @@ ALGORITHM_FIELDS = (
     "algo",
     "epochs",
     "minibatches",
-    "clip",
-    "gae_lambda",
-    "value_coef",
-    "max_grad_norm",
     "fork_from",
 )
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
@@ -616,10 +599,6 @@ PRESETS: dict[str, dict[str, Any]] = {
         "entropy_bonus": 0.01,
         "epochs": 4,
         "minibatches": 4,
-        "clip": 0.1,
-        "gae_lambda": 0.95,
-        "value_coef": 0.5,
-        "max_grad_norm": 0.5,
     },
 }
 """Named sets of algorithm options, each exact whatever the defaults: `karpathy` is pg-pong;

@@ -36,22 +36,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from pong_mp import policy, sparse
-from pong_mp.config import TrainConfig
 from pong_mp.gradient import Moments
 
 
 @dataclass(frozen=True)
 class PPOSettings:
-    """What a worker needs of the actor-critic's hyperparameters (TrainConfig's --clip,
-    --gae-lambda, ...; their defaults are its). How many passes and minibatches an update
-    has, and the entropy's weight (which may change during a run), are the coordinator's:
-    each EpochTask carries them."""
+    """What a worker needs of the actor-critic's hyperparameters, fixed at PPO's usual
+    values (docs/learning.md: no other was worth an option). How many passes and minibatches
+    an update has, and the entropy's weight (which may change during a run), are the
+    coordinator's: each EpochTask carries them."""
 
-    clip: float = TrainConfig.clip
+    clip: float = 0.1
     """The surrogate's clipping range: the ratio is held within 1 +- clip."""
-    gae_lambda: float = TrainConfig.gae_lambda
+    gae_lambda: float = 0.95
     """GAE's lambda: 1 gives the discounted returns minus V, 0 one-step TD errors."""
-    value_coef: float = TrainConfig.value_coef
+    value_coef: float = 0.5
     """Weight of the value loss, (V - R)^2 / 2 a step."""
 
 

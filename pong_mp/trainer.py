@@ -47,7 +47,7 @@ from pong_mp.episode import EpisodeResult, EpisodeStats, Task, make_tasks
 from pong_mp.files import FileError
 from pong_mp.gradient import Moments
 from pong_mp.optim import Optimizer, dropped
-from pong_mp.ppo import EpochTask, PassStats, PPOSettings, Trajectory, advantage_moments
+from pong_mp.ppo import EpochTask, PassStats, Trajectory, advantage_moments
 from pong_mp.progress import GuardedReporter, LineReporter, Reporter
 from pong_mp.rundir import (
     CHECKPOINT_FILE,
@@ -104,7 +104,6 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         episode_timeout=config.episode_timeout,
         lag=config.policy_lag,
         algo=config.algo,
-        ppo=ppo_settings(config),
         channels=config.conv_channels,
     )
 
@@ -120,16 +119,6 @@ def scheduled_entropy_bonus(config: TrainConfig, steps: int) -> float:
     """The entropy's weight in the objective of an update whose batch starts at `steps` env
     steps: --entropy-bonus, or from an --entropy-drop-at point on, its --entropy-drop-to."""
     return dropped(config.entropy_bonus, steps, config.entropy_drop_at, config.entropy_drop_to)
-
-
-def ppo_settings(config: TrainConfig) -> PPOSettings:
-    """What the workers need of the actor-critic's hyperparameters, taken from the run's
-    config."""
-    return PPOSettings(
-        clip=config.clip,
-        gae_lambda=config.gae_lambda,
-        value_coef=config.value_coef,
-    )
 
 
 def l2_norm(values: np.ndarray) -> float:
@@ -485,8 +474,8 @@ def ppo_updates(
                         raise NonFiniteError(
                             f"update {state.batch + 1}: the summed gradient is not finite"
                         )
-                    if config.max_grad_norm and grad_norm > config.max_grad_norm:
-                        grad *= config.max_grad_norm / grad_norm
+                    if grad_norm > MAX_GRAD_NORM:
+                        grad *= MAX_GRAD_NORM / grad_norm
                     params, cache, momentum = optimizer.step(
                         params, cache, momentum, grad, step, lr
                     )
@@ -557,6 +546,10 @@ def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
     index = item.stats.index if isinstance(item, EpisodeResult) else item.index
     return index - (index - first) % batch_size
 
+
+MAX_GRAD_NORM = 0.5
+"""The longest step gradient of the actor-critic (each minibatch's mean, scaled down to this
+norm where it is longer): PPO's usual limit."""
 
 PPO_FIELDS = ("entropy_bonus", "value_loss", "clip_fraction", "approx_kl")
 """The metrics fields of --algo ppo: the entropy's weight in the update's objective (its

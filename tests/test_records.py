@@ -39,7 +39,7 @@ COMMANDS = [line for line in _LINES if not re.search(r"--resume|--fork-from", li
 FORKS = [line for line in _LINES if "--fork-from" in line]
 """The commands that fork a record: they take its options, then the ones they type."""
 
-ACTOR_CRITIC_ONLY = ("epochs", "minibatches", "clip", "gae_lambda", "value_coef", "max_grad_norm")
+ACTOR_CRITIC_ONLY = ("epochs", "minibatches")
 """Options that Karpathy's learner (--algo pg) stores but does not use."""
 
 

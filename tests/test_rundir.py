@@ -360,6 +360,10 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
         ("inputs", "diff", "frame+trail"),
         ("lr_half_life", 0.0, 8e6),
         ("advantage", "episode", "batch"),
+        ("gae_lambda", 0.95, 0.8),
+        ("clip", 0.1, 0.2),
+        ("value_coef", 0.5, 1.0),
+        ("max_grad_norm", 0.5, 0.0),
     ],
 )
 def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(
