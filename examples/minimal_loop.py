@@ -35,6 +35,7 @@ from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.batch_sum import BatchSum
 from pong_mp.episode import make_tasks
 from pong_mp.optim import Optimizer
+from pong_mp.pg import PGWork
 
 RUNNING_DECAY = 0.99  # the running reward's memory, one episode at a time (Karpathy's)
 
@@ -54,7 +55,9 @@ def train(
     params = policy.init_params(hidden, seed)  # W1 (transposed) then W2, float64
     cache = np.zeros_like(params)  # RMSProp's mean of squared gradients
     optimizer = Optimizer("rmsprop", lr, decay)
-    worker = EpisodeWorker(RolloutSpec(env_id, hidden, gamma, env_kwargs=env_kwargs or {}))
+    # What the worker runs: Karpathy's learner's side, an episode played into its gradient.
+    spec = RolloutSpec(env_id, hidden, PGWork(gamma), env_kwargs=env_kwargs or {})
+    worker = EpisodeWorker(spec)
     worker.open()  # the env and the gradient's working memory, built once
     episodes, steps, update, running = 0, 0, 0, None
     try:

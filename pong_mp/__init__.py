@@ -9,17 +9,20 @@ Module map, in the order data flows through an update:
 
     config.py      TrainConfig: every option, its default, type, limits and help; presets
     rundir.py      the run directory: files, lock, checks for a new run, a resume and a fork
-    trainer.py     the coordinator: hand out episodes, sum gradients, step the optimizer,
-                   log (progress.py, tracking.py for TensorBoard) and checkpoint
+    trainer.py     the coordinator: drive the run's learner over a backend, log
+                   (progress.py, tracking.py for TensorBoard) and checkpoint
+    learner.py     the learner interface (play a batch, then learn from it) and what the
+                   learners share: schedules, the running reward, a round of tasks
+    pg.py          Karpathy's learner (--algo pg): an episode played into its gradient
+                   (gradient.py: folded rally by rally in fixed memory), one step a batch
+    ppo.py         the actor-critic (--algo ppo): an episode's trajectory, GAE, minibatches,
+                   the clipped surrogate's gradient, and the update's passes
     state.py       TrainState (what an update changes), a new run's state, a fork's reshaping
-    backends/      where episodes are played: episode_worker.py (EpisodeWorker, what every
+    backends/      where tasks are done: episode_worker.py (EpisodeWorker, what every
                    backend runs), serial.py, local.py (the process pool), worker_process.py
-                   (a pool worker's loop and messages), shm.py, ray_cluster.py, base.py
-    episode.py     one episode's loop: seed, play, and its result
-    gradient.py    its gradient, folded rally by rally in fixed memory
-    ppo.py         the actor-critic (--algo ppo): an episode's trajectory, GAE, minibatches
-                   and the clipped surrogate's gradient (the coordinator's side:
-                   trainer.ppo_updates)
+                   (a pool worker's loop and messages), kept.py, shm.py, ray_cluster.py,
+                   base.py (RolloutSpec, the Backend and WorkerSpec interfaces)
+    episode.py     tasks and results, and one episode's loop (seed, play)
     frames.py      frames -> binary 80x80 -> sparse frame differences
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops
                    (per step, the actor-critic's passes, the optimizers' steps)

@@ -103,8 +103,10 @@ class BatchSum:
     gradient that has to wait is copied, since backends may reuse its memory.
     """
 
-    def __init__(self, first_index: int, batch_size: int, out: np.ndarray) -> None:
-        """Sum episodes first_index .. first_index + batch_size - 1 into `out` (overwritten)."""
+    def __init__(self, first_index: int, batch_size: int, out: np.ndarray | None) -> None:
+        """Sum episodes first_index .. first_index + batch_size - 1 into `out` (overwritten);
+        with `out` None, a round of tasks that give no gradient (`Task.gradient`) is only
+        counted."""
         self.total = out
         self.count = 0
         """Episodes whose results arrived."""
@@ -112,7 +114,7 @@ class BatchSum:
         self.rewards: dict[int, float] = {}
         self._entropies: dict[int, float] = {}
         self._first = first_index
-        self._groups = group_count(batch_size)
+        self._groups = group_count(batch_size) if out is not None else 0
         self._batch_size = batch_size
         self._next_group = 0
         self._ready: dict[int, np.ndarray] = {}  # group sums waiting for earlier groups
@@ -137,8 +139,10 @@ class BatchSum:
     def add(self, item: EpisodeResult | EpisodeStats | GroupSum) -> None:
         """Take whatever a backend yielded: an episode with its gradient, an episode's
         statistics alone (its gradient comes in a group's sum), or a group's sum."""
-        if isinstance(item, EpisodeResult):
+        if isinstance(item, EpisodeResult) and item.grad is not None:
             self.add_episode(item)
+        elif isinstance(item, EpisodeResult):
+            self.add_count(item.stats)
         elif isinstance(item, GroupSum):
             self.add_group(item)
         else:
@@ -149,7 +153,8 @@ class BatchSum:
         self._group_done(item.group, item.grad)
 
     def add_count(self, stats: EpisodeStats) -> None:
-        """Count an episode whose gradient comes in its group's sum (`add_group`)."""
+        """Count an episode whose gradient comes in its group's sum (`add_group`), or which
+        gives none."""
         if stats.index in self.rewards:
             raise ValueError(f"episode {stats.index} was added twice")
         self.count += 1
@@ -159,6 +164,8 @@ class BatchSum:
 
     def add_episode(self, item: EpisodeResult) -> None:
         """Count an episode and add its gradient in its place in the order."""
+        if self._groups == 0 or item.grad is None:
+            raise ValueError(f"episode {item.stats.index}'s gradient has no sum to go into")
         self.add_count(item.stats)
         position = item.stats.index - self._first
         group = group_of(item.stats.index, self._first)

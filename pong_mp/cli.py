@@ -46,6 +46,7 @@ from pong_mp.config import (
 )
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
+from pong_mp.learner import NonFiniteError
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
@@ -84,7 +85,7 @@ from pong_mp.tools.plot import (
 )
 from pong_mp.tools.projection import format_projection, measure_costs, run_projection
 from pong_mp.tools.recording import VideoRecorder
-from pong_mp.trainer import NonFiniteError, reached_target, run
+from pong_mp.trainer import reached_target, run
 
 EXIT_ERROR = 1
 """A run that failed (a worker error, non-finite numbers)."""

@@ -12,6 +12,7 @@ from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pong_mp.backends import BACKENDS
 from pong_mp.optim import OPTIMIZERS
 
 
@@ -38,8 +39,6 @@ POLICIES = ("mlp", "conv")
 """Policy networks: a hidden layer on the pixels (Karpathy's), or on the features of a
 convolutional layer."""
 
-BACKENDS = ("local", "serial", "ray")
-"""Where episodes are played: a process pool, this process, or Ray actors."""
 
 
 def option(

@@ -1,10 +1,12 @@
 """The actor-critic learner (--algo ppo): what a worker records of an episode, GAE
-advantages, and the clipped surrogate's gradient over a stored episode.
+advantages, the clipped surrogate's gradient over a stored episode (the worker's side,
+PPOWork), and the update's passes (the coordinator's side, PPOLearner).
 
-Data flow of one update (the coordinator's side is `trainer.ppo_updates`):
+Data flow of one update:
 
     play: EpisodeTask ──worker──> Trajectory (sparse inputs, actions, log pi_old, V_old,
-                                  rewards, GAE advantages and returns) ──> coordinator
+                                  rewards, GAE advantages and returns) as the episode's
+                                  data, kept where it was played; no gradient
     for each epoch e, minibatch m:
         publish weights k ──> EpochTask(trajectory, e, m, advantage mean and scale,
                                         entropy weight)
@@ -31,12 +33,32 @@ do, and a rally's last step bootstraps from nothing.
 
 from __future__ import annotations
 
+import dataclasses
+import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 
 from pong_mp import policy, sparse
+from pong_mp.backends.base import Backend
+from pong_mp.batch_sum import BatchSum
+from pong_mp.episode import (
+    EpisodeResult,
+    EpisodeStats,
+    EpisodeTask,
+    PassTask,
+    Task,
+    make_tasks,
+    run_episode,
+)
+from pong_mp.frames import InputStream
 from pong_mp.gradient import Moments
+from pong_mp.learner import NonFiniteError, Schedule, Stats, l2_norm, run_round, running_reward
+from pong_mp.optim import Optimizer
+from pong_mp.state import TrainState
 
 
 @dataclass(frozen=True)
@@ -356,18 +378,12 @@ class PassWork:
 
 
 @dataclass(frozen=True)
-class EpochTask:
+class EpochTask(PassTask):
     """What a worker needs to compute one episode's share of one minibatch's gradient: the
-    episode (its index, seed and trajectory), which pass and part, and the batch's
-    advantage statistics. The gradient is a pure function of this and the weights."""
+    episode (its index, seed and, as `data`, its Trajectory), which pass and part, and the
+    batch's advantage statistics. The gradient is a pure function of this and the
+    weights."""
 
-    index: int
-    """Global episode index of the episode, as its EpisodeTask's."""
-    seed: int
-    """The episode's seed: with `epoch`, it deals the episode's steps into minibatches."""
-    trajectory: Trajectory | None
-    """The episode as it was played; None on its way to a worker that keeps it
-    (`backends/kept.py`), which puts it back before the pass."""
     epoch: int
     """The pass over the batch (0, 1, ...)."""
     part: int
@@ -383,6 +399,13 @@ class EpochTask:
     --entropy-bonus, or from an --entropy-drop-at point on, its --entropy-drop-to (below 0: a
     penalty)."""
 
+    @property
+    def trajectory(self) -> Trajectory | None:
+        """The episode as it was played (`data`); None on its way to a worker that keeps
+        it."""
+        assert self.data is None or isinstance(self.data, Trajectory)
+        return self.data
+
 
 def epoch_gradient(
     weights: policy.Weights32,
@@ -393,12 +416,298 @@ def epoch_gradient(
 ) -> PassStats:
     """Write into `out` the gradient, summed over the episode's steps in the task's
     minibatch, of the actor-critic's objective at `weights`; return what the pass saw."""
-    if task.trajectory is None:
+    trajectory = task.trajectory
+    if trajectory is None:
         raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
-    steps = minibatch_steps(task.seed, task.epoch, task.trajectory.steps, task.parts, task.part)
+    steps = minibatch_steps(task.seed, task.epoch, trajectory.steps, task.parts, task.part)
     if work is None:
         work = PassWork(weights.w2.shape[0], weights.channels)
     return work.gradient(
-        weights, task.trajectory, steps, task.advantage_mean, task.advantage_scale,
+        weights, trajectory, steps, task.advantage_mean, task.advantage_scale,
         task.entropy_coef, settings, out,
     )
+
+
+# -- the worker's side ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PPOWork:
+    """What the actor-critic's workers need (`backends.base.WorkerSpec`)."""
+
+    gamma: float
+    """Discount factor of the returns; they restart at every point."""
+    settings: PPOSettings = PPOSettings()
+    """The surrogate's and GAE's constants."""
+
+    @property
+    def value_head(self) -> bool:
+        """The actor-critic's weights carry a value head."""
+        return True
+
+    def worker(self, hidden: int, channels: int) -> PPOWorker:
+        """A worker's working memory for policies of `hidden` units on a conv layer of
+        `channels` filters (0: on the pixels)."""
+        return PPOWorker(self, hidden, channels)
+
+
+class PPOWorker:
+    """One worker's side of the actor-critic: an EpisodeTask is played into a trajectory
+    (which comes back as the episode's data; no gradient), an EpochTask gives its share of a
+    minibatch's gradient, playing nothing."""
+
+    def __init__(self, work: PPOWork, hidden: int, channels: int) -> None:
+        """Working memory for `work`'s tasks with policies of `hidden` units (`channels`)."""
+        self.work = work
+        self._recorder = TrajectoryRecorder(hidden, channels)
+        self._passes = PassWork(hidden, channels)
+
+    def run(
+        self,
+        env: gym.Env,
+        inputs: InputStream,
+        weights: policy.Weights32,
+        task: Task,
+        out: np.ndarray | None,
+    ) -> EpisodeResult:
+        """Do `task` with `weights` (see the class)."""
+        if isinstance(task, EpochTask):
+            return epoch_pass(weights, task, self.work.settings, out, self._passes)
+        if not isinstance(task, EpisodeTask):
+            raise TypeError(f"the actor-critic has no task {type(task).__name__}")
+        stats = play_recorded(
+            env, inputs, weights, self.work.gamma, self.work.settings.gae_lambda, task,
+            self._recorder,
+        )
+        return EpisodeResult(stats, None)
+
+
+def play_recorded(
+    env: gym.Env,
+    inputs: InputStream,
+    weights: policy.Weights32,
+    gamma: float,
+    lam: float,
+    task: EpisodeTask,
+    recorder: TrajectoryRecorder | None = None,
+) -> EpisodeStats:
+    """Play one episode with the actor-critic's weights (with a value head) and return its
+    statistics with its trajectory as its data (GAE(`lam`) advantages); `recorder` is the
+    working memory a worker reuses. The result depends only on (weights, task)."""
+    start = time.perf_counter()
+    if recorder is None:
+        recorder = TrajectoryRecorder(weights.w2.shape[0], weights.channels)
+    recorder.start(weights)
+
+    def on_step(action: int, p_up: float, reward: float) -> None:
+        recorder.add(action, reward)
+
+    run_episode(env, inputs, task.seed, recorder.forward, on_step)
+    reward_sum, entropy = recorder.reward_sum, recorder.entropy_sum
+    trajectory = recorder.finish(gamma, lam)
+    return EpisodeStats(
+        index=task.index,
+        reward_sum=reward_sum,
+        steps=trajectory.steps,
+        seconds=time.perf_counter() - start,
+        entropy=entropy,
+        data=trajectory,
+    )
+
+
+def epoch_pass(
+    weights: policy.Weights32,
+    task: EpochTask,
+    settings: PPOSettings,
+    out: np.ndarray | None = None,
+    work: PassWork | None = None,
+) -> EpisodeResult:
+    """An episode's share of one minibatch's gradient (`epoch_gradient`) at `weights`,
+    written into `out` (flat float32) when given; its `steps` are the steps it covers.
+    `work` is the working memory a worker reuses."""
+    start = time.perf_counter()
+    size = policy.param_count(weights.w2.shape[0], True, weights.channels)
+    grad = np.empty(size, np.float32) if out is None else out
+    seen = epoch_gradient(weights, task, settings, grad, work)
+    stats = EpisodeStats(
+        index=task.index,
+        reward_sum=0.0,
+        steps=seen.steps,
+        seconds=time.perf_counter() - start,
+        entropy=seen.entropy,
+        report=seen,
+    )
+    return EpisodeResult(stats, grad)
+
+
+# -- the coordinator's side ----------------------------------------------------------------
+
+MAX_GRAD_NORM = 0.5
+"""The longest step gradient of the actor-critic (each minibatch's mean, scaled down to this
+norm where it is longer): PPO's usual limit."""
+
+PPO_FIELDS = ("entropy_bonus", "value_loss", "clip_fraction", "approx_kl")
+"""The metrics fields of --algo ppo, over the update's passes: the entropy's weight in the
+update's objective (its schedule's, as `lr` is), the value head's mean (V - R)^2 / 2, the
+share of steps whose ratio was clipped, and the mean of log pi_old - log pi."""
+
+
+@dataclass(frozen=True)
+class PPOLearning:
+    """What the actor-critic's coordinator needs of the run."""
+
+    seed: int
+    """The run's seed: every episode's derives from it."""
+    batch_size: int
+    """Episodes an update."""
+    epochs: int
+    """Passes over each batch."""
+    minibatches: int
+    """Optimizer steps a pass."""
+    optimizer: str
+    """adam or rmsprop (optim.OPTIMIZERS)."""
+    lr: Schedule
+    """The learning rate, by env steps played before the update's batch."""
+    entropy: Schedule
+    """The entropy's weight in the objective, by the same steps."""
+    decay_rate: float = 0.99
+    """RMSProp's decay of the mean of squared gradients."""
+
+
+@dataclass
+class Played:
+    """A batch of the actor-critic, played: its sum (counts, rewards, entropy) and each
+    episode's trajectory, in episode order."""
+
+    summed: BatchSum
+    tasks: list[EpisodeTask]
+    trajectories: dict[int, Trajectory]
+
+
+class PPOLearner:
+    """The actor-critic on a backend (`learner.Learner`): play a batch with the current
+    weights, then --epochs passes of --minibatches optimizer steps each over the episodes
+    the workers played, every step's gradient computed by the workers from the trajectories
+    and summed in the batch's fixed order.
+
+    Weights versions count optimizer steps, so each step's weights are published as a
+    version of their own before the next minibatch is handed out.
+    """
+
+    def __init__(self, settings: PPOLearning) -> None:
+        """A learner with `settings`; `start` readies it for a run's state."""
+        self.settings = settings
+        self.optimizer = Optimizer(settings.optimizer, settings.lr.value, settings.decay_rate)
+        self._total = np.empty(0)
+        self._version = 0
+
+    @property
+    def steps_per_update(self) -> int:
+        """Optimizer steps an update."""
+        return self.settings.epochs * self.settings.minibatches
+
+    def start(
+        self, state: TrainState, backend: Backend, more: Callable[[TrainState], bool]
+    ) -> TrainState:
+        """Publish the weights the next batch is played with."""
+        self._total = np.empty(len(state.params))
+        self._version = state.batch * self.steps_per_update
+        backend.publish(self._version, state.params.astype(np.float32))
+        return state
+
+    def play(self, state: TrainState, backend: Backend) -> Played:
+        """The next batch, played into trajectories; no gradient travels."""
+        first, size = state.episodes, self.settings.batch_size
+        tasks = make_tasks(self.settings.seed, first, size, gradient=False)
+        summed = BatchSum(first, size, None)
+        trajectories: dict[int, Trajectory] = {}
+        for stats in run_round(backend, self._version, tasks, summed):
+            if not isinstance(stats.data, Trajectory):
+                raise RuntimeError(f"episode {stats.index} came back without its trajectory")
+            trajectories[stats.index] = stats.data
+        return Played(summed, tasks, trajectories)
+
+    def learn(
+        self, state: TrainState, played: Played, backend: Backend
+    ) -> tuple[TrainState, Stats]:
+        """The update's passes over `played`, one optimizer step a minibatch."""
+        settings, tasks = self.settings, played.tasks
+        moments = Moments()
+        for task in tasks:  # in episode order: the same bits whatever the arrival order
+            moments.merge(advantage_moments(played.trajectories[task.index]))
+        params, cache, momentum = state.params, state.cache, state.momentum
+        seen = PassStats()
+        grad_norm = 0.0
+        lr = settings.lr(state.steps)
+        entropy_bonus = settings.entropy(state.steps)
+        coordinator = 0.0  # the workers wait on the coordinator between minibatches
+        first = state.episodes
+        for epoch in range(settings.epochs):
+            for part in range(settings.minibatches):
+                epoch_tasks = [
+                    EpochTask(
+                        task.index, task.seed, played.trajectories[task.index], epoch, part,
+                        settings.minibatches, moments.mean, moments.standardizing_scale,
+                        entropy_bonus,
+                    )
+                    for task in tasks
+                ]
+                summed = BatchSum(first, settings.batch_size, self._total)
+                passes = {
+                    stats.index: stats.report
+                    for stats in run_round(backend, self._version, epoch_tasks, summed)
+                }
+                for task in tasks:  # added in episode order: the same bits every time
+                    report = passes.get(task.index)
+                    seen += report if isinstance(report, PassStats) else PassStats()
+                arrived = time.perf_counter()
+                step = state.optimizer_steps + epoch * settings.minibatches + part + 1
+                # An overflow is no warning to print: the checks tell, and the update is
+                # refused (as pg's).
+                with np.errstate(over="ignore", invalid="ignore"):
+                    grad = summed.total / max(1, summed.steps)  # the minibatch's mean
+                    grad_norm = l2_norm(grad)
+                    if not math.isfinite(grad_norm):
+                        raise NonFiniteError(
+                            f"update {state.batch + 1}: the summed gradient is not finite"
+                        )
+                    if grad_norm > MAX_GRAD_NORM:
+                        grad *= MAX_GRAD_NORM / grad_norm
+                    params, cache, momentum = self.optimizer.step(
+                        params, cache, momentum, grad, step, lr
+                    )
+                    if not np.isfinite(params.sum()):
+                        raise NonFiniteError(
+                            f"update {state.batch + 1}: the new weights would not be finite"
+                        )
+                self._version += 1
+                backend.publish(self._version, params.astype(np.float32))
+                coordinator += time.perf_counter() - arrived
+        batch = played.summed
+        # The optimizer reuses its arrays step after step: the state keeps copies.
+        new_state = dataclasses.replace(
+            state,
+            params=params.copy(),
+            cache=cache.copy(),
+            momentum=None if momentum is None else momentum.copy(),
+            batch=state.batch + 1,
+            episodes=state.episodes + batch.count,
+            steps=state.steps + batch.steps,
+            running_reward=running_reward(state.running_reward, batch.episode_rewards),
+            optimizer_steps=state.optimizer_steps + self.steps_per_update,
+        )
+        stats = {
+            "reward_mean": float(np.mean(batch.episode_rewards)),
+            "steps": batch.steps,
+            "grad_norm": grad_norm,
+            "weight_norm": l2_norm(new_state.params),
+            "step_norm": l2_norm(new_state.params - state.params),
+            "lr": lr,
+            "entropy": batch.entropy / batch.steps if batch.steps else None,
+            "entropy_bonus": entropy_bonus,
+            "value_loss": seen.value_error / 2 / seen.steps if seen.steps else None,
+            "clip_fraction": seen.clipped / seen.steps if seen.steps else None,
+            "approx_kl": seen.kl / seen.steps if seen.steps else None,
+            "update_seconds": coordinator,
+        }
+        return new_state, stats

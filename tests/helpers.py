@@ -22,6 +22,7 @@ from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.config import PRESETS, TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
 from pong_mp.files import pid_alive
+from pong_mp.pg import PGWork
 
 METRIC_FIELDS = frozenset(
     {"batch", "episodes", "steps", "reward_mean", "running_reward", "seconds", "steps_per_sec"}
@@ -121,13 +122,14 @@ SPEC_HIDDEN = 16
 
 
 def fake_spec(env_id: str = "FakePong-v0", workers: int = 2, **kwargs: Any) -> RolloutSpec:
-    """A rollout spec of 2-point games and SPEC_HIDDEN units; `kwargs` go to RolloutSpec, and
-    its env_kwargs add to the game's."""
+    """A rollout spec of 2-point games and SPEC_HIDDEN units for pg's workers (unless
+    `kwargs` give a `learner`); `kwargs` go to RolloutSpec, and its env_kwargs add to the
+    game's."""
     env_kwargs = {"points_to_win": 2, **kwargs.pop("env_kwargs", {})}
     return RolloutSpec(
         env_id=env_id,
         hidden=SPEC_HIDDEN,
-        gamma=0.99,
+        learner=kwargs.pop("learner", PGWork(0.99)),
         workers=workers,
         env_kwargs=env_kwargs,
         **kwargs,

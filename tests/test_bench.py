@@ -321,7 +321,7 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     from pong_mp.tools import bench
 
     seen = []
-    original = trainer.ppo_updates
+    original = trainer.updates
 
     def spy(config, state, backend):
         head = policy.value_head(state.params, config.hidden, config.conv_channels)
@@ -333,7 +333,7 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
         )
         return original(config, state, backend)
 
-    monkeypatch.setattr(trainer, "ppo_updates", spy)
+    monkeypatch.setattr(trainer, "updates", spy)
     monkeypatch.setattr(bench, "raw_rate", lambda env, workers, seconds: 1000.0)
     monkeypatch.setattr(bench, "dense_reference_rate", lambda env, seconds: 100.0)
     monkeypatch.setattr(bench, "episode_memory", lambda *args, **kwargs: None)

@@ -8,8 +8,9 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
-from pong_mp.episode import EpisodeTask, episode_seed, make_tasks, play_episode
+from pong_mp.episode import EpisodeTask, episode_seed, make_tasks
 from pong_mp.gradient import EpisodeGradient, Moments
+from pong_mp.pg import play_episode
 from tests.fault_envs import CRASHING_PONG
 
 HIDDEN = 16

@@ -31,12 +31,13 @@ from pong_mp.backends.shm import SharedGradient, SharedMemoryFull
 from pong_mp.batch_sum import BatchSum
 from pong_mp.config import ConfigError, TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats
-from pong_mp.gradient import Moments
+from pong_mp.learner import NonFiniteError
+from pong_mp.pg import PGWork
 from pong_mp.progress import QuietReporter
 from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.state import initial_state
-from pong_mp.trainer import NonFiniteError, apply_batch, run, train
+from pong_mp.trainer import make_learner, run, train
 from tests.helpers import SignalsWhenDropped, fake_spec, pong_mp, signal_self, start
 
 GAME = {"points_to_win": 3}
@@ -230,20 +231,20 @@ def test_a_stop_python_swallowed_in_a_finalizer_still_stops_the_run(
 ) -> None:
     # A Ctrl-C whose handler runs inside a weakref callback of an import (as a run's first
     # batches import what they need) is only printed by Python; the run must stop anyway.
-    from pong_mp import trainer
+    from pong_mp import episode, pg, ppo
 
     given = {
         "env": "FakePong-v0", "env_kwargs": GAME, "hidden": 8, "batch_size": 2, "batches": 6,
         "backend": "serial", "tensorboard": False, **learner,
     }  # fmt: skip
-    tasks = trainer.make_tasks
 
-    def make_tasks(seed: int, first: int, size: int) -> list:
+    def make_tasks(seed: int, first: int, size: int, **kwargs: bool) -> list:
         if first == 4:  # the third batch's, after update 2
             SignalsWhenDropped(signal.SIGINT)
-        return tasks(seed, first, size)
+        return episode.make_tasks(seed, first, size, **kwargs)
 
-    monkeypatch.setattr(trainer, "make_tasks", make_tasks)
+    for module in (pg, ppo):  # where each learner makes its batches' tasks
+        monkeypatch.setattr(module, "make_tasks", make_tasks)
     with pytest.raises(Interrupted) as stop, open_run(tmp_path, False, given) as (config, state):
         run(config, state, reporter=QuietReporter())
     assert stop.value.reached == 2
@@ -399,7 +400,7 @@ def test_shared_memory_that_runs_out_while_reserved_leaves_nothing(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "posix_fallocate", full)
-    backend = LocalBackend(RolloutSpec("FakePong-v0", 8, 0.99, workers=2, env_kwargs=GAME))
+    backend = LocalBackend(RolloutSpec("FakePong-v0", 8, PGWork(0.99), workers=2, env_kwargs=GAME))
     with pytest.raises(SharedMemoryFull, match=r"^/dev/shm has .* free: .* needs "):
         backend.start()
     assert backend.worker_pids() == []
@@ -481,17 +482,17 @@ def test_options_that_cannot_make_progress_are_refused_in_one_line(
 def test_an_update_that_overflows_prints_no_numpy_warning() -> None:
     # --lr 1 is allowed, and far too large: a gradient whose square overflows must be
     # applied or refused (NonFiniteError: one line, exit 1) without numpy's RuntimeWarnings.
-    config = TrainConfig(hidden=8, lr=1.0, batch_size=1)
+    config = TrainConfig(hidden=8, lr=1.0, batch_size=1, algo="pg", policy="mlp")
     state = initial_state(config)
     summed = BatchSum(0, 1, np.empty(len(state.params)))
     grad = np.full(len(state.params), 1e30, dtype=np.float32)
-    stats = EpisodeStats(0, -21.0, 100, 0.1, Moments(100, 0.0, 100.0), 50.0)
+    stats = EpisodeStats(0, -21.0, 100, 0.1, 50.0)
     summed.add(EpisodeResult(stats, grad))
     summed.total *= 1e250  # 1e280, a finite float64 whose square is beyond any float
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
-            new_state, _ = apply_batch(config, state, summed)
+            new_state, _ = make_learner(config).apply(state, summed)
         except NonFiniteError:
             return
     assert np.isfinite(new_state.params).all()

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pong_mp import ppo
-from pong_mp.backends.kept import KeptTrajectories
+from pong_mp.backends.kept import KeptData
 
 
 def _trajectory(steps: int) -> ppo.Trajectory:
@@ -23,7 +23,7 @@ def _task(index: int, trajectory: ppo.Trajectory | None) -> ppo.EpochTask:
 
 
 def test_a_played_episode_is_kept_and_its_passes_go_light() -> None:
-    kept, played = KeptTrajectories(), _trajectory(5)
+    kept, played = KeptData(), _trajectory(5)
     kept.played(3, played)
     task = _task(3, played)
     assert kept.holds(task)
@@ -37,7 +37,7 @@ def test_a_played_episode_is_kept_and_its_passes_go_light() -> None:
 
 
 def test_a_whole_task_received_is_kept_for_the_next_passes() -> None:
-    kept, sent = KeptTrajectories(), _trajectory(7)
+    kept, sent = KeptData(), _trajectory(7)
     assert not kept.holds(_task(1, sent))
     kept.passed(_task(1, sent))
     assert kept.holds(_task(1, sent))
@@ -46,7 +46,7 @@ def test_a_whole_task_received_is_kept_for_the_next_passes() -> None:
 
 
 def test_an_episode_handed_out_after_a_pass_drops_the_last_update() -> None:
-    kept, old, new = KeptTrajectories(), _trajectory(4), _trajectory(6)
+    kept, old, new = KeptData(), _trajectory(4), _trajectory(6)
     for index in (0, 1):  # episodes of one update accumulate
         kept.playing()
         kept.played(index, old)
@@ -61,7 +61,7 @@ def test_an_episode_handed_out_after_a_pass_drops_the_last_update() -> None:
 
 
 def test_a_failed_pass_is_forgotten_so_that_its_retry_goes_whole() -> None:
-    kept, played = KeptTrajectories(), _trajectory(3)
+    kept, played = KeptData(), _trajectory(3)
     kept.played(2, played)
     kept.forget(2)
     assert not kept.holds(_task(2, played))
@@ -69,7 +69,7 @@ def test_a_failed_pass_is_forgotten_so_that_its_retry_goes_whole() -> None:
 
 
 def test_a_light_task_of_an_episode_not_kept_is_refused() -> None:
-    with pytest.raises(LookupError, match="episode 9 came without its trajectory"):
-        KeptTrajectories().whole(_task(9, None))
+    with pytest.raises(LookupError, match="episode 9 came without its data"):
+        KeptData().whole(_task(9, None))
     with pytest.raises(ValueError, match="carries no trajectory"):
         ppo.epoch_gradient(None, _task(9, None), ppo.PPOSettings(), np.zeros(1))  # type: ignore[arg-type]

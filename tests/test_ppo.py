@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import policy, ppo, trainer
+from pong_mp import policy, ppo
 from pong_mp.api import Agent
 from pong_mp.backends import RolloutSpec
 from pong_mp.batch_sum import BatchSum
@@ -352,7 +352,7 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
     # The local backend's; Ray's replaces an actor whatever the task it held (test_backends).
     # A light pass (its trajectory kept by the worker) is played again whole elsewhere.
     hidden = 200
-    spec = RolloutSpec("FakePong-v0", hidden, 0.99, workers=2, algo="ppo")
+    spec = RolloutSpec("FakePong-v0", hidden, ppo.PPOWork(0.99), workers=2)
     params = policy.init_params(hidden, 3, value=True)
     params[policy.param_count(hidden) :] = 0.01
     tasks = [
@@ -397,9 +397,9 @@ def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[byt
     # gradient of each pass, as the trainer would step with.
     params = policy.init_params(HIDDEN, 5, value=True)
     params[policy.param_count(HIDDEN) :] = 0.01
-    tasks = make_tasks(11, 0, 6)
+    tasks = make_tasks(11, 0, 6, gradient=False)
     trajectories = {
-        item.stats.index: item.stats.trajectory for item in backend.run_batch(params, tasks)
+        item.stats.index: item.stats.data for item in backend.run_batch(params, tasks)
     }
     if kill_before_passes:
         os.kill(backend.worker_pids()[0], signal.SIGKILL)
@@ -425,7 +425,7 @@ def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[byt
 def test_passes_go_without_their_trajectory_to_the_worker_that_keeps_it(
     kill: bool, clean_system
 ) -> None:
-    spec = RolloutSpec("FakePong-v0", HIDDEN, 0.99, workers=2, algo="ppo")
+    spec = RolloutSpec("FakePong-v0", HIDDEN, ppo.PPOWork(0.99), workers=2)
     with new_backend("serial", spec) as serial:
         expected = _passes_after_a_batch(serial)
     with new_backend("local", spec) as backend:
@@ -498,7 +498,7 @@ def test_the_ppo_preset_is_the_measured_actor_critic() -> None:
     config.validate()
     assert {key: getattr(config, key) for key in measured} == measured
     # And the hyperparameters that are no longer options, at the values those runs had.
-    assert (ppo.PPOSettings(), trainer.MAX_GRAD_NORM) == (ppo.PPOSettings(0.1, 0.95, 0.5), 0.5)
+    assert (ppo.PPOSettings(), ppo.MAX_GRAD_NORM) == (ppo.PPOSettings(0.1, 0.95, 0.5), 0.5)
     assert set(PRESETS["ppo"]) >= set(PRESETS["karpathy"])  # it leaves no option of pg's open
     done = pong_mp("train", "--preset", "ppo", "--help")
     assert done.returncode == 0

@@ -180,7 +180,7 @@ def test_the_actor_critic_puts_each_trajectory_in_the_store_once_an_update(
     tmp_path: Path, clean_system
 ) -> None:
     from pong_mp.state import TrainState
-    from pong_mp.trainer import ppo_updates, rollout_spec
+    from pong_mp.trainer import rollout_spec, updates
 
     # 2 updates of 3 episodes, each with 2 passes of 2 minibatches: 12 passes an update.
     config = fake_config(tmp_path, algo="ppo", optimizer="adam", epochs=2, minibatches=2)
@@ -193,11 +193,11 @@ def test_the_actor_critic_puts_each_trajectory_in_the_store_once_an_update(
     backend = make_backend("ray", rollout_spec(config))
     backend.start()
     try:
-        updates = ppo_updates(config, state, backend)
+        stream = updates(config, state, backend)
         for _ in range(2):
-            next(updates)
+            next(stream)
         last = range(config.batch_size, 2 * config.batch_size)
-        assert sorted(backend._trajectories) == list(last)  # the last batch's only
+        assert sorted(backend._data) == list(last)  # the last batch's only
     finally:
         backend.close()
-    assert backend.trajectory_puts == 2 * config.batch_size
+    assert backend.data_puts == 2 * config.batch_size

@@ -24,6 +24,7 @@ from pong_mp.backends.shm import (
     pid_namespace,
     remove_stale_blocks,
 )
+from pong_mp.pg import PGWork
 from tests.helpers import new_blocks, pong_shm_blocks
 
 needs_linux_shm = pytest.mark.skipif(
@@ -140,7 +141,7 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
         spec = RolloutSpec(
             env_id="FakePong-v0",
             hidden=16,
-            gamma=0.99,
+            learner=PGWork(0.99),
             workers=1,
             env_kwargs={"points_to_win": 2},
         )

@@ -20,9 +20,10 @@ from pong_mp import config as config_module
 from pong_mp.batch_sum import BatchSum
 from pong_mp.config import PRESETS, ConfigError, TrainConfig, shown
 from pong_mp.episode import EpisodeResult, EpisodeStats
+from pong_mp.learner import NonFiniteError
 from pong_mp.rundir import RunDirError, prepare_run, read_metrics
 from pong_mp.state import TrainState
-from pong_mp.trainer import NonFiniteError, apply_batch, train
+from pong_mp.trainer import make_learner, train
 from tests.helpers import METRIC_FIELDS, checkpoint_weights, fake_config
 
 
@@ -195,7 +196,7 @@ def test_a_non_finite_gradient_is_refused(tmp_path: Path) -> None:
     grad = np.ones(n)
     grad[7] = np.nan
     with pytest.raises(NonFiniteError, match="update 1: the summed gradient is not finite"):
-        apply_batch(config, state, _summed([_result(0, grad)]))
+        make_learner(config).apply(state, _summed([_result(0, grad)]))
     assert state.batch == 0 and np.all(state.params == 0)
 
 
@@ -203,7 +204,8 @@ def test_running_reward_follows_episode_order() -> None:
     config = TrainConfig(**PRESETS["pg"] | {"hidden": 1})
     state = TrainState(params=np.zeros(6401), cache=np.zeros(6401))
     g = np.ones(6401)
-    new, stats = apply_batch(config, state, _summed([_result(1, g, -1.0), _result(0, g, 3.0)]))
+    summed = _summed([_result(1, g, -1.0), _result(0, g, 3.0)])
+    new, stats = make_learner(config).apply(state, summed)
     assert new.running_reward == pytest.approx(3.0 * 0.99 + -1.0 * 0.01)
     assert stats["reward_mean"] == 1.0 and (new.batch, new.episodes) == (1, 2)
 
@@ -685,7 +687,7 @@ def test_a_fork_may_add_a_value_head_or_drop_it(tmp_path: Path, clean_system) ->
 
 _NORMS_SCRIPT = """
 import numpy as np
-from pong_mp.trainer import l2_norm
+from pong_mp.learner import l2_norm
 x = np.random.default_rng(0).standard_normal(1_281_000) * 3.7
 print(float(np.linalg.norm(x)).hex(), l2_norm(x).hex())
 """

@@ -1,7 +1,9 @@
 """Backends play batches of episodes: serial (in process), local (process pool), ray.
 
-    base.py            RolloutSpec, the Backend protocol, errors and retries
-    episode_worker.py  EpisodeWorker: one env and workspace playing episodes (every backend's)
+    base.py            RolloutSpec (with the learner's WorkerSpec), the Backend protocol,
+                       errors and retries
+    episode_worker.py  EpisodeWorker: one env and the learner's working memory doing tasks
+                       (every backend's); kept.py the episodes' data it keeps
     serial.py          an EpisodeWorker in this process: the reference
     local.py           the pool of worker processes; shm.py its shared-memory blocks
     worker_process.py  a pool worker's main loop and the messages it exchanges with the pool
@@ -11,7 +13,10 @@
 from __future__ import annotations
 
 from pong_mp.backends.base import Backend, BackendUnavailable, RolloutSpec, WorkerError
-from pong_mp.config import BACKENDS
+
+BACKENDS = ("local", "serial", "ray")
+"""Where episodes are played, the default first: a process pool, this process, or Ray
+actors (`make_backend`'s names, which --backend offers)."""
 
 
 def make_backend(name: str, spec: RolloutSpec, ray_address: str | None = None) -> Backend:

@@ -1,4 +1,5 @@
-"""What every backend shares: the rollout spec, the interface, and the errors it raises."""
+"""What every backend shares: the rollout spec (with what its workers run, `WorkerSpec`), the
+interface, and the errors it raises."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+import gymnasium as gym
 import numpy as np
 
+from pong_mp import policy
 from pong_mp.batch_sum import GroupSum
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task
-from pong_mp.ppo import PPOSettings
+from pong_mp.frames import InputStream
 
 T = TypeVar("T")
 
@@ -70,6 +73,35 @@ def main_guard_error() -> MainGuardError:
     )
 
 
+class WorkerLearner(Protocol):
+    """A learner's side in a worker: what it does with a task, in the worker's env."""
+
+    def run(
+        self,
+        env: gym.Env,
+        inputs: InputStream,
+        weights: policy.Weights32,
+        task: Task,
+        out: np.ndarray | None,
+    ) -> EpisodeResult:
+        """Do `task` with `weights`: play an episode in `env` (fed to the policy through
+        `inputs`), or a pass over the data of one played before (`PassTask.data`). A gradient
+        goes into `out` (flat float32) when given; a task that gives none returns None."""
+
+
+class WorkerSpec(Protocol):
+    """What a learner's workers run, as a backend ships it to them: small, picklable
+    settings (pg.PGWork, ppo.PPOWork) that build the worker's side."""
+
+    @property
+    def value_head(self) -> bool:
+        """Whether the weights carry a value head."""
+
+    def worker(self, hidden: int, channels: int) -> WorkerLearner:
+        """The working memory of one worker, for a policy of `hidden` units (on the
+        features of a conv layer of `channels` filters; 0: the MLP)."""
+
+
 @dataclass(frozen=True)
 class RolloutSpec:
     """How episodes are played; the same for every worker of a run."""
@@ -78,13 +110,8 @@ class RolloutSpec:
     """Gymnasium env id, e.g. ALE/Pong-v5 or FakePong-v0."""
     hidden: int
     """Hidden units of the policy."""
-    gamma: float
-    """Discount factor of the returns."""
-    entropy_bonus: float = 0.0
-    """Weight of the policy's entropy in each episode's objective (0: none), with --algo pg;
-    the actor-critic's comes in each EpochTask (it may change during a run)."""
-    baseline: str = "none"
-    """"value": the weights carry a value head, and gradients a value head's part."""
+    learner: WorkerSpec
+    """What the workers run: the learner's side of a task."""
     workers: int = 1
     """Worker processes or actors (ignored by the serial backend)."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -96,18 +123,13 @@ class RolloutSpec:
     lag: int = 0
     """Policy lag: the backend keeps lag + 1 weights versions (up to lag + 1 batches in
     flight, each played with its own)."""
-    algo: str = "pg"
-    """The learner: "pg" plays episodes into gradients; "ppo" records trajectories, and
-    computes minibatch gradients from them (EpochTask)."""
-    ppo: PPOSettings = field(default_factory=PPOSettings)
-    """The actor-critic's hyperparameters (with algo "ppo")."""
     channels: int = 0
     """The convolutional layer's channels with --policy conv (0: the MLP on the pixels)."""
 
     @property
     def value_head(self) -> bool:
-        """Whether the weights carry a value head (--baseline value, or the actor-critic)."""
-        return self.baseline == "value" or self.algo == "ppo"
+        """Whether the weights carry a value head (the learner's)."""
+        return self.learner.value_head
 
 
 BackendItem = EpisodeResult | EpisodeStats | GroupSum

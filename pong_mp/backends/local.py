@@ -15,10 +15,10 @@ one batch goes on with the next batch's. A worker that dies or hangs is replaced
 episode played again with the same seed; an exception in a worker comes back with its
 traceback and the episode is retried a bounded number of times.
 
-With --algo ppo, an idle worker takes first the EpochTasks of the episodes it played (or was
-sent before), which go without their trajectory (`kept.py`): a trajectory crosses the pipe
-once an update instead of once a pass, and again only to a worker that would otherwise wait
-while the one that keeps it is busy (or was replaced).
+With --algo ppo, an idle worker takes first the passes (PassTasks) over the episodes it
+played (or was sent before), which go without the episode's data (`kept.py`): a trajectory
+crosses the pipe once an update instead of once a pass, and again only to a worker that
+would otherwise wait while the one that keeps it is busy (or was replaced).
 
 Data flow of one batch:
 
@@ -27,7 +27,8 @@ Data flow of one batch:
     publish: weights -> SharedWeights slot (v)  ~~ shm ~~>  weights.read(v)
     submit: Play(v, task) queued, sent  -- pipe -->  play(weights, task, slot)
                                                        gradient -> SharedGradient slot N
-    EpisodeResult(stats, slot N view)   <-- pipe --  Done(stats) | Failed(index, traceback)
+    EpisodeResult(stats, slot N view    <-- pipe --  Done(stats, gradient) |
+                  or None)                          Failed(index, traceback)
       -> BatchSum (fixed order)
     sentinel N fires (death), or no answer within --episode-timeout of the worker being ready
     (a replacement's start, building its env, is not the episode's time): replace the worker,
@@ -61,7 +62,7 @@ from pong_mp.backends.base import (
     skip_stall,
     worker_error,
 )
-from pong_mp.backends.kept import KeptTrajectories
+from pong_mp.backends.kept import KeptData
 from pong_mp.backends.shm import (
     SharedGradient,
     SharedWeights,
@@ -79,8 +80,7 @@ from pong_mp.backends.worker_process import (
     block_shapes,
     worker_main,
 )
-from pong_mp.episode import EpisodeResult, Task
-from pong_mp.ppo import EpochTask
+from pong_mp.episode import EpisodeResult, PassTask, Task
 from pong_mp.signals import (
     start_resource_tracker,
     stop_signals_deferred,
@@ -106,7 +106,7 @@ class _Worker:
     abandoned: bool = False  # stopped with its episode dropped: replaced at the next results
     sent: float = 0.0  # perf_counter when its job was sent (for the pipes' share)
     idle_since: float | None = None  # perf_counter since when it waits for a job, if it does
-    kept: KeptTrajectories = field(default_factory=KeptTrajectories)  # what it keeps, mirrored
+    kept: KeptData = field(default_factory=KeptData)  # what it keeps, mirrored
 
 
 class LocalBackend(BackendBase):
@@ -142,9 +142,9 @@ class LocalBackend(BackendBase):
         self._last_result = 0.0  # perf_counter of the latest result received
         self._checked = time.monotonic()  # when the workers were last checked for hangs
         self.light_passes = 0
-        """EpochTasks sent without their trajectory, to a worker that keeps it."""
+        """PassTasks sent without their episode's data, to a worker that keeps it."""
         self.whole_passes = 0
-        """EpochTasks sent with their trajectory (the worker did not keep it)."""
+        """PassTasks sent with their episode's data (the worker did not keep it)."""
 
     # lifecycle
 
@@ -293,7 +293,7 @@ class LocalBackend(BackendBase):
             elif w.job is None and w.process.exitcode is not None:
                 self._replace(w, "died while idle")
         idle = [w for w in self._workers if w.job is None]
-        # Each idle worker takes first a pass whose trajectory it keeps; then the rest go in
+        # Each idle worker takes first a pass whose episode's data it keeps; then the rest go in
         # order, a pass to a worker that does not keep it (which gets it whole) rather than
         # waiting for the one that does.
         for w in idle:
@@ -305,9 +305,9 @@ class LocalBackend(BackendBase):
                 self._send(w, self._pending.popleft())
 
     def _kept_job(self, w: _Worker) -> Play | None:
-        """Take from the pending jobs the first pass whose trajectory `w` keeps, if any."""
+        """Take from the pending jobs the first pass whose episode's data `w` keeps, if any."""
         for position, job in enumerate(self._pending):
-            if isinstance(job.task, EpochTask) and w.kept.holds(job.task):
+            if isinstance(job.task, PassTask) and w.kept.holds(job.task):
                 del self._pending[position]
                 return job
         return None
@@ -361,7 +361,7 @@ class LocalBackend(BackendBase):
             self.coordinator_seconds += w.sent - w.idle_since
             w.idle_since = None
         message = job
-        if isinstance(job.task, EpochTask):
+        if isinstance(job.task, PassTask):
             if w.kept.holds(job.task):
                 message = job._replace(task=w.kept.light(job.task))
                 self.light_passes += 1
@@ -397,16 +397,16 @@ class LocalBackend(BackendBase):
             self.pipe_seconds += max(0.0, received - w.sent - message.stats.seconds)
             w.idle_since = self._last_result = received
             self._retries.forget(message.stats.index)
-            if message.stats.trajectory is not None:  # as the worker kept it
-                w.kept.played(message.stats.index, message.stats.trajectory)
+            if message.stats.data is not None:  # as the worker kept it
+                w.kept.played(message.stats.index, message.stats.data)
             # A view of the worker's slot: valid until this worker gets its next episode.
-            return EpisodeResult(message.stats, w.grad.array)
+            return EpisodeResult(message.stats, w.grad.array if message.gradient else None)
         index, tb = message.index, message.traceback
         job = w.job
         if job is None or index is None:  # it failed before it could play anything
             raise worker_error(f"worker {w.slot} failed to start", tb)
         w.job = None
-        if isinstance(job.task, EpochTask):
+        if isinstance(job.task, PassTask):
             w.kept.forget(job.task.index)  # its retry goes whole, wherever it goes
         count = self._retries.again(
             job.task, self._pending, job, lambda n: f"failed {n} times in a worker", tb

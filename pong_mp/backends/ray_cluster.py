@@ -8,8 +8,9 @@ episodes is summed there, by batch_sum's own function and order, and the driver 
 one float64 sum per group and the episodes' small results. Episodes go preferably to
 actors on the node that plays the rest of their group. So the weights are bit-identical
 to the local backend's, and the driver receives ~GROUP times fewer bytes than one
-gradient per episode. With --algo ppo each trajectory goes into the object store once an
-update, and its passes carry a reference to it. An actor that dies or hangs is replaced
+gradient per episode. With --algo ppo each episode's data (its trajectory) goes into the
+object store once an update, and its passes carry a reference to it; its play gives no
+gradient, so nothing is summed for it. An actor that dies or hangs is replaced
 and its episode played again with the same seed; an exception inside an episode comes back
 with the actor's traceback and is retried a bounded number of times.
 """
@@ -48,8 +49,7 @@ from pong_mp.backends.base import (
     worker_error,
 )
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
-from pong_mp.episode import EpisodeStats, Task
-from pong_mp.ppo import EpochTask, Trajectory
+from pong_mp.episode import EpisodeStats, PassTask, Task
 
 log = logging.getLogger("pong_mp")
 
@@ -82,16 +82,16 @@ class EpisodeActor:
 
     @ray.method(num_returns=2)
     def play(
-        self, flat32: np.ndarray, task: Task, trajectory: Trajectory | None = None
-    ) -> tuple[EpisodeStats, np.ndarray]:
-        """Play one episode with the float32 weights `flat32` (a zero-copy view); an
-        EpochTask's trajectory may come apart from it, as `trajectory`.
+        self, flat32: np.ndarray, task: Task, data: object | None = None
+    ) -> tuple[EpisodeStats, np.ndarray | None]:
+        """Do one task with the float32 weights `flat32` (a zero-copy view); a PassTask's
+        episode data may come apart from it, as `data`.
 
-        Returns the result without its gradient, and the gradient: two objects, so that the
-        driver fetches only the small one and the gradient stays on this node for its
-        group's sum."""
-        if trajectory is not None:
-            task = dataclasses.replace(task, trajectory=trajectory)
+        Returns the result without its gradient, and the gradient (None for a task that
+        gives none): two objects, so that the driver fetches only the small one and the
+        gradient stays on this node for its group's sum."""
+        if data is not None:
+            task = dataclasses.replace(task, data=data)
         weights = policy.Weights32.from_flat32(flat32, self.spec.hidden, self.spec.channels)
         result = self.worker.play(weights, task)
         return result.stats, result.grad
@@ -238,12 +238,12 @@ class RayBackend(BackendBase):
         self.group_sums = 0
         """How many group sums were made on the cluster."""
         self._checked = time.monotonic()  # when the actors were last checked for hangs
-        # Each trajectory of the actor-critic's passes goes into the object store once an
-        # update, not with each of its passes (16 minibatches x 4 passes of ~0.5 MB):
-        # episode index -> (the trajectory, its ref), dropped when the next batch is played.
-        self._trajectories: dict[int, tuple[Trajectory, Any]] = {}
-        self.trajectory_puts = 0
-        """Trajectories put into the object store (for tests)."""
+        # Each episode's data (the actor-critic's trajectory) goes into the object store once
+        # an update, not with each of its passes (16 minibatches x 4 passes of ~0.5 MB):
+        # episode index -> (the data, its ref), dropped when the next batch is played.
+        self._data: dict[int, tuple[object, Any]] = {}
+        self.data_puts = 0
+        """Episodes' data put into the object store (for tests)."""
 
     def start(self) -> None:
         """Start or join Ray and create the actors; WorkerError if one cannot start."""
@@ -285,7 +285,7 @@ class RayBackend(BackendBase):
         summers, self._summers = list(self._summers.values()), {}
         self._groups.clear()
         self._versions.clear()
-        self._trajectories.clear()
+        self._data.clear()
         for actor in [slot.actor for slot in slots] + summers:
             with contextlib.suppress(Exception):
                 ray.kill(actor)
@@ -304,8 +304,8 @@ class RayBackend(BackendBase):
         """Queue `tasks` as groups of batch_sum.GROUP behind those submitted before."""
         if version not in self._versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")
-        if any(not isinstance(task, EpochTask) for task in tasks):
-            self._trajectories.clear()  # a batch to play: the last one's passes are over
+        if any(not isinstance(task, PassTask) for task in tasks):
+            self._data.clear()  # a batch to play: the last one's passes are over
         first = tasks[0].index if tasks else 0
         self._groups.extend(
             _Group(number, first, version, tasks[start : start + GROUP])
@@ -368,7 +368,10 @@ class RayBackend(BackendBase):
                 self._retries.forget(task.index)
                 group.grads[task.index] = grad_ref
                 if len(group.grads) == len(group.tasks):
-                    self._sum(group)
+                    if task.gradient:
+                        self._sum(group)
+                    else:  # nothing to sum: the group is done with its last result
+                        self._groups.remove(group)
                 if task.index not in group.reported:
                     group.reported.add(task.index)
                     yield result
@@ -403,21 +406,21 @@ class RayBackend(BackendBase):
         slot.task, slot.group, slot.since = group.pending.popleft(), group, time.monotonic()
         weights = self._versions[group.version]
         task = slot.task
-        if isinstance(task, EpochTask) and task.trajectory is not None:
-            light = dataclasses.replace(task, trajectory=None)
-            call = slot.actor.play.remote(weights, light, self._trajectory_ref(task))
+        if isinstance(task, PassTask) and task.data is not None:
+            light = dataclasses.replace(task, data=None)
+            call = slot.actor.play.remote(weights, light, self._data_ref(task))
         else:
             call = slot.actor.play.remote(weights, task)
         slot.ref, slot.grad_ref = call
 
-    def _trajectory_ref(self, task: EpochTask) -> Any:
-        # The object of `task`'s trajectory, put on its first pass. The same object, not an
-        # equal one: a trajectory is identified as the local pool's kept ones are.
-        kept = self._trajectories.get(task.index)
-        if kept is None or kept[0] is not task.trajectory:
-            assert task.trajectory is not None
-            kept = self._trajectories[task.index] = (task.trajectory, ray.put(task.trajectory))
-            self.trajectory_puts += 1
+    def _data_ref(self, task: PassTask) -> Any:
+        # The object of `task`'s episode data, put on its first pass. The same object, not
+        # an equal one: data is identified as the local pool's kept data is.
+        kept = self._data.get(task.index)
+        if kept is None or kept[0] is not task.data:
+            assert task.data is not None
+            kept = self._data[task.index] = (task.data, ray.put(task.data))
+            self.data_puts += 1
         return kept[1]
 
     def _sum(self, group: _Group) -> None:

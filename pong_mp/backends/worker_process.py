@@ -7,13 +7,14 @@ coordinator dies, attaches to the shared weights block and to its own gradient s
 plays episodes with one EpisodeWorker (`episode_worker.py`) until it is told to stop:
 
     coordinator -> worker   Play(version, task) | Stop()
-    worker -> coordinator   Ready() once set up, then Done(stats) or Failed(index, traceback)
-                            for each episode (Failed(None, ...) if it cannot set up)
+    worker -> coordinator   Ready() once set up, then Done(stats, gradient) or
+                            Failed(index, traceback) for each task (Failed(None, ...) if
+                            it cannot set up)
 
 The gradient never travels through the pipe: the worker writes it into its shared slot, and
-Done carries only the episode's statistics. With --algo ppo a task may also be an EpochTask
-(an episode's share of a minibatch's gradient): the trajectory an episode was played into
-comes back in Done's statistics; its EpochTasks go out without it to the worker that keeps it
+Done carries only the episode's statistics (and whether the slot holds a gradient). With
+--algo ppo an episode's play gives no gradient: its data (the trajectory) comes back in
+Done's statistics, and its passes (PassTasks) go out without it to the worker that keeps it
 (`kept.py`), and with it to any other.
 """
 
@@ -58,10 +59,13 @@ class Ready(NamedTuple):
 
 
 class Done(NamedTuple):
-    """Worker -> coordinator: an episode was played; its gradient is in the worker's slot."""
+    """Worker -> coordinator: a task was done; its gradient, if it gives one, is in the
+    worker's slot."""
 
     stats: EpisodeStats
     """The episode's statistics."""
+    gradient: bool
+    """Whether the slot holds a gradient (`Task.gradient`)."""
 
 
 class Failed(NamedTuple):
@@ -132,7 +136,8 @@ def worker_main(
             except Exception:
                 conn.send(Failed(task.index, traceback.format_exc()))
             else:
-                conn.send(Done(result.stats))  # the gradient is in the shared slot
+                # The gradient, if any, is in the shared slot.
+                conn.send(Done(result.stats, result.grad is not None))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the coordinator is gone: nothing left to do
     finally:

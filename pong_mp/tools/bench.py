@@ -223,17 +223,16 @@ def training_rate(
     as `setup` says."""
     from pong_mp.backends.local import LocalBackend
     from pong_mp.state import TrainState
-    from pong_mp.trainer import ppo_updates, rollout_spec, updates
+    from pong_mp.trainer import rollout_spec, updates
 
     config, params = training_config(env_id, workers, setup)
     backend = LocalBackend(rollout_spec(config))
     backend.start()
     try:
         records = []
-        learner = ppo_updates if config.algo == "ppo" else updates
         momentum = np.zeros_like(params) if config.optimizer == "adam" else None
         start_state = TrainState(params=params, cache=np.zeros_like(params), momentum=momentum)
-        stream = learner(config, start_state, backend)
+        stream = updates(config, start_state, backend)
         next(stream)  # warm-up: first touches of memory and caches
         counters = (
             "busy_seconds", "barrier_seconds", "coordinator_seconds", "pipe_seconds",
@@ -271,7 +270,8 @@ def training_rate(
         "workers_busy": spent["busy_seconds"] / (workers * wall),
         "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
-        # The actor-critic's passes that went without their trajectory (None with pg).
+        # The actor-critic's passes that went without their trajectory (None with pg): the
+        # episode's data was kept by the worker that took the pass.
         "passes_light_share": spent["light_passes"] / passes if passes else None,
     }
 
@@ -282,14 +282,13 @@ def _episode_memory(
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
     from pong_mp.backends.episode_worker import EpisodeWorker
     from pong_mp.episode import EpisodeTask
+    from pong_mp.pg import PGWork
 
     prepare_worker_process()
     # What a worker holds for all its episodes: its env and workspace, and its gradient slot.
     game = {"points_to_win": 10_000, "max_steps": steps}
-    spec = RolloutSpec(
-        "FakePong-v0", hidden, 0.99, entropy_bonus=entropy_bonus, baseline=baseline,
-        env_kwargs=game,
-    )
+    work = PGWork(0.99, entropy_bonus, baseline == "value")
+    spec = RolloutSpec("FakePong-v0", hidden, work, env_kwargs=game)
     worker = EpisodeWorker(spec)
     worker.open()
     value = baseline == "value"

@@ -126,16 +126,16 @@ def measure_costs(
     from pong_mp.checkpoint import load_policy
     from pong_mp.config import PRESETS, TrainConfig
     from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
-    from pong_mp.optim import Optimizer
+    from pong_mp.pg import PGLearner, PGWork
     from pong_mp.signals import stop_signals_deferred
     from pong_mp.state import TrainState
     from pong_mp.tools.bench import env_steps_per_sec
-    from pong_mp.trainer import apply_batch
+    from pong_mp.trainer import make_learner
 
     prepare_worker_process()
     params, config = load_policy(model)
     hidden = int(config["hidden"])
-    spec = RolloutSpec(env_id, hidden, float(config.get("gamma", 0.99)))
+    spec = RolloutSpec(env_id, hidden, PGWork(float(config.get("gamma", 0.99))))
     worker = EpisodeWorker(spec)
     worker.open()
     weights = policy.Weights32.from_params(params, hidden)
@@ -157,8 +157,8 @@ def measure_costs(
     sum_seconds = (time.perf_counter() - start) / 20
 
     # The trainer's own update (optimizer step and statistics), then the broadcast.
-    config = TrainConfig(**(PRESETS["pg"] | {"env": env_id, "hidden": hidden}))
-    optimizer = Optimizer(config.optimizer, config.lr, config.decay_rate)
+    learner = make_learner(TrainConfig(**(PRESETS["pg"] | {"env": env_id, "hidden": hidden})))
+    assert isinstance(learner, PGLearner)
     state = TrainState(params=params, cache=np.zeros_like(params))
     summed = BatchSum(0, 1, np.empty(len(params)))
     summed.add(EpisodeResult(EpisodeStats(0, 0.0, 1, 0.0), grad))
@@ -168,7 +168,7 @@ def measure_costs(
             shared = SharedWeights.create(BlockShape(hidden))
         start = time.perf_counter()
         for _ in range(10):
-            state, _ = apply_batch(config, state, summed, optimizer)
+            state, _ = learner.apply(state, summed)
             shared.write(state.params, state.batch)
         update_seconds = (time.perf_counter() - start) / 10
     finally:

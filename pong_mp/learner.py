@@ -1,0 +1,125 @@
+"""The learner interface: what the trainer calls, whichever algorithm learns, and what the
+learners share.
+
+    trainer.updates                       a learner (pg.PGLearner, ppo.PPOLearner)
+    ───────────────                       ─────────────────────────────────────────
+    learner.start(state, backend, more)   publish the weights the first batch plays with
+    while more(state):
+      played = learner.play(state, backend)
+                                          the batch of update state.batch + 1, played
+                                          (pg: its gradients summed; the actor-critic: its
+                                          episodes' data, kept where they were played)
+      state, stats = learner.learn(state, played, backend)
+                                          one update: the optimizer's steps (the
+                                          actor-critic hands out its passes), the new
+                                          weights published, the next batch under way
+      metrics line, checkpoint ...
+
+A learner talks to the backend through its calls (publish, submit, results), and to the
+workers through the tasks it hands out and the `backends.base.WorkerSpec` it gives the
+backend: backends and the episode loop know tasks and results, never a learner's types.
+A learner takes its own settings, never the run's TrainConfig (`trainer.make_learner`
+builds them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from pong_mp.backends.base import Backend
+from pong_mp.batch_sum import BatchSum
+from pong_mp.episode import EpisodeResult, EpisodeStats, Task
+from pong_mp.optim import dropped
+from pong_mp.signals import raise_swallowed
+from pong_mp.state import TrainState
+
+Stats = dict[str, Any]
+"""An update's statistics, keyed by their metrics fields: `reward_mean`, `steps`,
+`grad_norm`, `weight_norm`, `step_norm`, `lr`, `entropy`, the learner's own (`PPO_FIELDS`),
+and `update_seconds`, the coordinator's time on the workers' critical path."""
+
+RUNNING_DECAY = 0.99
+"""Weight of the old value in the running reward, updated once per episode (Karpathy's)."""
+
+
+class Learner(Protocol):
+    """One learning algorithm, as the trainer drives it: play a batch, then learn from it."""
+
+    def start(
+        self, state: TrainState, backend: Backend, more: Callable[[TrainState], bool]
+    ) -> TrainState:
+        """Publish what the first batch from `state` plays with; `more(state)` tells whether
+        an update is to follow a state. Returns the state to go on from."""
+
+    def play(self, state: TrainState, backend: Backend) -> Any:
+        """The batch of update `state.batch + 1`, played: what `learn` takes."""
+
+    def learn(self, state: TrainState, played: Any, backend: Backend) -> tuple[TrainState, Stats]:
+        """One update from `played`: the new state (its weights published, the next batch
+        under way where `more` allows) and its statistics. Raises NonFiniteError, and
+        changes no state, where the update would not be finite."""
+
+
+class NonFiniteError(RuntimeError):
+    """An update would have produced non-finite numbers; it was not applied."""
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A value that changes with the env steps played: `value`, or from each point of `at`
+    on (increasing), the value of `to` at that point (--lr-drop-at, --entropy-drop-at).
+
+    Counting env steps rather than updates ties it to the experience played, so a setting
+    means the same at any batch size, and a resumed run carries on where it was (the
+    checkpoint holds the steps)."""
+
+    value: float
+    at: tuple[float, ...] = ()
+    to: tuple[float, ...] = ()
+
+    def __call__(self, steps: int) -> float:
+        """The value after `steps` env steps."""
+        return dropped(self.value, steps, self.at, self.to)
+
+
+def running_reward(running: float | None, rewards: list[float]) -> float | None:
+    """The running reward after `rewards` (in episode order), from `running` (None before
+    any episode): Karpathy's exponential mean, one episode at a time."""
+    for reward in rewards:
+        running = (
+            reward if running is None else running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
+        )
+    return running
+
+
+def l2_norm(values: np.ndarray) -> float:
+    """The Euclidean norm of `values`, with the same bits on every CPU.
+
+    numpy's own pairwise sum, not BLAS: `np.linalg.norm` calls a BLAS kernel chosen for the
+    CPU, and the kernels add in different orders, so a run replayed on another machine would
+    record other last digits beside the very same weights.
+    """
+    return float(np.sqrt(np.add.reduce(np.square(values), axis=None)))
+
+
+def run_round(
+    backend: Backend, version: int, tasks: list[Task], summed: BatchSum
+) -> Iterator[EpisodeStats]:
+    """Hand `tasks` out with weights `version`, add what comes back into `summed` in its
+    fixed order, and yield each episode's statistics, until the round is complete."""
+    backend.submit(version, tasks)
+    for item in backend.results():
+        raise_swallowed()
+        summed.add(item)
+        if isinstance(item, EpisodeResult):
+            yield item.stats
+        elif isinstance(item, EpisodeStats):
+            yield item
+        if summed.complete:
+            break
+    if not summed.complete:
+        raise RuntimeError("the backend ended a batch before every episode was summed")

@@ -1,0 +1,331 @@
+"""Karpathy's learner (--algo pg): each episode played into its policy gradient, the batch's
+gradients summed in their fixed order, one optimizer step an update.
+
+    worker (PGWorker.run)                      coordinator (PGLearner)
+    ─────────────────────                      ───────────────────────
+                                 <── publish   weights k (and, with --policy-lag L, the L
+                                               versions before it)
+    EpisodeTask ──> play_episode ──> gradient  BatchSum: the fixed order of additions
+                    (gradient.py's folds)       │ batch k + 1 complete
+                                                v
+                                               optimizer step ──> weights k + 1, published;
+                                               the next batch handed out before the
+                                               update's norms are taken
+
+With --policy-lag L, batch k is played with the weights of update k-1-L, so batches
+k .. k+L are in flight together: the gradient of batch k is applied as soon as it is summed,
+while the next L play on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from pong_mp import policy
+from pong_mp.backends.base import Backend, BackendItem
+from pong_mp.batch_sum import BatchSum, GroupSum
+from pong_mp.episode import (
+    EpisodeResult,
+    EpisodeStats,
+    EpisodeTask,
+    Task,
+    make_tasks,
+    run_episode,
+)
+from pong_mp.frames import InputStream
+from pong_mp.gradient import EpisodeGradient
+from pong_mp.learner import NonFiniteError, Schedule, Stats, l2_norm, running_reward
+from pong_mp.optim import Optimizer
+from pong_mp.signals import raise_swallowed
+from pong_mp.state import TrainState, with_policy_lag
+
+# -- the worker's side ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PGWork:
+    """What pg's workers need (`backends.base.WorkerSpec`)."""
+
+    gamma: float
+    """Discount factor of the returns; they restart at every point."""
+    entropy_bonus: float = 0.0
+    """Weight of the policy's entropy in each episode's objective (0: none)."""
+    baseline: bool = False
+    """Advantages are the returns minus a value head's estimate (the weights carry one)."""
+
+    @property
+    def value_head(self) -> bool:
+        """Whether the weights carry a value head (the baseline's)."""
+        return self.baseline
+
+    def worker(self, hidden: int, channels: int) -> PGWorker:
+        """A worker's working memory for policies of `hidden` units (pg has no conv)."""
+        if channels:
+            raise ValueError("Karpathy's learner plays the MLP only")
+        return PGWorker(self, hidden)
+
+
+class PGWorker:
+    """One worker's side of pg: every task is an episode to play into its gradient."""
+
+    def __init__(self, work: PGWork, hidden: int) -> None:
+        """Working memory for `work`'s episodes with policies of `hidden` units."""
+        self.work = work
+        self._gradient = EpisodeGradient(
+            hidden, entropy_bonus=work.entropy_bonus, baseline=work.baseline
+        )
+
+    def run(
+        self,
+        env: gym.Env,
+        inputs: InputStream,
+        weights: policy.Weights32,
+        task: Task,
+        out: np.ndarray | None,
+    ) -> EpisodeResult:
+        """Play `task`, an episode, with `weights`: its gradient goes into `out`."""
+        if not isinstance(task, EpisodeTask):
+            raise TypeError(f"Karpathy's learner has no task {type(task).__name__}")
+        return play_episode(env, inputs, weights, self.work.gamma, task, out, self._gradient)
+
+
+def play_episode(
+    env: gym.Env,
+    inputs: InputStream,
+    weights: policy.Weights32,
+    gamma: float,
+    task: EpisodeTask,
+    out: np.ndarray | None = None,
+    work: EpisodeGradient | None = None,
+) -> EpisodeResult:
+    """Play one episode with the stochastic policy `weights`, and return its gradient.
+
+    The gradient is written into `out` (flat float32) when given, else into a new array.
+    `work` is the gradient's working memory; a worker passes the same one to every episode
+    so that nothing large is allocated per episode. The env is reset with a seed derived
+    from the task's seed, and actions are sampled from a generator seeded the same way, so
+    the result depends only on (weights, task).
+    """
+    start = time.perf_counter()
+    hidden = weights.w2.shape[0]
+    if work is None:
+        work = EpisodeGradient(hidden, baseline=weights.value is not None)
+    work.start(weights, gamma)
+    record = work.add
+
+    def on_step(action: int, p_up: float, reward: float) -> None:
+        # dlogp: d log pi(a) / d logit
+        record((1.0 if action == policy.UP else 0.0) - p_up, reward)
+
+    run_episode(env, inputs, task.seed, work.forward, on_step)
+    grad = np.empty(work.size, np.float32) if out is None else out
+    work.finish(grad)
+    stats = EpisodeStats(
+        index=task.index,
+        reward_sum=work.reward_sum,
+        steps=work.steps,
+        seconds=time.perf_counter() - start,
+        entropy=work.entropy_sum,
+    )
+    return EpisodeResult(stats, grad)
+
+
+# -- the coordinator's side ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PGLearning:
+    """What pg's coordinator needs of the run."""
+
+    seed: int
+    """The run's seed: every episode's derives from it."""
+    batch_size: int
+    """Episodes an update."""
+    optimizer: str
+    """rmsprop or adam (optim.OPTIMIZERS)."""
+    lr: Schedule
+    """The learning rate, by env steps played before the update's batch."""
+    decay_rate: float = 0.99
+    """RMSProp's decay of the mean of squared gradients."""
+    lag: int = 0
+    """--policy-lag: batch k is played with the weights of update k-1-L."""
+    batches: int | None = None
+    """The run's last update: no batch past it is handed out (None: no last)."""
+
+
+def batch_weights_version(batch: int, lag: int) -> int:
+    """The update whose weights play batch `batch` (1-based): batch - 1 - lag, or 0 (the
+    initial weights) where there is no such update yet. Fixed by the batch's number alone,
+    so that the bytes do not depend on timing, workers or backend."""
+    return max(0, batch - 1 - lag)
+
+
+def with_lagged(state: TrainState, lag: int) -> TrainState:
+    """`state` with the float32 weights its next `lag` batches are played with: a new run's
+    are its initial weights (a resumed run's come from its checkpoint)."""
+    if len(state.lagged) == lag:
+        return state
+    if state.batch != 0:
+        raise ValueError(f"update {state.batch} has no weights for a policy lag of {lag}")
+    return with_policy_lag(state, lag)
+
+
+class PGLearner:
+    """Karpathy's learner on a backend (`learner.Learner`).
+
+    Asking for the next update means the caller took the last one: the optimizer reuses the
+    arrays of the states before it (see optim.Optimizer).
+    """
+
+    def __init__(self, settings: PGLearning) -> None:
+        """A learner with `settings`; `start` readies it for a run's state."""
+        self.settings = settings
+        self.optimizer = Optimizer(settings.optimizer, settings.lr.value, settings.decay_rate)
+        self._in_flight: dict[int, BatchSum] = {}  # by the batch's first episode
+        self._sums: list[np.ndarray] = []
+        self._submitted = 0
+        self._arrived = 0.0
+        self._more: Callable[[TrainState], bool] = lambda state: True
+
+    def start(
+        self, state: TrainState, backend: Backend, more: Callable[[TrainState], bool]
+    ) -> TrainState:
+        """Publish the weights of the batches in flight from `state`, and hand them out."""
+        lag = self.settings.lag
+        state = with_lagged(state, lag)
+        self._more = more
+        # Batch k sums into sums[k % (lag + 1)].
+        self._sums = [np.empty(len(state.params)) for _ in range(lag + 1)]
+        # Versions batch-L .. batch (those before update 0 are update 0's: published once).
+        versions = {max(0, v): w for v, w in enumerate(state.lagged, start=state.batch - lag)}
+        versions[state.batch] = state.params.astype(np.float32)
+        for version in sorted(versions):
+            backend.publish(version, versions[version])
+        self._in_flight.clear()
+        self._submitted = state.batch
+        if more(state):
+            self._submit_ahead(state, backend)
+        return state
+
+    def _submit_ahead(self, state: TrainState, backend: Backend) -> None:
+        # Keep L + 1 batches in flight past `state`, up to the run's last update.
+        lag, size, last = self.settings.lag, self.settings.batch_size, self.settings.batches
+        while self._submitted < state.batch + 1 + lag and (last is None or self._submitted < last):
+            self._submitted += 1
+            first = state.episodes + (self._submitted - state.batch - 1) * size
+            out = self._sums[self._submitted % (lag + 1)]
+            self._in_flight[first] = BatchSum(first, size, out)
+            tasks = make_tasks(self.settings.seed, first, size)
+            backend.submit(batch_weights_version(self._submitted, lag), tasks)
+
+    def play(self, state: TrainState, backend: Backend) -> BatchSum:
+        """The summed gradients of the batch after `state` (others in flight are summed as
+        their results come)."""
+        summed = self._in_flight[state.episodes]
+        self._arrived = time.perf_counter()
+        for item in backend.results():
+            raise_swallowed()
+            self._arrived = time.perf_counter()
+            self._in_flight[_batch_of(item, state.episodes, self.settings.batch_size)].add(item)
+            if summed.complete:
+                break
+        if not summed.complete:
+            raise RuntimeError("the backend ended a batch before every episode was summed")
+        del self._in_flight[state.episodes]
+        return summed
+
+    def learn(
+        self, state: TrainState, played: BatchSum, backend: Backend
+    ) -> tuple[TrainState, Stats]:
+        """One optimizer step from the batch's summed gradient; the new weights and the next
+        batch go out before the update's norms are taken."""
+        new_state, grad, lr = self.step(state, played)
+        # The critical path: the workers wait for these weights and their next episodes.
+        # The rest of the update's work (its norms here, the trainer's metrics line,
+        # TensorBoard, progress and checkpoint) is done while they play. (The sum that
+        # `grad` may be is the next batch's too, but results are only added to it in the
+        # next `play`.)
+        backend.publish(new_state.batch, new_state.params.astype(np.float32))
+        if self._more(new_state):
+            self._submit_ahead(new_state, backend)
+        handed_out = time.perf_counter()
+        stats = update_stats(state, new_state, played, grad, lr)
+        stats["update_seconds"] = handed_out - self._arrived
+        return new_state, stats
+
+    def apply(self, state: TrainState, summed: BatchSum) -> tuple[TrainState, Stats]:
+        """The state after one update from a batch's summed gradients, and its statistics,
+        with no backend (`step` and `update_stats`)."""
+        new_state, grad, lr = self.step(state, summed)
+        return new_state, update_stats(state, new_state, summed, grad, lr)
+
+    def step(self, state: TrainState, summed: BatchSum) -> tuple[TrainState, np.ndarray, float]:
+        """The state after one update from a batch's summed gradients, with the gradient and
+        the rate it was applied with (for `update_stats`): what the next batch waits for.
+        Raises NonFiniteError, and changes no state, if the gradient or the new weights are
+        not finite."""
+        grad = summed.total
+        # An overflow is no warning to print: the sums below tell, and the update is refused.
+        with np.errstate(over="ignore", invalid="ignore"):
+            if not np.isfinite(grad.sum()):  # NaN/inf iff some element is (or it overflows)
+                raise NonFiniteError(
+                    f"update {state.batch + 1}: the summed gradient is not finite"
+                )
+            # The rate at the env steps played before this batch: update 1 uses --lr itself.
+            lr = self.settings.lr(state.steps)
+            params, cache, momentum = self.optimizer.step(
+                state.params, state.cache, state.momentum, grad, state.optimizer_steps + 1, lr
+            )
+            if not np.isfinite(params.sum()):
+                raise NonFiniteError(
+                    f"update {state.batch + 1}: the new weights would not be finite"
+                )
+        new_state = dataclasses.replace(
+            state,
+            params=params,
+            # The weights that batches in flight are played with move on by one update.
+            lagged=(*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else (),
+            cache=cache,
+            momentum=momentum,
+            batch=state.batch + 1,
+            episodes=state.episodes + summed.count,
+            steps=state.steps + summed.steps,
+            running_reward=running_reward(state.running_reward, summed.episode_rewards),
+            optimizer_steps=state.optimizer_steps + 1,
+        )
+        return new_state, grad, lr
+
+
+def update_stats(
+    state: TrainState, new_state: TrainState, summed: BatchSum, grad: np.ndarray, lr: float
+) -> dict[str, Any]:
+    """The statistics of the update from `state` to `new_state` (`PGLearner.step`'s): a few
+    ms on 1.3 M parameters, for watching (TensorBoard), done while the next batch plays."""
+    with np.errstate(over="ignore"):  # huge but finite weights: an inf norm says enough
+        return {
+            "reward_mean": float(np.mean(summed.episode_rewards)),
+            "steps": summed.steps,
+            "grad_norm": l2_norm(grad),
+            "weight_norm": l2_norm(new_state.params),
+            "step_norm": l2_norm(new_state.params - state.params),
+            "lr": lr,
+            # Mean entropy per step (nats; ln 2 = 0.69 is a coin toss): how settled the
+            # policy is.
+            "entropy": summed.entropy / summed.steps if summed.steps else None,
+        }
+
+
+def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
+    # The first episode of the batch that `item` belongs to (batches in flight are
+    # consecutive runs of batch_size episodes from `first` on).
+    if isinstance(item, GroupSum):
+        return item.first_index
+    index = item.stats.index if isinstance(item, EpisodeResult) else item.index
+    return index - (index - first) % batch_size
