@@ -283,7 +283,9 @@ class PassStats:
     steps: int = 0
     """Steps whose gradient was taken."""
     clipped: int = 0
-    """Steps whose ratio was clipped (no policy gradient)."""
+    """Steps whose ratio r = pi / pi_old left 1 +- clip (CleanRL's and SB3's clip fraction
+    counts these; the surrogate zeroes the policy gradient of those that left it in the
+    direction their advantage pushes)."""
     entropy: float = 0.0
     """Sum of the policy's entropy (nats)."""
     value_error: float = 0.0
@@ -549,7 +551,8 @@ norm where it is longer): PPO's usual limit."""
 PPO_FIELDS = ("entropy_bonus", "value_loss", "clip_fraction", "approx_kl")
 """The metrics fields of --algo ppo, over the update's passes: the entropy's weight in the
 update's objective (its schedule's, as `lr` is), the value head's mean (V - R)^2 / 2, the
-share of steps whose ratio was clipped, and the mean of log pi_old - log pi."""
+share of steps whose ratio r left 1 +- clip (CleanRL's and SB3's clip fraction), and the
+mean of log pi_old - log pi."""
 
 
 @dataclass(frozen=True)

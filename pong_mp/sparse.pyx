@@ -403,8 +403,9 @@ def ppo_coefficients(
     The objective of a step is min(r A, clip(r, 1 - clip, 1 + clip) A)
     - value_coef / 2 (V - R)^2 + entropy_coef H(p), with r = pi(a) / pi_old(a), a the
     step's action (1 UP, 0 DOWN). Writes d objective / d logit into coef_logit and
-    d objective / d V into coef_value. Returns (steps whose ratio was clipped, sum of
-    entropies, sum of (V - R)^2, sum of logp_old - logp): the statistics of the pass.
+    d objective / d V into coef_value. Returns (steps whose ratio left 1 +- clip, as
+    CleanRL and Stable-Baselines3 count their clip fraction; sum of entropies, sum of
+    (V - R)^2, sum of logp_old - logp): the statistics of the pass.
     """
     cdef Py_ssize_t n = logits.shape[0], t, clipped = 0
     cdef double z, p, logp, ratio, adv, grad, err, ent, entropy_sum = 0.0
@@ -426,9 +427,10 @@ def ppo_coefficients(
         adv = advantages[t]
         # The min takes the clipped term, whose slope in r is 0, only where the ratio has
         # left the interval in the direction the advantage pushes it.
+        if fabs(ratio - 1.0) > clip:
+            clipped += 1
         if (adv > 0.0 and ratio > 1.0 + clip) or (adv < 0.0 and ratio < 1.0 - clip):
             grad = 0.0
-            clipped += 1
         else:
             grad = adv * ratio * ((1.0 if a == UP_CODE else 0.0) - p)
         ent = 0.0

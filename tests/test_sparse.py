@@ -191,3 +191,22 @@ def test_conv_loops_refuse_bad_arrays() -> None:
                          *room, *scratch)
     with pytest.raises(ValueError):
         sparse.conv_many(kernel, np.array([0], np.int32), one, np.array([0, 5]), 1)
+
+
+def test_the_clip_fraction_counts_every_ratio_outside_the_interval() -> None:
+    # As CleanRL and Stable-Baselines3 count it: |r - 1| > clip, whichever way the advantage
+    # pushes. Step 0 is pushed back inside (A < 0, r > 1.1): counted, and its gradient kept;
+    # step 1 left the way A pushes (A < 0, r < 0.9): counted, its policy gradient zeroed;
+    # step 2 is inside.
+    logits = np.zeros(3)  # P(UP) = 0.5 for every step: log pi(UP) = log 0.5
+    logp_old = np.log(np.array([0.5 / 1.5, 0.5 / 0.5, 0.5 / 1.05]))  # r = 1.5, 0.5, 1.05
+    actions = np.ones(3, np.uint8)  # UP
+    advantages = np.array([-1.0, -1.0, 1.0])
+    zeros = np.zeros(3)
+    coef_logit, coef_value = np.empty(3), np.empty(3)
+    clipped, *_ = sparse.ppo_coefficients(
+        logits, zeros, actions, logp_old, advantages, zeros, 0.1, 0.5, 0.0, coef_logit,
+        coef_value,
+    )
+    assert clipped == 2
+    assert coef_logit[0] != 0.0 and coef_logit[1] == 0.0 and coef_logit[2] != 0.0
