@@ -104,7 +104,6 @@ class TrainConfig:
         "The learning rate from --lr-drop-at on: one value per point, comma-separated.",
         metavar="LR[,LR...]",
     )
-    gamma: float = option(0.99, "Discount factor; the return restarts at every point.")
     decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
     entropy_bonus: float = option(
         0.01,
@@ -196,7 +195,7 @@ class TrainConfig:
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
         check_types(dataclasses.asdict(self))
-        for name in ("lr", "gamma", "decay_rate", "entropy_bonus", "episode_timeout"):
+        for name in ("lr", "decay_rate", "entropy_bonus", "episode_timeout"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{option_flag(name)} must be a finite number")
         for at, to in DROPS.values():
@@ -245,7 +244,6 @@ class TrainConfig:
                 all(0 < v <= MAX_LR for v in self.lr_drop_to),
                 f"--lr-drop-to must be > 0 and at most {MAX_LR:g}",
             ),
-            (0 < self.gamma <= 1, "--gamma must be in (0, 1]"),
             (0 <= self.decay_rate < 1, "--decay-rate must be in [0, 1)"),
             (
                 abs(self.entropy_bonus) <= MAX_ENTROPY_BONUS,
@@ -406,6 +404,7 @@ REMOVED: dict[str, tuple[Any, str]] = {
     "gae_lambda": (0.95, "582c055"),
     "value_coef": (0.5, "582c055"),
     "max_grad_norm": (0.5, "582c055"),
+    "gamma": (0.99, "582c055"),
 }
 """Options pong-mp no longer has, each with the value it now always has and the last commit
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
@@ -546,7 +545,6 @@ ALGORITHM_FIELDS = (
     "lr",
     "lr_drop_at",
     "lr_drop_to",
-    "gamma",
     "decay_rate",
     "hidden",
     "policy",
@@ -580,7 +578,6 @@ _KARPATHY: dict[str, Any] = {
     "decay_rate": 0.99,
     "batch_size": 10,
     "hidden": 200,
-    "gamma": 0.99,
     "entropy_bonus": 0.0,
     "entropy_drop_at": (),
     "baseline": "none",

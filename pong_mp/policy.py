@@ -202,6 +202,11 @@ def choose_action(p_up: float, uniform: Callable[[], float], greedy: bool) -> in
     return UP if up else DOWN
 
 
+GAMMA = 0.99
+"""The discount of every learner's returns (Karpathy's; 0.995 was behind late in a run,
+docs/learning.md)."""
+
+
 def discount_rewards(rewards: np.ndarray, gamma: float) -> np.ndarray:
     """Discounted returns, restarting the sum at every point scored (reward != 0), as in Pong."""
     out = np.zeros(len(rewards), dtype=np.float64)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from pong_mp import checkpoint
+from pong_mp import checkpoint, policy
 from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend, WorkerSpec
 from pong_mp.config import TrainConfig
@@ -106,8 +106,8 @@ def make_learner(config: TrainConfig) -> Learner:
 def worker_spec(config: TrainConfig) -> WorkerSpec:
     """What the run's workers run: the learner's side of a task."""
     if config.algo == "ppo":
-        return PPOWork(config.gamma)
-    return PGWork(config.gamma, config.entropy_bonus, config.baseline == "value")
+        return PPOWork(policy.GAMMA)
+    return PGWork(policy.GAMMA, config.entropy_bonus, config.baseline == "value")
 
 
 def train(

@@ -76,7 +76,6 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--batch-size", "-1"], "--batch-size must be >= 1"),
         (["--env", "Nope-v0"], "unknown env id 'Nope-v0'"),
         (["--lr", "-1"], "--lr must be > 0"),
-        (["--gamma", "0"], "--gamma must be in (0, 1]"),
         (["--workers", "two"], "'two' is not a valid integer"),
         (["--backend", "gpu"], "'gpu' is not one of"),
         (["--env-arg", "nonsense"], "is not KEY=VALUE"),
@@ -140,7 +139,7 @@ def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
     assert (config["optimizer"], config["lr"], config["batch_size"], config["hidden"]) == (
         "rmsprop", 1e-4, 10, 200,
     )
-    assert (config["gamma"], config["decay_rate"], config["policy_lag"]) == (0.99, 0.99, 0)
+    assert (config["decay_rate"], config["policy_lag"]) == (0.99, 0)
     assert config["entropy_bonus"] == 0
     assert (config["lr_drop_at"], config["entropy_drop_at"]) == ([], [])  # no drop
     done = pong_mp(

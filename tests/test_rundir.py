@@ -333,7 +333,7 @@ def _copy_with_config(run: Path, run_dir: Path, changes: dict[str, object]) -> P
         ("env_kwargs", [1], "env_kwargs must be a JSON object, not [1]"),
         ("hidden", True, "hidden must be a whole number, not true"),
         ("workers", -3, "--workers must be >= 1"),
-        ("gamma", float("nan"), "--gamma must be a finite number"),
+        ("decay_rate", float("nan"), "--decay-rate must be a finite number"),
         ("surprise", 1, "unknown config keys: surprise"),
         ("lr_drop_at", "4e6", 'lr_drop_at must be a number or a list of numbers, not "4e6"'),
         ("entropy_drop_at", [1e6, "2e6"], "entropy_drop_at must be a number or a list of"),
@@ -364,6 +364,7 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
         ("clip", 0.1, 0.2),
         ("value_coef", 0.5, 1.0),
         ("max_grad_norm", 0.5, 0.0),
+        ("gamma", 0.99, 0.995),
     ],
 )
 def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(

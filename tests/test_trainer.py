@@ -164,7 +164,6 @@ def test_resume_needs_a_checkpoint_and_the_same_algorithm(tmp_path: Path) -> Non
         ("lr", 0.0, "--lr must be > 0"),
         ("optimizer", "sgd", "--optimizer must be one of rmsprop, adam"),
         ("target_reward", float("nan"), "--target-reward must be a finite number"),
-        ("gamma", 1.5, "--gamma must be in"),
         ("policy_lag", -1, "--policy-lag must be between 0 and 8"),
         ("env", "Nope-v0", "unknown env id 'Nope-v0'"),
     ],

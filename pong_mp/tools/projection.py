@@ -135,7 +135,7 @@ def measure_costs(
     prepare_worker_process()
     params, config = load_policy(model)
     hidden = int(config["hidden"])
-    spec = RolloutSpec(env_id, hidden, PGWork(float(config.get("gamma", 0.99))))
+    spec = RolloutSpec(env_id, hidden, PGWork(policy.GAMMA))
     worker = EpisodeWorker(spec)
     worker.open()
     weights = policy.Weights32.from_params(params, hidden)
