@@ -5,8 +5,8 @@ users rely on) and everything exact resume needs: the optimizer's state (RMSProp
 Adam's two moments), the update, episode and step counters, the running reward, the wall
 time so far, the run's config as JSON and, with a policy lag L, the float32 weights of the
 L updates before (lag_W1, lag_W2: L x H x 6400 and L x H) that the batches in flight use.
-A run with a value head (--baseline value, --algo ppo) adds it as `value`, with its
-optimizer state (`rmsprop_value`, `adam_m_value`) and lagged copies (`lag_value`). A
+A run with a value head (--algo ppo) adds it as `value`, with its optimizer state
+(`rmsprop_value`, `adam_m_value`). A
 --policy conv run's W1 is H x (19 x 19 x channels), one column per feature of its
 convolutional layer, whose filters are `conv` (8 x 8 x channels), with `rmsprop_conv` and
 `adam_m_conv`; a model file of one holds `conv` too.
@@ -110,13 +110,9 @@ def save(
     named = {"": state.params, "rmsprop_": state.cache}
     if state.momentum is not None:
         named["adam_m_"] = state.momentum
-    if policy.value_head(state.params, hidden, channels) is not None:  # pg value, ppo
+    if policy.value_head(state.params, hidden, channels) is not None:  # ppo (no policy lag)
         for prefix, flat in named.items():
             arrays[prefix + "value"] = policy.value_head(flat, hidden, channels)
-        if state.lagged:
-            arrays["lag_value"] = np.stack(
-                [policy.value_head(f, hidden, channels) for f in state.lagged]
-            )
     if channels:  # --policy conv (no policy lag)
         for prefix, flat in named.items():
             arrays[prefix + "conv"] = policy.conv_kernel(flat, hidden, channels)
@@ -311,10 +307,6 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         cache = np.concatenate([cache, heads["rmsprop_value"]])
         if momentum is not None:
             momentum = np.concatenate([momentum, heads["adam_m_value"]])
-        lagged = tuple(
-            np.concatenate([flat, head])
-            for flat, head in zip(lagged, heads["lag_value"], strict=True)
-        )
     if filters:
         params = np.concatenate([params, filters[0]])
         cache = np.concatenate([cache, filters[1]])
@@ -354,11 +346,10 @@ def _optimizer_steps(data: dict[str, np.ndarray], config: dict, batch: int) -> i
 def _value_heads(
     data: dict[str, np.ndarray], config: dict, hidden: int, adam: bool
 ) -> dict[str, np.ndarray]:
-    # A run with a value head (--baseline value, --algo ppo): the head, the optimizer's state
-    # for it and the heads of the weights in flight; {} for a run without one.
+    # A run with a value head (--algo ppo, which has no policy lag): the head and the
+    # optimizer's state for it; {} for a run without one.
     if not stored_value_head(config):
         return {}
-    lag = stored_option(config, "policy_lag")
     expected = {"value": (hidden + 1,), "rmsprop_value": (hidden + 1,)}
     if adam:
         expected["adam_m_value"] = (hidden + 1,)
@@ -369,18 +360,7 @@ def _value_heads(
             found = f"{data[key].dtype} {data[key].shape}"
             raise CheckpointError(f"{key} is {found}, not float64 {want}")
         _check_finite(data, (key,))
-    heads = {key: data[key] for key in expected}
-    if lag:
-        want = (lag, hidden + 1)
-        if "lag_value" not in data:
-            raise CheckpointError("missing lag_value, which --baseline value with a lag needs")
-        if data["lag_value"].shape != want or data["lag_value"].dtype != np.float32:
-            raise CheckpointError(f"lag_value is not float32 {want}")
-        _check_finite(data, ("lag_value",))
-        heads["lag_value"] = data["lag_value"]
-    else:
-        heads["lag_value"] = np.zeros((0, hidden + 1), np.float32)
-    return heads
+    return {key: data[key] for key in expected}
 
 
 def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:

@@ -26,7 +26,6 @@ from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import (
     ALGOS,
-    BASELINES,
     MAX_BATCH_SIZE,
     MAX_CHANNELS,
     MAX_ENTROPY_BONUS,
@@ -754,13 +753,6 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     help="The training runs' --entropy-bonus (its extra sum per worker costs time and memory).",
 )
 @click.option(
-    "--baseline",
-    type=click.Choice(BASELINES),
-    default=TrainConfig.baseline,
-    show_default=True,
-    help="The training runs' --baseline (value: a value head, new, on the model's weights).",
-)
-@click.option(
     "--algo",
     type=click.Choice(ALGOS),
     default=TrainConfig.algo,
@@ -844,7 +836,6 @@ def bench_command(
     policy_lag: int,
     model: Path | None,
     entropy_bonus: float,
-    baseline: str,
     algo: str,
     optimizer: str,
     net: str,
@@ -896,7 +887,7 @@ def bench_command(
         return
     setup = TrainingSetup(
         batch_size=batch_size, policy_lag=policy_lag,
-        entropy_bonus=entropy_bonus, baseline=baseline, algo=algo, optimizer=optimizer,
+        entropy_bonus=entropy_bonus, algo=algo, optimizer=optimizer,
         policy=net, channels=channels, epochs=epochs,
         minibatches=minibatches, model=model,
     )

@@ -28,10 +28,6 @@ def default_workers() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-BASELINES = ("none", "value")
-"""What the returns are compared with: their per-episode mean (Karpathy's), or a learned
-value head's estimate."""
-
 ALGOS = ("pg", "ppo")
 """Learners: Karpathy's policy gradient, or an actor-critic with PPO's clipped surrogate."""
 
@@ -129,12 +125,6 @@ class TrainConfig:
         "point, comma-separated.",
         metavar="BETA[,BETA...]",
     )
-    baseline: str = option(
-        "none",
-        "none: advantages are the returns standardised per episode (Karpathy's); value: "
-        "returns minus a value head's estimate, learned on the hidden layer.",
-        choices=BASELINES,
-    )
     hidden: int = option(200, "Hidden units.")
     policy: str = option(
         "conv",
@@ -184,8 +174,8 @@ class TrainConfig:
 
     @property
     def value_head(self) -> bool:
-        """Whether the weights carry a value head (--baseline value, or the actor-critic)."""
-        return self.baseline == "value" or self.algo == "ppo"
+        """Whether the weights carry a value head (the actor-critic's)."""
+        return self.algo == "ppo"
 
     @property
     def conv_channels(self) -> int:
@@ -256,12 +246,6 @@ class TrainConfig:
                 f"--entropy-drop-to must be between -{MAX_ENTROPY_BONUS:g} and "
                 f"{MAX_ENTROPY_BONUS:g}",
             ),
-            (
-                self.algo == "pg" or self.baseline == "none",
-                "--baseline is pg's option: --algo ppo has its own value "
-                "head and advantages",
-            ),
-            (self.baseline in BASELINES, f"--baseline must be one of {', '.join(BASELINES)}"),
             (self.algo in ALGOS, f"--algo must be one of {', '.join(ALGOS)}"),
             (self.algo == "pg" or self.policy_lag == 0, "--algo ppo works with --policy-lag 0"),
             (1 <= self.epochs <= 100, "--epochs must be between 1 and 100"),
@@ -364,7 +348,6 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "entropy_bonus": 0.0,
     "entropy_drop_at": 0.0,
     "entropy_drop_to": -0.1,
-    "baseline": "none",
     "algo": "pg",
     "epochs": 4,
     "minibatches": 4,
@@ -385,7 +368,7 @@ def stored_option(config: dict[str, Any], name: str) -> Any:
 def stored_value_head(config: dict[str, Any]) -> bool:
     """Whether the weights of a stored config's run carry a value head (TrainConfig's
     `value_head`)."""
-    return stored_option(config, "baseline") == "value" or stored_option(config, "algo") == "ppo"
+    return stored_option(config, "algo") == "ppo"
 
 
 def stored_conv_channels(config: dict[str, Any]) -> int:
@@ -405,6 +388,7 @@ REMOVED: dict[str, tuple[Any, str]] = {
     "value_coef": (0.5, "582c055"),
     "max_grad_norm": (0.5, "582c055"),
     "gamma": (0.99, "582c055"),
+    "baseline": ("none", "582c055"),
 }
 """Options pong-mp no longer has, each with the value it now always has and the last commit
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
@@ -552,7 +536,6 @@ ALGORITHM_FIELDS = (
     "entropy_bonus",
     "entropy_drop_at",
     "entropy_drop_to",
-    "baseline",
     "policy_lag",
     "algo",
     "epochs",
@@ -580,7 +563,6 @@ _KARPATHY: dict[str, Any] = {
     "hidden": 200,
     "entropy_bonus": 0.0,
     "entropy_drop_at": (),
-    "baseline": "none",
     "policy_lag": 0,
 }
 

@@ -78,12 +78,6 @@ class EpisodeGradient:
     C = sum_s gamma^(t_c - s) g_s up to the last folded step t_c, so that when its point r
     is scored at T, A += r * gamma^(T - t_c) * C.
 
-    With a value baseline (--baseline value), V_t = v . h_t + b is the value head's estimate
-    and the advantage is R_t - V_t: B sums V_t g_t instead of g_t (known step by step), and
-    `finish` writes A - B, unstandardised. The head learns by regression on the returns,
-    its gradient stopped at h: G = sum_t (R_t - V_t) [h_t; 1], whose R_t share is folded
-    like A (with an (H + 1) carry of its own) and whose V_t share is added step by step.
-
     A step is recorded in two calls: `forward` (the policy's forward pass on its input,
     which gives P(UP) and keeps what the gradient needs), then `add` (the sampled action's
     dlogp and the reward).
@@ -99,14 +93,11 @@ class EpisodeGradient:
         hidden: int,
         block: int = BLOCK,
         entropy_bonus: float = 0.0,
-        baseline: bool = False,
     ) -> None:
         """Working memory for the gradients of policies with `hidden` units. An
         `entropy_bonus` beta > 0 adds beta * sum_t H_t, the policy's entropy at each step, to
-        the objective. With `baseline`, the policy has a value head and the advantage is
-        R_t - V_t (see `finish`)."""
+        the objective."""
         self._hidden = hidden
-        self._baseline = baseline
         self._block = block
         self._entropy_bonus = entropy_bonus
         size = policy.param_count(hidden)
@@ -121,11 +112,6 @@ class EpisodeGradient:
         self._e = np.ones(size) if entropy_bonus else None
         self._slopes = np.ones(block)
         self._no_slopes = np.zeros(block)
-        # With a baseline: each buffered step's V_t; the value head's gradient G (H + 1),
-        # and its carry for a rally longer than the buffer, like the policy's carry.
-        self._values = np.zeros(block)
-        self._g_value = np.zeros(hidden + 1)
-        self._carry_value = np.zeros(hidden + 1)
         # W1 rows that may be non-zero (uint8: the compiled loops take no bool arrays)
         self._touched = np.ones(policy.INPUT_SIZE, dtype=np.uint8)
         # The buffered steps: inputs in CSR form (a step has at most INPUT_SIZE entries, so
@@ -155,7 +141,7 @@ class EpisodeGradient:
     @property
     def size(self) -> int:
         """Length of the flat float32 gradient `finish` writes."""
-        return policy.param_count(self._hidden, self._baseline)
+        return policy.param_count(self._hidden)
 
     @property
     def moments(self) -> Moments:
@@ -169,12 +155,9 @@ class EpisodeGradient:
 
     def start(self, weights: policy.Weights32, gamma: float) -> None:
         """Begin an episode played with `weights`, discounting with `gamma`."""
-        if self._baseline and weights.value is None:
-            raise ValueError("a value baseline needs weights with a value head")
         self._clear()
         self._weights = weights
         self._gamma = gamma
-        self._g_value[:] = 0.0
         # `finish` leaves the sums zero; an episode cut short by an error may not have.
         for acc in (self._a, self._b) if self._e is None else (self._a, self._b, self._e):
             w1t, w2 = policy.split(acc, self._hidden)
@@ -196,8 +179,6 @@ class EpisodeGradient:
         self.entropy_sum += policy.entropy(p_up)
         if self._e is not None:
             self._slopes[t] = policy.entropy_slope(p_up)
-        if self._baseline:
-            self._values[t] = sparse.value(self._hs[t], self._weights.value)
         return p_up
 
     def add(self, dlogp: float, reward: float) -> None:
@@ -215,10 +196,6 @@ class EpisodeGradient:
         """End the episode: write its gradient into the flat float32 `out`."""
         self._fold(final=True)
         mu, scale = self._moments.mean, self._moments.standardizing_scale
-        if self._baseline:
-            # B holds sum_t V_t g_t: A - B is sum_t (R_t - V_t) g_t, left unscaled (RMSProp
-            # divides out the gradient's scale); the value head's gradient follows it.
-            mu, scale = 1.0, 1.0
         if self._e is not None:
             # finish writes (A - mu B) * scale: A + beta / scale * E adds beta * E to it.
             self._e *= self._entropy_bonus / scale
@@ -226,9 +203,6 @@ class EpisodeGradient:
             self._e[:] = 0.0
         n = policy.param_count(self._hidden)
         sparse.finish(self._a, self._b, self._touched, mu, scale, out[:n])
-        if self._baseline:
-            out[n:] = self._g_value
-            self._g_value[:] = 0.0
         return out
 
     def _fold(self, final: bool) -> None:
@@ -245,9 +219,6 @@ class EpisodeGradient:
             r, lag = float(rewards[end]), end + 1
             self._carry *= r * self._gamma**lag  # in place: no 10 MB temporary
             self._a += self._carry
-            if self._baseline:
-                self._carry_value *= r * self._gamma**lag
-                self._g_value += self._carry_value
             self._moments_of_rally(r, lag, self._carried)
             self._carried = 0
         count = buffered if final else done
@@ -257,12 +228,7 @@ class EpisodeGradient:
         if final:
             self._moments.add_zeros(count - done + self._carried)
         dlogps = self._dlogps[:count]
-        if self._baseline:
-            values = self._values[:count]
-            self._accumulate(count, dlogps * returns, dlogps * values, self._a, self._b)
-            sparse.weighted_rows(self._hs, count, returns - values, self._g_value)
-        else:
-            self._accumulate(count, dlogps * returns, dlogps, self._a, self._b)
+        self._accumulate(count, dlogps * returns, dlogps, self._a, self._b)
         self._drop(count)
 
     def _fold_into_carry(self) -> None:
@@ -271,18 +237,9 @@ class EpisodeGradient:
         decay = self._gamma ** np.arange(count - 1, -1, -1)  # gamma^(t_c - s)
         if self._carried:
             self._carry *= self._gamma**count
-            self._carry_value *= self._gamma**count
         else:
             self._carry[:] = 0.0
-            self._carry_value[:] = 0.0
-        if self._baseline:
-            # V_t's share of the advantage is known now; R_t's comes with the point.
-            values = self._values[:count]
-            self._accumulate(count, dlogps * decay, dlogps * values, self._carry, self._b)
-            sparse.weighted_rows(self._hs, count, -values, self._g_value)
-            sparse.weighted_rows(self._hs, count, decay, self._carry_value)
-        else:
-            self._accumulate(count, dlogps * decay, dlogps, self._carry, self._b)
+        self._accumulate(count, dlogps * decay, dlogps, self._carry, self._b)
         self._carried += count
         self._drop(count)
 
@@ -294,7 +251,7 @@ class EpisodeGradient:
             self._idx[: last - first] = self._idx[first:last]
             self._vals[: last - first] = self._vals[first:last]
             self._indptr[: rest + 1] = self._indptr[count : self._buffered + 1] - first
-            for array in (self._hs, self._dlogps, self._rewards, self._slopes, self._values):
+            for array in (self._hs, self._dlogps, self._rewards, self._slopes):
                 array[:rest] = array[count : self._buffered]
         self._indptr[0] = 0
         self._buffered = rest

@@ -57,13 +57,11 @@ class PGWork:
     """Discount factor of the returns; they restart at every point."""
     entropy_bonus: float = 0.0
     """Weight of the policy's entropy in each episode's objective (0: none)."""
-    baseline: bool = False
-    """Advantages are the returns minus a value head's estimate (the weights carry one)."""
 
     @property
     def value_head(self) -> bool:
-        """Whether the weights carry a value head (the baseline's)."""
-        return self.baseline
+        """pg's weights carry no value head."""
+        return False
 
     def worker(self, hidden: int, channels: int) -> PGWorker:
         """A worker's working memory for policies of `hidden` units (pg has no conv)."""
@@ -78,9 +76,7 @@ class PGWorker:
     def __init__(self, work: PGWork, hidden: int) -> None:
         """Working memory for `work`'s episodes with policies of `hidden` units."""
         self.work = work
-        self._gradient = EpisodeGradient(
-            hidden, entropy_bonus=work.entropy_bonus, baseline=work.baseline
-        )
+        self._gradient = EpisodeGradient(hidden, entropy_bonus=work.entropy_bonus)
 
     def run(
         self,
@@ -116,7 +112,7 @@ def play_episode(
     start = time.perf_counter()
     hidden = weights.w2.shape[0]
     if work is None:
-        work = EpisodeGradient(hidden, baseline=weights.value is not None)
+        work = EpisodeGradient(hidden)
     work.start(weights, gamma)
     record = work.add
 

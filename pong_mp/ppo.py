@@ -20,8 +20,8 @@ function of (weights, task), so the bytes do not depend on which worker, backend
 computes it.
 
 The policy is the MLP with a value head on its hidden layer (the layout of
-`policy.param_count(hidden, value=True)`); unlike --baseline value, the value loss's
-gradient reaches the hidden layer's weights too (a shared trunk, as in PPO's Atari
+`policy.param_count(hidden, value=True)`); the value loss's gradient reaches the hidden
+layer's weights too (a shared trunk, as in PPO's Atari
 setting). With --policy conv the hidden layer sees the features of a convolutional layer
 (`sparse.conv_step`) instead of the pixels, and the gradient reaches its filters too
 (`sparse.conv_backward`); a trajectory keeps the pixels, whose features each pass computes

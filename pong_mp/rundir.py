@@ -499,7 +499,7 @@ def _prepare_fork(
             state, stored.hidden, config.hidden, config.seed, config.conv_channels
         )
     if config.value_head != stored.value_head:
-        # --baseline value added or dropped, or a switch of learner (the actor-critic has one)
+        # A switch of learner: the actor-critic has a value head, Karpathy's learner none.
         state = with_value_head(state, config.hidden, config.value_head)
     if config.policy_lag != stored.policy_lag:
         state = with_policy_lag(state, config.policy_lag)

@@ -299,27 +299,6 @@ def value(const float[::1] h, const float[::1] head) -> float:
     return total + head[hidden]
 
 
-def weighted_rows(
-    const float[:, ::1] hs,
-    Py_ssize_t count,
-    const double[::1] coef,
-    double[::1] out,
-) -> None:
-    """Add sum_t coef[t] * [hs[t], 1] over steps t < `count` to `out` (hidden + 1 float64:
-    the gradient of sum_t coef[t] * V_t for the value head's weights and bias), in step
-    order."""
-    cdef Py_ssize_t hidden = hs.shape[1], t, k
-    cdef double c
-    if not (0 <= count <= hs.shape[0] and coef.shape[0] >= count
-            and out.shape[0] == hidden + 1):
-        raise ValueError("weighted_rows: arrays of mismatched sizes")
-    for t in range(count):
-        c = coef[t]
-        for k in range(hidden):
-            out[k] += c * hs[t, k]
-        out[hidden] += c
-
-
 # -- the actor-critic's loops over a stored trajectory (ppo.py) ------------------------------
 
 

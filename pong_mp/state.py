@@ -23,8 +23,8 @@ class TrainState:
     """Everything that changes during training; what a checkpoint stores."""
 
     params: np.ndarray
-    """Flat policy parameters (W1 then W2, then the value head with --baseline value or
-    --algo ppo), float64."""
+    """Flat policy parameters (W1 then W2, then the value head with --algo ppo),
+    float64."""
     cache: np.ndarray
     """Mean of squared gradients, same shape as params: RMSProp's cache, Adam's v."""
     batch: int = 0

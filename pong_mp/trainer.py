@@ -107,7 +107,7 @@ def worker_spec(config: TrainConfig) -> WorkerSpec:
     """What the run's workers run: the learner's side of a task."""
     if config.algo == "ppo":
         return PPOWork(policy.GAMMA)
-    return PGWork(policy.GAMMA, config.entropy_bonus, config.baseline == "value")
+    return PGWork(policy.GAMMA, config.entropy_bonus)
 
 
 def train(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -116,7 +115,7 @@ def test_format_bench_shows_every_figure() -> None:
         "8,000 steps/s",
         "7,600 steps/s",
         "0.95x raw",
-        "policy lag 1, entropy bonus 0, baseline none, new weights",
+        "policy lag 1, entropy bonus 0, new weights",
         "workers busy 93% of the time",
         "0.45x one raw process",
         "0.40%",
@@ -266,7 +265,7 @@ def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_s
     monkeypatch.setattr(
         bench,
         "episode_memory",
-        lambda steps, entropy_bonus=0.0, baseline="none": memory.append(entropy_bonus) or None,
+        lambda steps, entropy_bonus=0.0: memory.append(entropy_bonus) or None,
     )
     setup = bench.TrainingSetup(**{**PG, "entropy_bonus": 0.25}, batch_size=1)
     results = bench.run_bench(1, 0.2, "FakePong-v0", setup)
@@ -286,32 +285,6 @@ def test_the_entropy_bonus_adds_its_sum_to_a_workers_episode_memory() -> None:
         pytest.skip("needs Linux's /proc")
     # The third sum E: 100 x 6,401 float64, 5.1 MB.
     assert 4.0 < bonus["peak"] - plain["peak"] < 7.0
-
-
-def test_bench_trains_with_a_value_head_added_to_a_models_weights(
-    monkeypatch, fake_checkpoint: Path, clean_system
-) -> None:
-    import pong_mp.trainer as trainer
-    from pong_mp.tools import bench
-
-    seen = []
-    original = trainer.updates
-
-    def spy(config, state, backend):
-        seen.append((config.baseline, policy.value_head(state.params, config.hidden)))
-        return original(config, state, backend)
-
-    monkeypatch.setattr(trainer, "updates", spy)
-    setup = bench.TrainingSetup(**PG, batch_size=1, baseline="value", model=fake_checkpoint)
-    bench.training_rate("FakePong-v0", 1, 0.2, setup)
-    (baseline, head), = seen
-    assert baseline == "value" and head is not None and not head.any()
-    assert setup.describe()["baseline"] == "value"
-    plain = bench.episode_memory(1_000, hidden=100, repeats=1)
-    value = bench.episode_memory(1_000, hidden=100, repeats=1, baseline="value")
-    if plain is None or value is None:
-        pytest.skip("needs Linux's /proc")
-    assert abs(value["peak"] - plain["peak"]) < 1.0  # a few vectors of H + 1, no new sum
 
 
 def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(

@@ -59,10 +59,9 @@ class _Recording(EpisodeGradient):
     """Keeps every step it is given, for comparison with the dense reference."""
 
     def __init__(
-        self, hidden: int, block: int, entries: int, entropy_bonus: float = 0.0,
-        baseline: bool = False,
+        self, hidden: int, block: int, entries: int, entropy_bonus: float = 0.0
     ) -> None:
-        super().__init__(hidden, block, entropy_bonus, baseline)
+        super().__init__(hidden, block, entropy_bonus)
         self.ENTRIES = entries  # the buffers stay larger: only the fold's trigger moves
         self.log: list[tuple[np.ndarray, np.ndarray, float, float]] = []
         self.most_buffered = 0
@@ -151,51 +150,6 @@ def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -
     assert 0 < result.stats.entropy < np.log(2) * result.stats.steps
 
 
-def _dense_baseline_gradient(log, params: np.ndarray, hidden: int, gamma: float) -> np.ndarray:
-    """The gradient with a value baseline, dense and in float64: the policy's with
-    advantages R_t - V_t (not standardised), then the value head's regression gradient
-    sum_t (R_t - V_t) [h_t; 1]."""
-    xs = np.zeros((len(log), policy.INPUT_SIZE))
-    for t, (idx, vals, _, _) in enumerate(log):
-        xs[t, idx] = vals
-    dlogps = np.array([step[2] for step in log])
-    returns = policy.discount_rewards(np.array([step[3] for step in log]), gamma)
-    rounded = params.astype(np.float32).astype(np.float64)
-    w1t, w2 = policy.split(rounded, hidden)
-    head = policy.value_head(rounded, hidden)
-    hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
-    advantages = returns - (hs @ head[:hidden] + head[hidden])
-    n = policy.param_count(hidden)
-    grad = np.empty_like(params)
-    policy.backward(w2, xs, hs, dlogps * advantages, grad[:n])
-    grad[n:n + hidden] = advantages @ hs
-    grad[-1] = advantages.sum()
-    return grad
-
-
-@pytest.mark.parametrize(("block", "max_steps"), [(1024, 27_000), (16, 27_000), (7, 300)])
-def test_a_value_baseline_matches_the_dense_reference(block: int, max_steps: int) -> None:
-    params = policy.init_params(HIDDEN, 2, value=True) * 3
-    n = policy.param_count(HIDDEN)
-    assert params[: n].tobytes() == (policy.init_params(HIDDEN, 2) * 3).tobytes()
-    assert not params[n:].any()  # a new head estimates 0 everywhere
-    params[n:] = np.random.default_rng(0).normal(0, 0.2, HIDDEN + 1)
-    weights = policy.Weights32.from_params(params, HIDDEN)
-    env = make_training_env("FakePong-v0", points_to_win=3, max_steps=max_steps)
-    work = _Recording(HIDDEN, block, EpisodeGradient.ENTRIES, baseline=True)
-    result = _play(env, weights, EpisodeTask(0, 5), work)
-    assert result.grad.shape == (n + HIDDEN + 1,)
-    dense = _dense_baseline_gradient(work.log, params, HIDDEN, 0.99)
-    for part in (slice(0, n), slice(n, None)):  # the policy's, then the value head's
-        scale = np.abs(dense[part]).max()
-        assert scale > 0
-        np.testing.assert_allclose(result.grad[part], dense[part], rtol=0, atol=scale * 1e-5)
-    standardised = _dense_gradient(work.log, params[:n], HIDDEN, 0.99)
-    assert np.abs(standardised - dense[:n]).max() > np.abs(dense[:n]).max() * 1e-2
-    with pytest.raises(ValueError, match="needs weights with a value head"):
-        _play(env, policy.Weights32.from_params(params[:n], HIDDEN), EpisodeTask(0, 5), work)
-
-
 def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
     weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), HIDDEN)
     env = make_training_env("FakePong-v0", points_to_win=2)
@@ -206,18 +160,17 @@ def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
     assert reused.grad.tobytes() == fresh.grad.tobytes()
 
 
-@pytest.mark.parametrize(("entropy_bonus", "baseline"), [(0.0, False), (0.5, False), (0.0, True)])
+@pytest.mark.parametrize("entropy_bonus", [0.0, 0.5])
 def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one(
-    entropy_bonus: float, baseline: bool
+    entropy_bonus: float,
 ) -> None:
-    params = policy.init_params(HIDDEN, 0, value=baseline)
-    params[policy.param_count(HIDDEN) :] = 0.1  # a head that estimates something
+    params = policy.init_params(HIDDEN, 0)
     weights = policy.Weights32.from_params(params, HIDDEN)
     crashing = make_training_env(
         CRASHING_PONG, crash_episodes=(0,), crash_at_step=60, points_to_win=2
     )
     # small blocks: folds happen before the failure
-    work = EpisodeGradient(HIDDEN, block=8, entropy_bonus=entropy_bonus, baseline=baseline)
+    work = EpisodeGradient(HIDDEN, block=8, entropy_bonus=entropy_bonus)
     with pytest.raises(RuntimeError, match="planned failure"):
         _play(crashing, weights, EpisodeTask(0, 11), work)
     assert work.steps == 59 and work.buffered < 8
@@ -225,7 +178,7 @@ def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one(
     env = make_training_env("FakePong-v0", points_to_win=2)
     fresh = _play(
         env, weights, EpisodeTask(1, 12),
-        EpisodeGradient(HIDDEN, 8, entropy_bonus=entropy_bonus, baseline=baseline),
+        EpisodeGradient(HIDDEN, 8, entropy_bonus=entropy_bonus),
     )
     assert reused.grad.tobytes() == fresh.grad.tobytes()
     again = _play(env, weights, EpisodeTask(1, 12), work)  # after a finished episode

@@ -301,7 +301,6 @@ def test_an_actor_critic_checkpoint_plays(tmp_path: Path, ppo_serial, clean_syst
     ("options", "message"),
     [
         (["--policy-lag", "1"], "--algo ppo works with --policy-lag 0"),
-        (["--baseline", "value"], "--baseline is pg's option"),
         (["--epochs", "0"], "--epochs must be between 1 and 100"),
     ],
 )

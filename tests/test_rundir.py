@@ -365,6 +365,7 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
         ("value_coef", 0.5, 1.0),
         ("max_grad_norm", 0.5, 0.0),
         ("gamma", 0.99, 0.995),
+        ("baseline", "none", "value"),
     ],
 )
 def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(

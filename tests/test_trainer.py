@@ -308,7 +308,6 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
     [
         ("lr_drop_at", (300.0,)),
         ("entropy_bonus", 0.5),
-        ("baseline", "value"),
     ],
 )
 def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
@@ -476,7 +475,7 @@ def test_a_config_from_before_the_actor_critic_resumes_as_karpathys_learner() ->
     oldest = {"env": "ALE/Pong-v5", "batch_size": 10, "seed": 0, "lr": 1e-3, "hidden": 200,
               "gamma": 0.99, "decay_rate": 0.99, "workers": 2, "run_dir": "runs/pong"}
     config = TrainConfig.from_dict(oldest)
-    kept = ("algo", "policy", "optimizer", "entropy_bonus", "baseline")
+    kept = ("algo", "policy", "optimizer", "entropy_bonus")
     assert {name: getattr(config, name) for name in kept} == {
         name: config_module.PRESETS["pg"][name] for name in kept
     }
@@ -641,47 +640,6 @@ def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path:
     config = fake_config(fork, fork_from=str(source), backend="serial", checkpoint_every=100)
     train(config, log=log)
     assert seen == [2]
-
-
-def test_a_value_baseline_learns_its_head_and_resumes_with_a_policy_lag(
-    tmp_path: Path, clean_system
-) -> None:
-    reference = tmp_path / "reference"
-    train(fake_config(reference, backend="serial", baseline="value", policy_lag=1), log=_quiet)
-    state, _ = checkpoint.load(reference / "checkpoint.npz")
-    n = len(state.params) - 17  # hidden 16: 16 weights and a bias
-    assert np.any(state.params[n:] != 0) and np.any(state.cache[n:] != 0)
-    assert [len(w) for w in state.lagged] == [len(state.params)]
-    run_dir = tmp_path / "local"
-    for batches, resume in ((1, False), (3, True)):
-        config = fake_config(run_dir, baseline="value", policy_lag=1, batches=batches, workers=3)
-        train(config, resume=resume, log=_quiet)
-    assert checkpoint_weights(run_dir) == checkpoint_weights(reference)
-    with np.load(reference / "checkpoint.npz") as npz:
-        arrays = dict(npz)
-    del arrays["lag_value"]
-    np.savez(reference / "checkpoint.npz", **arrays)
-    with pytest.raises(checkpoint.CheckpointError, match="missing lag_value"):
-        checkpoint.load(reference / "checkpoint.npz")
-
-
-def test_a_fork_may_add_a_value_head_or_drop_it(tmp_path: Path, clean_system) -> None:
-    source = tmp_path / "source"
-    train(fake_config(source, batches=1, backend="serial", policy_lag=1), log=_quiet)
-    before, _ = checkpoint.load(source / "checkpoint.npz")
-    with_head = tmp_path / "value"
-    _, state = prepare_run(with_head, False, {"fork_from": str(source), "baseline": "value"})
-    n = len(before.params)
-    for old, new in ((before.params, state.params), (before.cache, state.cache),
-                     (before.lagged[0], state.lagged[0])):
-        assert new[:n].tobytes() == old.tobytes() and len(new) == n + 17 and not new[n:].any()
-    train(fake_config(with_head, fork_from=str(source), baseline="value", policy_lag=1), log=_quiet)
-    learned, _ = checkpoint.load(with_head / "checkpoint.npz")
-    assert learned.params[n:].any()
-    _, state = prepare_run(tmp_path / "none", False, {"fork_from": str(with_head),
-                                                          "baseline": "none"})
-    assert state.params.tobytes() == learned.params[:n].tobytes()
-    assert [len(flat) for flat in state.lagged] == [n]
 
 
 _NORMS_SCRIPT = """

@@ -2,8 +2,8 @@
 
 Layout: one slot per weights version kept (--policy-lag + 1), each a 64-byte header whose
 first 8 bytes hold the version (int64), then the float32 weights that episodes compute with
-(`policy.Weights32`: W1 transposed, W2, and a value head with --baseline value or --algo
-ppo), 64-byte aligned. The coordinator keeps the float64 master copy and writes one slot per
+(`policy.Weights32`: W1 transposed, W2, and a value head with --algo ppo), 64-byte
+aligned. The coordinator keeps the float64 master copy and writes one slot per
 optimizer step (one per update; one per minibatch with --algo ppo), the oldest, in turn.
 Blocks are named `pong-mp-<pid>-<pidns>-<random>` so that a leak is easy to spot in /dev/shm.
 Only the creator unlinks. A creator killed together with its resource tracker (a whole process
@@ -130,7 +130,7 @@ class StaleWeightsError(RuntimeError):
 @dataclass(frozen=True)
 class BlockShape:
     """What a block is sized for: a policy of `hidden` units, with a value head if `value`
-    (--baseline value), and `width`: the weights versions a SharedWeights block keeps
+    (--algo ppo), and `width`: the weights versions a SharedWeights block keeps
     (--policy-lag + 1; 1 for a SharedGradient)."""
 
     hidden: int

@@ -146,7 +146,6 @@ class TrainingSetup:
     batch_size: int = TrainConfig.batch_size
     policy_lag: int = TrainConfig.policy_lag
     entropy_bonus: float = TrainConfig.entropy_bonus
-    baseline: str = TrainConfig.baseline
     algo: str = TrainConfig.algo
     optimizer: str = TrainConfig.optimizer
     policy: str = TrainConfig.policy
@@ -164,7 +163,6 @@ class TrainingSetup:
             "batch_size": self.batch_size,
             "policy_lag": self.policy_lag,
             "entropy_bonus": self.entropy_bonus,
-            "baseline": self.baseline,
             "algo": self.algo,
             "optimizer": self.optimizer,
             "policy": self.policy,
@@ -199,7 +197,6 @@ def training_config(
         entropy_bonus=setup.entropy_bonus,
         # Karpathy's learner has no entropy drop; the actor-critic's is train's default.
         entropy_drop_at=TrainConfig.entropy_drop_at if setup.algo == "ppo" else (),
-        baseline=setup.baseline,
         algo=setup.algo,
         optimizer=setup.optimizer,
         policy=net,
@@ -276,9 +273,7 @@ def training_rate(
     }
 
 
-def _episode_memory(
-    steps: int, hidden: int, entropy_bonus: float, baseline: str
-) -> tuple[float, float]:
+def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[float, float]:
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
     from pong_mp.backends.episode_worker import EpisodeWorker
     from pong_mp.episode import EpisodeTask
@@ -287,13 +282,12 @@ def _episode_memory(
     prepare_worker_process()
     # What a worker holds for all its episodes: its env and workspace, and its gradient slot.
     game = {"points_to_win": 10_000, "max_steps": steps}
-    work = PGWork(0.99, entropy_bonus, baseline == "value")
+    work = PGWork(policy.GAMMA, entropy_bonus)
     spec = RolloutSpec("FakePong-v0", hidden, work, env_kwargs=game)
     worker = EpisodeWorker(spec)
     worker.open()
-    value = baseline == "value"
-    weights = policy.Weights32.from_params(policy.init_params(hidden, 0, value), hidden)
-    grad = np.ones(policy.param_count(hidden, value), dtype=np.float32)
+    weights = policy.Weights32.from_params(policy.init_params(hidden, 0), hidden)
+    grad = np.ones(policy.param_count(hidden), dtype=np.float32)
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.
     Path("/proc/self/clear_refs").write_text("5")
@@ -312,18 +306,17 @@ def episode_memory(
     hidden: int = 200,
     repeats: int = 3,
     entropy_bonus: float = 0.0,
-    baseline: str = TrainConfig.baseline,
 ) -> dict[str, float] | None:
     """RSS (MB) of a fresh worker-like process before one episode of exactly `steps` steps,
     and its peak during it (the median of `repeats` processes: the allocator adds ~0.2 MB of
-    noise); None where /proc cannot tell. `entropy_bonus` > 0 adds its sum to the workspace,
-    and `baseline` "value" a value head."""
+    noise); None where /proc cannot tell. `entropy_bonus` > 0 adds its sum to the
+    workspace."""
     ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeats):
         with ctx.Pool(1) as pool:
             try:
-                args = (steps, hidden, entropy_bonus, baseline)
+                args = (steps, hidden, entropy_bonus)
                 runs.append(pool.apply(_episode_memory, args))
             except (OSError, RuntimeError):
                 return None
@@ -344,8 +337,8 @@ def run_bench(
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
     reference = dense_reference_rate(env_id, seconds)
-    short = episode_memory(1_000, entropy_bonus=setup.entropy_bonus, baseline=setup.baseline)
-    long = episode_memory(10_000, entropy_bonus=setup.entropy_bonus, baseline=setup.baseline)
+    short = episode_memory(1_000, entropy_bonus=setup.entropy_bonus)
+    long = episode_memory(10_000, entropy_bonus=setup.entropy_bonus)
     return {
         "env": env_id,
         "workers": workers,
@@ -395,7 +388,6 @@ def format_bench(r: dict[str, Any]) -> str:
         f"{r.get('optimizer', 'rmsprop')}, "
         f"{_passes(r)}policy lag {r.get('policy_lag', 0)}, "
         f"entropy bonus {r.get('entropy_bonus', 0):g}, "
-        f"baseline {r.get('baseline', 'none')}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
         f"Ray's example (dense float64 loop), 1 process: "
