@@ -302,7 +302,7 @@ class TrainConfig:
         unknown keys are an error, and options it lacks take the defaults of older runs."""
         if not isinstance(data, dict):
             raise ConfigError(f"a config is a JSON object, not {type(data).__name__}")
-        data = without_removed(data)
+        data = {k: v for k, v in without_removed(data).items() if k not in RECORD_KEYS}
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -394,6 +394,11 @@ REMOVED: dict[str, tuple[Any, str]] = {
 whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
 gives one that value loads as if it did not name it; one of another value needs that
 commit's code."""
+
+
+RECORD_KEYS = ("commit",)
+"""Keys that config.json holds beside the options, about the run rather than its algorithm:
+`commit`, the commit of the code that last started it (`rundir.code_commit`)."""
 
 
 class RemovedOptionError(ConfigError):

@@ -17,6 +17,7 @@ import fcntl
 import json
 import math
 import os
+import subprocess
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -661,5 +662,33 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
 
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:
-    """Write config.json atomically."""
-    write_text_atomic(Path(run_dir) / CONFIG_FILE, config.to_json() + "\n")
+    """Write config.json atomically: every option, and the commit of the code that runs
+    them (`code_commit`), so that a record names the code that remakes it."""
+    data = {**json.loads(config.to_json()), "commit": code_commit()}
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    write_text_atomic(Path(run_dir) / CONFIG_FILE, text)
+
+
+def code_commit() -> str | None:
+    """The commit of the git checkout this pong-mp runs from, with "-dirty" where the
+    package's tracked files differ from it; None for an installed copy, or without git."""
+    package = Path(__file__).resolve().parent
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(package), *args], capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    top = git("rev-parse", "--show-toplevel")
+    # A copy installed inside some other repository is not that repository's code.
+    if top is None or Path(top).resolve() / package.name != package:
+        return None
+    commit = git("rev-parse", "--verify", "HEAD")
+    if commit is None:
+        return None
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", str(package))
+    return commit if changed == "" else f"{commit}-dirty"

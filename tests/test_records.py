@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shlex
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,14 @@ import pytest
 from click.testing import CliRunner
 
 from pong_mp import cli
-from pong_mp.config import ALGORITHM_FIELDS, TrainConfig, idle_drop_values, read_config
+from pong_mp.config import (
+    ALGORITHM_FIELDS,
+    REMOVED,
+    ConfigError,
+    TrainConfig,
+    idle_drop_values,
+    read_config,
+)
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "runs"
 
@@ -111,3 +120,85 @@ def test_a_forks_command_makes_its_options(command: str, monkeypatch: pytest.Mon
     differ = _differences(made, stored)
     assert not differ, f"{name}: the fork gives (its value, the record's) {differ}"
     assert stored.fork_from is not None and Path(stored.fork_from).name == source
+
+
+# -- the commit of each record's code ---------------------------------------------------------
+
+RECORDS = sorted(RUNS.rglob("config.json"))
+"""Every record's config.json."""
+
+
+def _git(*args: str) -> subprocess.CompletedProcess | None:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(RUNS), *args], capture_output=True, text=True, timeout=30
+        )
+    except OSError:  # no git
+        return None
+
+
+def _require_history() -> None:
+    # A copy without the repository's history (no .git, or a shallow clone) cannot tell.
+    shallow = _git("rev-parse", "--is-shallow-repository")
+    if shallow is None or shallow.returncode != 0:
+        pytest.skip("not a git checkout")
+    if shallow.stdout.strip() == "true":
+        pytest.skip("a shallow clone lacks the records' commits")
+
+
+def _in_history(commit: str) -> bool:
+    done = _git("cat-file", "-e", f"{commit}^{{commit}}")
+    return done is not None and done.returncode == 0
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=lambda path: path.parent.name)
+def test_every_record_names_a_commit_of_this_repository(path: Path) -> None:
+    commit = json.loads(path.read_text()).get("commit")
+    assert isinstance(commit, str) and re.fullmatch(r"[0-9a-f]{40}", commit), (
+        f"{path}: no commit of its code (a 40-digit hash, from a clean checkout)"
+    )
+    _require_history()
+    assert _in_history(commit), f"{path}: {commit} is not a commit of this repository"
+
+
+def _older_blocks() -> list[tuple[str, str]]:
+    # (commit, block) for each bash block of the README run with an older commit's code.
+    blocks = re.findall(r"```bash\n(.*?)```", (RUNS / "README.md").read_text(), re.S)
+    return [
+        (found.group(1), block)
+        for block in blocks
+        if (found := re.search(r"git checkout ([0-9a-f]{7,40})", block))
+    ]
+
+
+def test_commands_run_with_an_older_commit_name_it_and_use_its_options() -> None:
+    # Such a block's options are today's, or ones removed after that very commit.
+    today = {opt for param in cli.train_command.params for opt in param.opts}
+    blocks = _older_blocks()
+    assert len(blocks) >= 5
+    for commit, block in blocks:
+        for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", block):
+            name = flag[2:].replace("-", "_")
+            assert flag in today or REMOVED.get(name, (None, None))[1] == commit, (
+                f"{flag} in a block run at {commit}"
+            )
+    _require_history()
+    for commit, _ in blocks:
+        assert _in_history(commit), f"{commit} is not a commit of this repository"
+
+
+def test_a_record_of_an_option_since_removed_is_made_at_an_older_commit() -> None:
+    # A record today's code cannot read is one of the runs made by such a block.
+    made_there = {
+        name for _, block in _older_blocks() for name in re.findall(r"--run-dir runs/(\S+)", block)
+    }
+    older = []
+    for path in RECORDS:
+        try:
+            read_config(path)
+        except ConfigError as exc:
+            assert "which pong-mp no longer has" in str(exc), exc
+            older.append(path.parent.name)
+    assert len(older) >= 10
+    missing = sorted(set(older) - made_there)
+    assert not missing, f"records of removed options without an older commit's command: {missing}"

@@ -400,6 +400,21 @@ def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone
         _one_line_error(done, 2, f"made with {flag} ", commit)
 
 
+def test_config_json_names_the_commit_of_the_code_that_ran(finished_run: Path) -> None:
+    from pong_mp.rundir import code_commit
+
+    stored = json.loads((finished_run / "config.json").read_text())["commit"]
+    assert stored == code_commit()
+    head = subprocess.run(
+        ["git", "-C", str(Path(__file__).parent), "rev-parse", "HEAD"],
+        capture_output=True, text=True,
+    )
+    if head.returncode != 0:
+        assert stored is None  # not a git checkout: nothing to name
+    else:
+        assert stored in (head.stdout.strip(), head.stdout.strip() + "-dirty")
+
+
 def test_a_drop_stored_as_one_number_resumes_as_that_drop(
     tmp_path: Path, finished_run: Path
 ) -> None:

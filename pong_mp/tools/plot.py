@@ -14,6 +14,7 @@ from pong_mp import rundir
 from pong_mp.config import (
     ALGORITHM_FIELDS,
     OLDER_RUN_DEFAULTS,
+    RECORD_KEYS,
     REMOVED,
     TrainConfig,
     drop_options,
@@ -191,7 +192,7 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
 
 NOT_ALGORITHM = frozenset(
     {f.name for f in dataclasses.fields(TrainConfig) if f.name not in ALGORITHM_FIELDS}
-    | {"seed", "fork_from"}
+    | {"seed", "fork_from", *RECORD_KEYS}
 )
 """Config fields that do not make runs different experiments: runs that differ only in these
 are seeds of one setting and are drawn as one mean curve. Where a run started from is one of
