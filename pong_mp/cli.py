@@ -30,6 +30,7 @@ from pong_mp.config import (
     MAX_CHANNELS,
     MAX_ENTROPY_BONUS,
     MAX_POLICY_LAG,
+    OPTION_GROUPS,
     POLICIES,
     PRESETS,
     REMOVED,
@@ -250,15 +251,43 @@ class _Numbers(click.ParamType):
             self.fail(f"{value!r} is not a number or comma-separated numbers", param, ctx)
 
 
+class _GroupedOption(click.Option):
+    """An option with its group in the help (config.OPTION_GROUPS)."""
+
+    def __init__(self, *args: Any, group: str, **kwargs: Any) -> None:
+        """click's option, in `group`."""
+        super().__init__(*args, **kwargs)
+        self.group = group
+
+
+class _GroupedCommand(click.Command):
+    """A command whose help shows its options group by group, in OPTION_GROUPS' order."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each group's options under its heading; --help with the first group's."""
+        first = OPTION_GROUPS[0]
+        records: dict[str, list[tuple[str, str]]] = {group: [] for group in OPTION_GROUPS}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                records[getattr(param, "group", first)].append(record)
+        for group, rows in records.items():
+            if rows:
+                with formatter.section(f"{group.capitalize()} options"):
+                    formatter.write_dl(rows)
+
+
 def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add one `train` option per TrainConfig field: its name, type, default and help all
-    come from the field (config.option), so that none of them is written twice."""
+    """Add one `train` option per TrainConfig field: its name, type, default, help and group
+    all come from the field (config.option), so that none of them is written twice."""
     kinds = {"int": int, "float": float, "str": str, "tuple[float, ...]": _Numbers()}
     for f in reversed(dataclasses.fields(TrainConfig)):
         meta = dict(f.metadata)
         name = f.name.replace("_", "-")
         flag = meta.pop("flag", f"--{name}")
-        kwargs: dict[str, Any] = {"help": meta.pop("help")}
+        kwargs: dict[str, Any] = {
+            "help": meta.pop("help"), "cls": _GroupedOption, "group": meta.pop("group")
+        }
         has_default = f.default is not dataclasses.MISSING
         if f.name == "env_kwargs":  # KEY=VALUE pairs, parsed by _parse_env_args
             decls = [flag, "env_args"]
@@ -284,11 +313,18 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
-@main.command("train")
-@_config_options
-@click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its checkpoint.")
+@main.command("train", cls=_GroupedCommand)
+@click.option(
+    "--resume",
+    is_flag=True,
+    cls=_GroupedOption,
+    group="run",
+    help="Continue the run in --run-dir from its checkpoint.",
+)
 @click.option(
     "--preset",
+    cls=_GroupedOption,
+    group="run",
     type=click.Choice(sorted(PRESETS)),
     default=None,
     help="A named set of algorithm options; options given beside it win. karpathy: "
@@ -298,7 +334,15 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "--policy conv with --minibatches 16, --entropy-drop-at 4e6,6.3e6,1e7 --entropy-drop-to "
     "-0.03,0,-0.1 and --lr-drop-at 8e6 --lr-drop-to 3e-4.",
 )
-@click.option("--quiet", "-q", is_flag=True, help="Print only errors and the final summary.")
+@_config_options
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    cls=_GroupedOption,
+    group="run",
+    help="Print only errors and the final summary.",
+)
 @click.pass_context
 def train_command(
     ctx: click.Context,

@@ -37,17 +37,28 @@ convolutional layer."""
 
 
 
+OPTION_GROUPS = ("run", "learner", "policy", "schedule", "cluster")
+"""The groups of `pong-mp train`'s options, in the order its help shows them: what to train
+where and when to stop, the learner, the policy network, the schedules by env steps, and
+where episodes are played. Each group's options come in the order of their TrainConfig
+fields, the everyday ones first."""
+
+
 def option(
     default: Any = MISSING,
     help: str = "",
     *,
+    group: str,
     factory: Callable[[], Any] | None = None,
     **cli: Any,
 ) -> Any:
-    """A TrainConfig field with its `pong-mp train` help (and click settings in `cli`):
-    the field is the one source of the option's name, type, default and help. `factory`
-    makes the default anew for each config (a dict, the CPU count)."""
-    metadata = {"help": help, **cli}
+    """A TrainConfig field with its `pong-mp train` help, its `group` (OPTION_GROUPS) and
+    click settings in `cli`: the field is the one source of the option's name, type,
+    default, help and place in the help. `factory` makes the default anew for each config
+    (a dict, the CPU count)."""
+    if group not in OPTION_GROUPS:
+        raise ValueError(f"unknown option group {group!r}")
+    metadata = {"help": help, "group": group, **cli}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
     return field(default=default, metadata=metadata)
@@ -58,49 +69,89 @@ class TrainConfig:
     """Everything that defines a training run. Each field is a `pong-mp train` option of
     the same name (underscores become dashes) and a keyword of `pong_mp.train`."""
 
+    run_dir: str = option(
+        "runs/pong", "Where config.json, metrics.jsonl and checkpoint.npz live.", group="run"
+    )
+    seed: int = option(
+        0, "Run seed: initial weights and every episode's seed derive from it.", group="run"
+    )
+    batches: int | None = option(
+        None, "Total updates of the run, across resumes (default: until Ctrl-C).",
+        group="run",
+    )
+    target_reward: float | None = option(
+        None,
+        "Stop, with the checkpoint saved, once the running reward reaches R (18: solved).",
+        metavar="R",
+        group="run",
+    )
+    fork_from: str | None = option(
+        None,
+        "Start this new run from the last checkpoint of the run in RUN: its weights, optimizer "
+        "state, counters and metrics so far, and its algorithm options except those given "
+        "here (e.g. --lr). The run in RUN is only read.",
+        metavar="RUN",
+        group="run",
+    )
     env: str = option(
         "ALE/Pong-v5",
         "Env to train on: ALE/Pong-v5 (any ALE/Pong version) or FakePong-v0; or your own Pong "
         "named with its module, package.module:Name-v0 (only its actions are checked).",
+        group="run",
     )
     env_kwargs: dict[str, Any] = option(
         factory=dict,
         help="Extra env constructor argument, VALUE as JSON (e.g. points_to_win=5); repeatable.",
         flag="--env-arg",
         metavar="KEY=VALUE",
+        group="run",
     )
-    backend: str = option(
-        "local", "local: process pool; serial: this process; ray: a Ray cluster.", choices=BACKENDS
+    checkpoint_every: int = option(
+        10, "Write checkpoint.npz every N updates (and at the end).", group="run"
     )
-    workers: int = option(
-        factory=default_workers,
-        help="Worker processes (local) or actors (ray).",
-        show_default="number of CPUs",
+    episode_timeout: float = option(
+        600.0, "Seconds before a worker stuck in one episode is replaced.",
+        group="run",
     )
-    ray_address: str | None = option(
-        None, "Join this Ray cluster (implies --backend ray).", metavar="HOST:PORT"
+    tensorboard: bool = option(
+        True, "Write TensorBoard event files into the run directory.", group="run"
     )
-    batch_size: int = option(10, "Episodes per update.")
-    batches: int | None = option(
-        None, "Total updates of the run, across resumes (default: until Ctrl-C)."
+    algo: str = option(
+        "ppo",
+        "ppo: an actor-critic (a value head on the hidden layer, GAE advantages, the clipped "
+        "surrogate, several passes over each batch); pg: Karpathy's policy gradient, one step "
+        "per batch.",
+        choices=ALGOS,
+        group="learner",
     )
-    seed: int = option(0, "Run seed: initial weights and every episode's seed derive from it.")
-    run_dir: str = option("runs/pong", "Where config.json, metrics.jsonl and checkpoint.npz live.")
-    optimizer: str = option("adam", "adam, or rmsprop (Karpathy's).", choices=OPTIMIZERS)
-    lr: float = option(1e-3, "Learning rate (Karpathy's reference: 1e-4).")
-    lr_drop_at: tuple[float, ...] = option(
-        (8e6,),
-        "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never); several "
-        "points, comma-separated and increasing, each takes its own --lr-drop-to value. A "
-        "lower rate late lifts the level a run settles at (by default 3e-4 from 8 M steps).",
-        metavar="STEPS[,STEPS...]",
+    lr: float = option(1e-3, "Learning rate (Karpathy's reference: 1e-4).", group="learner")
+    optimizer: str = option(
+        "adam", "adam, or rmsprop (Karpathy's).", choices=OPTIMIZERS, group="learner"
     )
-    lr_drop_to: tuple[float, ...] = option(
-        (3e-4,),
-        "The learning rate from --lr-drop-at on: one value per point, comma-separated.",
-        metavar="LR[,LR...]",
+    batch_size: int = option(10, "Episodes per update.", group="learner")
+    epochs: int = option(4, "ppo: passes over each batch.", group="learner")
+    minibatches: int = option(
+        16, "ppo: optimizer steps per pass (each episode's steps dealt out).", group="learner"
     )
-    decay_rate: float = option(0.99, "RMSProp's decay of the mean of squared gradients.")
+    decay_rate: float = option(
+        0.99, "RMSProp's decay of the mean of squared gradients.", group="learner"
+    )
+    policy_lag: int = option(
+        0,
+        "Play update k's episodes with the weights of update k-1-L, so that L+1 batches "
+        "can be in flight and no worker waits at a batch's end (0: synchronous).",
+        metavar="L",
+        group="learner",
+    )
+    policy: str = option(
+        "conv",
+        "conv: the hidden layer sees the features of a convolutional layer (8x8 filters, "
+        "stride 4, on the sparse input; --algo ppo); mlp: it sees the pixels (Karpathy's).",
+        choices=POLICIES,
+        group="policy",
+    )
+    hidden: int = option(200, "Hidden units.", group="policy")
+    channels: int = option(16, "conv: filters of the convolutional layer.", group="policy")
     entropy_bonus: float = option(
         0.01,
         "Add BETA times the policy's entropy at every step to the objective, which keeps the "
@@ -108,6 +159,7 @@ class TrainConfig:
         "makes a trained policy commit to its likelier actions (late in a run). "
         "--entropy-drop-at replaces it from its points on (by default at 4 M env steps).",
         metavar="BETA",
+        group="schedule",
     )
     entropy_drop_at: tuple[float, ...] = option(
         (4e6, 6.3e6, 1e7),
@@ -118,52 +170,42 @@ class TrainConfig:
         "makes the policy commit to its likelier actions once it wins, lets it settle, then "
         "commits it harder.",
         metavar="STEPS[,STEPS...]",
+        group="schedule",
     )
     entropy_drop_to: tuple[float, ...] = option(
         (-0.03, 0.0, -0.1),
         "The entropy bonus from --entropy-drop-at on (below 0: a penalty): one value per "
         "point, comma-separated.",
         metavar="BETA[,BETA...]",
+        group="schedule",
     )
-    hidden: int = option(200, "Hidden units.")
-    policy: str = option(
-        "conv",
-        "conv: the hidden layer sees the features of a convolutional layer (8x8 filters, "
-        "stride 4, on the sparse input; --algo ppo); mlp: it sees the pixels (Karpathy's).",
-        choices=POLICIES,
+    lr_drop_at: tuple[float, ...] = option(
+        (8e6,),
+        "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never); several "
+        "points, comma-separated and increasing, each takes its own --lr-drop-to value. A "
+        "lower rate late lifts the level a run settles at (by default 3e-4 from 8 M steps).",
+        metavar="STEPS[,STEPS...]",
+        group="schedule",
     )
-    channels: int = option(16, "conv: filters of the convolutional layer.")
-    algo: str = option(
-        "ppo",
-        "ppo: an actor-critic (a value head on the hidden layer, GAE advantages, the clipped "
-        "surrogate, several passes over each batch); pg: Karpathy's policy gradient, one step "
-        "per batch.",
-        choices=ALGOS,
+    lr_drop_to: tuple[float, ...] = option(
+        (3e-4,),
+        "The learning rate from --lr-drop-at on: one value per point, comma-separated.",
+        metavar="LR[,LR...]",
+        group="schedule",
     )
-    epochs: int = option(4, "ppo: passes over each batch.")
-    minibatches: int = option(16, "ppo: optimizer steps per pass (each episode's steps dealt out).")
-    policy_lag: int = option(
-        0,
-        "Play update k's episodes with the weights of update k-1-L, so that L+1 batches "
-        "can be in flight and no worker waits at a batch's end (0: synchronous).",
-        metavar="L",
+    workers: int = option(
+        factory=default_workers,
+        help="Worker processes (local) or actors (ray).",
+        show_default="number of CPUs",
+        group="cluster",
     )
-    checkpoint_every: int = option(10, "Write checkpoint.npz every N updates (and at the end).")
-    episode_timeout: float = option(
-        600.0, "Seconds before a worker stuck in one episode is replaced."
+    backend: str = option(
+        "local", "local: process pool; serial: this process; ray: a Ray cluster.", choices=BACKENDS,
+        group="cluster",
     )
-    target_reward: float | None = option(
-        None,
-        "Stop, with the checkpoint saved, once the running reward reaches R (18: solved).",
-        metavar="R",
-    )
-    tensorboard: bool = option(True, "Write TensorBoard event files into the run directory.")
-    fork_from: str | None = option(
-        None,
-        "Start this new run from the last checkpoint of the run in RUN: its weights, optimizer "
-        "state, counters and metrics so far, and its algorithm options except those given "
-        "here (e.g. --lr). The run in RUN is only read.",
-        metavar="RUN",
+    ray_address: str | None = option(
+        None, "Join this Ray cluster (implies --backend ray).", metavar="HOST:PORT",
+        group="cluster",
     )
 
     def __post_init__(self) -> None:

@@ -202,6 +202,27 @@ def test_no_arguments_shows_the_help() -> None:
     assert "CHECKPOINT|MODEL" in pong_mp("play", "--help").stdout
 
 
+def test_train_help_shows_at_most_32_options_group_by_group() -> None:
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from pong_mp import cli
+    from pong_mp.config import OPTION_GROUPS, TrainConfig
+
+    help_text = CliRunner().invoke(cli.main, ["train", "--help"]).output
+    headings = [line for line in help_text.splitlines() if line.endswith(" options:")]
+    assert headings == [f"{group.capitalize()} options:" for group in OPTION_GROUPS]
+    options = [param for param in cli.train_command.params if isinstance(param, cli.click.Option)]
+    assert len(options) <= 32
+    assert {param.group for param in options} == set(OPTION_GROUPS)
+    fields = dataclasses.fields(TrainConfig)
+    assert all(f.metadata["group"] in OPTION_GROUPS for f in fields)
+    # The everyday ones first: a run's options lead, with --resume and --preset on top.
+    run = help_text.split("Run options:")[1].split("Learner options:")[0]
+    assert run.index("\n  --resume") < run.index("\n  --preset") < run.index("\n  --run-dir")
+
+
 def test_a_damaged_checkpoint_is_named_and_left_alone(tmp_path: Path, clean_system) -> None:
     run_dir = tmp_path / "R"
     assert pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir)).returncode == 0
