@@ -25,13 +25,7 @@ import click
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy
 from pong_mp.config import (
-    ALGOS,
-    MAX_BATCH_SIZE,
-    MAX_CHANNELS,
-    MAX_ENTROPY_BONUS,
-    MAX_POLICY_LAG,
     OPTION_GROUPS,
-    POLICIES,
     PRESETS,
     REMOVED,
     ConfigError,
@@ -47,7 +41,6 @@ from pong_mp.config import (
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.learner import NonFiniteError
-from pong_mp.optim import OPTIMIZERS
 from pong_mp.progress import make_reporter
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.signals import (
@@ -58,6 +51,7 @@ from pong_mp.signals import (
     stop_signals_raise,
 )
 from pong_mp.tools.bench import (
+    BENCH_GROUPS,
     TrainingSetup,
     compare_envs,
     format_bench,
@@ -277,40 +271,63 @@ class _GroupedCommand(click.Command):
                     formatter.write_dl(rows)
 
 
-def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add one `train` option per TrainConfig field: its name, type, default, help and group
-    all come from the field (config.option), so that none of them is written twice."""
+_DEFAULT = click.core.ParameterSource.DEFAULT
+"""Where an option's value came from when the user did not give it."""
+
+
+def _config_options(
+    groups: tuple[str, ...] = OPTION_GROUPS,
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator that adds one option per TrainConfig field of `groups`: its name, type,
+    default, help and group all come from the field (config.option), so that none of them
+    is written twice (`train` takes every group, `bench` those of its training runs)."""
+
+    def add(command: Callable[..., Any]) -> Callable[..., Any]:
+        for f in reversed(dataclasses.fields(TrainConfig)):
+            if f.metadata["group"] in groups:
+                command = click.option(*_option_decls(f), **_option_kwargs(f))(command)
+        return command
+
+    return add
+
+
+def _option_decls(f: dataclasses.Field) -> list[str]:
+    # The flags of field `f`'s option (and its parameter's name where it differs).
+    name = f.name.replace("_", "-")
+    flag = f.metadata.get("flag", f"--{name}")
+    if f.name == "env_kwargs":  # KEY=VALUE pairs, parsed by _parse_env_args
+        return [flag, "env_args"]
+    if f.type == "bool":
+        return [f"{flag}/--no-{name}"]
+    return [flag]
+
+
+def _option_kwargs(f: dataclasses.Field) -> dict[str, Any]:
+    # click's settings for field `f`'s option: its type, default, help and group.
     kinds = {"int": int, "float": float, "str": str, "tuple[float, ...]": _Numbers()}
-    for f in reversed(dataclasses.fields(TrainConfig)):
-        meta = dict(f.metadata)
-        name = f.name.replace("_", "-")
-        flag = meta.pop("flag", f"--{name}")
-        kwargs: dict[str, Any] = {
-            "help": meta.pop("help"), "cls": _GroupedOption, "group": meta.pop("group")
-        }
-        has_default = f.default is not dataclasses.MISSING
-        if f.name == "env_kwargs":  # KEY=VALUE pairs, parsed by _parse_env_args
-            decls = [flag, "env_args"]
-            kwargs.update(multiple=True, metavar=meta.pop("metavar"))
-        elif f.type == "bool":
-            decls = [f"{flag}/--no-{name}"]
-            kwargs.update(default=f.default, show_default=True)
-        else:
-            decls = [flag]
-            kind = str(f.type).removesuffix(" | None")
-            choices = meta.pop("choices", None)
-            kwargs["type"] = click.Choice(choices) if choices else kinds[kind]
-            if has_default:
-                kwargs["default"] = f.default
-                kwargs["show_default"] = f.default is not None
-                if isinstance(f.default, tuple):  # a drop's: given and shown as it is typed
-                    kwargs["default"] = shown(f.default)
-            else:  # a default made per run (the CPU count): shown in words
-                kwargs["default"] = f.default_factory
-                kwargs["show_default"] = meta.pop("show_default")
-            kwargs.update(meta)
-        command = click.option(*decls, **kwargs)(command)
-    return command
+    meta = dict(f.metadata)
+    meta.pop("flag", None)
+    kwargs: dict[str, Any] = {
+        "help": meta.pop("help"), "cls": _GroupedOption, "group": meta.pop("group")
+    }
+    if f.name == "env_kwargs":
+        kwargs.update(multiple=True, metavar=meta.pop("metavar"))
+    elif f.type == "bool":
+        kwargs.update(default=f.default, show_default=True)
+    else:
+        kind = str(f.type).removesuffix(" | None")
+        choices = meta.pop("choices", None)
+        kwargs["type"] = click.Choice(choices) if choices else kinds[kind]
+        if f.default is not dataclasses.MISSING:
+            kwargs["default"] = f.default
+            kwargs["show_default"] = f.default is not None
+            if isinstance(f.default, tuple):  # a drop's: given and shown as it is typed
+                kwargs["default"] = shown(f.default)
+        else:  # a default made per run (the CPU count): shown in words
+            kwargs["default"] = f.default_factory
+            kwargs["show_default"] = meta.pop("show_default")
+        kwargs.update(meta)
+    return kwargs
 
 
 @main.command("train", cls=_GroupedCommand)
@@ -334,7 +351,7 @@ def _config_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "--policy conv with --minibatches 16, --entropy-drop-at 4e6,6.3e6,1e7 --entropy-drop-to "
     "-0.03,0,-0.1 and --lr-drop-at 8e6 --lr-drop-to 3e-4.",
 )
-@_config_options
+@_config_options()
 @click.option(
     "--quiet",
     "-q",
@@ -372,7 +389,7 @@ def train_command(
         name: value
         for name, value in options.items()
         if name == "env_kwargs"
-        or ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+        or ctx.get_parameter_source(name) is not _DEFAULT
     }
     typed_only = resume or options["fork_from"] is not None
     if typed_only and not env_args:
@@ -721,27 +738,7 @@ def plot_command(
         click.echo("\n\n".join(tables))
 
 
-def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
-    """`setup` with a preset's values for the training options the user did not give on the
-    command line."""
-    ctx = click.get_current_context()
-    flags = {"policy": "net"}  # bench's parameter for --policy
-    options = {
-        f.name: getattr(setup, f.name)
-        for f in dataclasses.fields(TrainingSetup)
-        if f.name != "model"
-    }
-    given = {
-        name
-        for name in options
-        if ctx.get_parameter_source(flags.get(name, name))
-        is not click.core.ParameterSource.DEFAULT
-    }
-    chosen = apply_preset(preset, options, explicit=given)
-    return dataclasses.replace(setup, **{name: chosen[name] for name in options})
-
-
-@main.command("bench")
+@main.command("bench", cls=_GroupedCommand)
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -763,82 +760,15 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     help="Instead: training against raw for every worker count from 1 to --workers.",
 )
 @click.option(
-    "--batch-size",
-    type=click.IntRange(min=1, max=MAX_BATCH_SIZE),
-    default=TrainConfig.batch_size,
-    show_default=True,
-    help="Episodes per update of the training runs.",
-)
-@click.option(
     "--project",
     is_flag=True,
     help="Instead: measure a trained agent's costs here (--model) and project training "
     "against raw for 1 to 64 workers, with lag 0 and 1 and batch sizes 10 and 32.",
 )
 @click.option(
-    "--policy-lag",
-    type=click.IntRange(min=0, max=MAX_POLICY_LAG),
-    default=TrainConfig.policy_lag,
-    show_default=True,
-    metavar="L",
-    help="The training runs' --policy-lag.",
-)
-@click.option(
     "--model",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Train from this model or checkpoint's weights: a trained agent's long episodes.",
-)
-@click.option(
-    "--entropy-bonus",
-    type=_FiniteRange(min=0, max=MAX_ENTROPY_BONUS),
-    default=TrainConfig.entropy_bonus,
-    show_default=True,
-    metavar="BETA",
-    help="The training runs' --entropy-bonus (its extra sum per worker costs time and memory).",
-)
-@click.option(
-    "--algo",
-    type=click.Choice(ALGOS),
-    default=TrainConfig.algo,
-    show_default=True,
-    help="The training runs' --algo (ppo: the actor-critic's passes over each batch).",
-)
-@click.option(
-    "--optimizer",
-    type=click.Choice(OPTIMIZERS),
-    default=TrainConfig.optimizer,
-    show_default=True,
-    help="The training runs' --optimizer.",
-)
-@click.option(
-    "--policy",
-    "net",
-    type=click.Choice(POLICIES),
-    default=TrainConfig.policy,
-    show_default=True,
-    help="The training runs' --policy (with new weights; a --model's is its own).",
-)
-@click.option(
-    "--channels",
-    type=click.IntRange(1, MAX_CHANNELS),
-    default=TrainConfig.channels,
-    show_default=True,
-    help="The training runs' --channels, with --policy conv.",
-)
-@click.option(
-    "--epochs",
-    type=click.IntRange(min=1),
-    default=TrainConfig.epochs,
-    show_default=True,
-    help="The training runs' --epochs, with --algo ppo.",
-)
-@click.option(
-    "--minibatches",
-    type=click.IntRange(min=1),
-    default=TrainConfig.minibatches,
-    show_default=True,
-    help="The training runs' --minibatches, with --algo ppo (each an optimizer step and a "
-    "round trip to the workers).",
 )
 @click.option(
     "--compare-envs",
@@ -865,34 +795,31 @@ def _with_preset(setup: TrainingSetup, preset: str) -> TrainingSetup:
     "--preset",
     type=click.Choice(sorted(PRESETS)),
     default=None,
-    help="The training runs' --preset: its learner, optimizer and policy where the options "
-    "above are not given (pg: the learner of the 1.00x figures).",
+    help="The training runs' --preset: its options where the training options below are not "
+    "given (pg: the learner of the 1.00x figures).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
+@_config_options(BENCH_GROUPS)
+@click.pass_context
 @_stoppable
 def bench_command(
+    ctx: click.Context,
     workers: int,
     seconds: float,
     env: str,
     scaling: bool,
-    batch_size: int,
     project: bool,
-    policy_lag: int,
     model: Path | None,
-    entropy_bonus: float,
-    algo: str,
-    optimizer: str,
-    net: str,
-    channels: int,
-    epochs: int,
-    minibatches: int,
     compare_envs_only: bool,
     rounds: int,
     ray_driver: bool,
     preset: str | None,
     as_json: bool,
+    **options: Any,
 ) -> None:
-    """Measure training speed against the emulator's raw speed, overhead and memory."""
+    """Measure training speed against the emulator's raw speed, overhead and memory. The
+    training runs take `pong-mp train`'s options of the learner, the policy and the
+    schedules, with its defaults."""
     if ray_driver:
         try:
             cost = ray_driver_cost()
@@ -929,14 +856,8 @@ def bench_command(
             else format_projection(costs, rows)
         )
         return
-    setup = TrainingSetup(
-        batch_size=batch_size, policy_lag=policy_lag,
-        entropy_bonus=entropy_bonus, algo=algo, optimizer=optimizer,
-        policy=net, channels=channels, epochs=epochs,
-        minibatches=minibatches, model=model,
-    )
-    if preset is not None:
-        setup = _with_preset(setup, preset)
+    given = {name for name in options if ctx.get_parameter_source(name) is not _DEFAULT}
+    setup = TrainingSetup(model, **apply_preset(preset, options, explicit=given))
     try:
         training_config(env, workers, setup)  # a bad mix is one line now, not after the raw runs
     except ConfigError as exc:

@@ -26,7 +26,10 @@ from pong_mp.tools.bench import (
 from tests.fault_envs import SLOW_PONG
 from tests.helpers import pong_mp
 
-PG = {name: PRESETS["pg"][name] for name in ("algo", "optimizer", "entropy_bonus", "policy")}
+PG = {
+    name: PRESETS["pg"][name]
+    for name in ("algo", "optimizer", "entropy_bonus", "entropy_drop_at", "policy")
+}
 """Bench's options for Karpathy's learner (--preset pg), which the tests of its sums train."""
 
 

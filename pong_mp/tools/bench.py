@@ -15,11 +15,11 @@ All figures come from one run on one machine, and the ones that matter are ratio
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import os
 import platform
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -138,37 +138,57 @@ def _rss_mb(pid: int, field: str = "VmHWM") -> float | None:
     return None
 
 
-@dataclass(frozen=True)
-class TrainingSetup:
-    """What a bench's training runs train with: `pong-mp train`'s options of the same names
-    (their defaults are train's), and the weights they start from."""
+BENCH_GROUPS = ("learner", "policy", "schedule")
+"""The groups of `pong-mp train`'s options (config.OPTION_GROUPS) that bench's training runs
+take: those that decide what training computes. A run's and the cluster's are bench's own
+(its --env, --workers)."""
 
-    batch_size: int = TrainConfig.batch_size
-    policy_lag: int = TrainConfig.policy_lag
-    entropy_bonus: float = TrainConfig.entropy_bonus
-    algo: str = TrainConfig.algo
-    optimizer: str = TrainConfig.optimizer
-    policy: str = TrainConfig.policy
-    """The policy network of new weights (a model's is its own)."""
-    channels: int = TrainConfig.channels
-    epochs: int = TrainConfig.epochs
-    minibatches: int = TrainConfig.minibatches
-    model: Path | None = None
-    """A model or checkpoint whose weights the runs start from (a trained agent's long
-    episodes); None: new weights."""
+BENCH_FIELDS = tuple(
+    f.name for f in dataclasses.fields(TrainConfig) if f.metadata["group"] in BENCH_GROUPS
+)
+"""The TrainConfig fields that bench's training runs take, as `pong-mp bench` options."""
+
+_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.name in BENCH_FIELDS}
+
+
+class TrainingSetup:
+    """What a bench's training runs train with: `pong-mp train`'s options of BENCH_FIELDS
+    (train's defaults where not given), and the weights they start from."""
+
+    def __init__(self, model: Path | None = None, **options: Any) -> None:
+        """Runs from the weights of `model` (a model or checkpoint; None: new weights) with
+        `options`, keywords of TrainConfig (the policy network of new weights: a model's is
+        its own)."""
+        unknown = sorted(set(options) - set(BENCH_FIELDS))
+        if unknown:
+            raise TypeError(f"not options of bench's training runs: {', '.join(unknown)}")
+        self.model = model
+        """A model or checkpoint whose weights the runs start from (a trained agent's long
+        episodes); None: new weights."""
+        self.options: dict[str, Any] = {**_DEFAULTS, **options}
+        """Every option of BENCH_FIELDS, given or train's default."""
+
+    def __getattr__(self, name: str) -> Any:
+        # An option by its name (setup.algo), as TrainConfig has it.
+        options = self.__dict__.get("options", {})
+        if name in options:
+            return options[name]
+        raise AttributeError(name)
+
+    def replace(self, **options: Any) -> TrainingSetup:
+        """This setup with `options` in place of its own."""
+        return TrainingSetup(self.model, **{**self.options, **options})
 
     def describe(self) -> dict[str, Any]:
-        """The setup as JSON fields of the bench's results."""
+        """The setup as JSON fields of the bench's results: every option (None where the
+        learner or the policy does not use it), and the model."""
+        unused = set()
+        if self.options["policy"] != "conv":
+            unused.add("channels")
+        if self.options["algo"] != "ppo":
+            unused.update(("epochs", "minibatches"))
         return {
-            "batch_size": self.batch_size,
-            "policy_lag": self.policy_lag,
-            "entropy_bonus": self.entropy_bonus,
-            "algo": self.algo,
-            "optimizer": self.optimizer,
-            "policy": self.policy,
-            "channels": self.channels if self.policy == "conv" else None,
-            "epochs": self.epochs if self.algo == "ppo" else None,
-            "minibatches": self.minibatches if self.algo == "ppo" else None,
+            **{name: None if name in unused else value for name, value in self.options.items()},
             "model": None if self.model is None else str(self.model),
         }
 
@@ -180,44 +200,31 @@ def training_config(
     the weights they start from."""
     from pong_mp.checkpoint import load_policy
 
-    if setup.model is None:
-        hidden = TrainConfig.hidden
-        net, channels = setup.policy, setup.channels
-        params = None  # new weights, drawn once the config says their shape
-    else:
+    options = dict(setup.options)
+    params = None  # new weights, drawn once the config says their shape
+    if setup.model is not None:
         params, stored = load_policy(setup.model)
-        hidden = int(stored["hidden"])
-        net, channels = stored_option(stored, "policy"), stored_option(stored, "channels")
-    config = TrainConfig(
-        env=env_id,
-        workers=workers,
-        batch_size=setup.batch_size,
-        hidden=hidden,
-        policy_lag=setup.policy_lag,
-        entropy_bonus=setup.entropy_bonus,
-        # Karpathy's learner has no entropy drop; the actor-critic's is train's default.
-        entropy_drop_at=TrainConfig.entropy_drop_at if setup.algo == "ppo" else (),
-        algo=setup.algo,
-        optimizer=setup.optimizer,
-        policy=net,
-        channels=channels,
-        epochs=setup.epochs,
-        minibatches=setup.minibatches,
-    )
+        options.update(
+            hidden=int(stored["hidden"]),
+            policy=stored_option(stored, "policy"),
+            channels=stored_option(stored, "channels"),
+        )
+    config = TrainConfig(env=env_id, workers=workers, **options)
     config.validate()
     if params is None:
-        params = policy.init_params(hidden, 0, channels=config.conv_channels)
+        params = policy.init_params(config.hidden, 0, channels=config.conv_channels)
     # A model has no value head: the runs add a new one, as a fork does.
     return config, policy.with_value_head(
-        params, hidden, config.value_head, config.conv_channels
+        params, config.hidden, config.value_head, config.conv_channels
     )
 
 
 def training_rate(
-    env_id: str, workers: int, seconds: float, setup: TrainingSetup = TrainingSetup()
+    env_id: str, workers: int, seconds: float, setup: TrainingSetup | None = None
 ) -> dict[str, Any]:
     """Train for real on the local backend for about `seconds` after one warm-up update,
     as `setup` says."""
+    setup = setup or TrainingSetup()  # train's defaults, new weights
     from pong_mp.backends.local import LocalBackend
     from pong_mp.state import TrainState
     from pong_mp.trainer import rollout_spec, updates
@@ -328,9 +335,10 @@ def run_bench(
     workers: int,
     seconds: float,
     env_id: str = "ALE/Pong-v5",
-    setup: TrainingSetup = TrainingSetup(),
+    setup: TrainingSetup | None = None,
 ) -> dict[str, Any]:
     """Every measurement of `pong-mp bench`, as one dict."""
+    setup = setup or TrainingSetup()  # train's defaults, new weights
     raw_before = raw_rate(env_id, workers, seconds)
     training = training_rate(env_id, workers, seconds, setup)
     raw_after = raw_rate(env_id, workers, seconds)
@@ -416,10 +424,11 @@ def run_scaling(
     max_workers: int,
     seconds: float,
     env_id: str = "ALE/Pong-v5",
-    setup: TrainingSetup = TrainingSetup(),
+    setup: TrainingSetup | None = None,
 ) -> list[dict[str, Any]]:
     """Training against the raw emulator with the same number of processes, for 1 to
     `max_workers` workers: one row per count (raw measured before and after training)."""
+    setup = setup or TrainingSetup()  # train's defaults, new weights
     rows = []
     for workers in range(1, max_workers + 1):
         before = raw_rate(env_id, workers, seconds)
