@@ -7,7 +7,8 @@ The Python API (see README, "Python API"):
 
 Module map, in the order data flows through an update:
 
-    config.py      TrainConfig: every option, its default, type, limits and help; presets
+    config.py      TrainConfig: every option, its default, type, limits, help and group;
+                   presets; the options removed since (REMOVED) and the commit that has them
     rundir.py      the run directory: files, lock, checks for a new run, a resume and a fork
     trainer.py     the coordinator: drive the run's learner over a backend, log
                    (progress.py, tracking.py for TensorBoard) and checkpoint
@@ -27,7 +28,7 @@ Module map, in the order data flows through an update:
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops
                    (per step, the actor-critic's passes, the optimizers' steps)
     batch_sum.py   the fixed order in which a batch's gradients are added
-    optim.py       RMSProp and Adam, and the learning-rate schedule
+    optim.py       RMSProp and Adam, and the drops of the schedules
     checkpoint.py  atomic save and validated load; files.py atomic writes
     envs/          making envs: registry.py (ids), atari.py (FastAtari), fake_pong.py
     api.py         pong_mp.train and pong_mp.Agent
