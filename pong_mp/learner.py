@@ -34,7 +34,7 @@ from pong_mp.backends.base import Backend
 from pong_mp.batch_sum import BatchSum
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task
 from pong_mp.optim import dropped
-from pong_mp.signals import raise_swallowed
+from pong_mp.signals import check_stop
 from pong_mp.state import TrainState
 
 Stats = dict[str, Any]
@@ -113,7 +113,7 @@ def run_round(
     fixed order, and yield each episode's statistics, until the round is complete."""
     backend.submit(version, tasks)
     for item in backend.results():
-        raise_swallowed()
+        check_stop()
         summed.add(item)
         if isinstance(item, EpisodeResult):
             yield item.stats

@@ -43,7 +43,7 @@ from pong_mp.frames import InputStream
 from pong_mp.gradient import EpisodeGradient
 from pong_mp.learner import NonFiniteError, Schedule, Stats, l2_norm, running_reward
 from pong_mp.optim import Optimizer
-from pong_mp.signals import raise_swallowed
+from pong_mp.signals import check_stop
 from pong_mp.state import TrainState, with_policy_lag
 
 # -- the worker's side ---------------------------------------------------------------------
@@ -227,7 +227,7 @@ class PGLearner:
         summed = self._in_flight[state.episodes]
         self._arrived = time.perf_counter()
         for item in backend.results():
-            raise_swallowed()
+            check_stop()
             self._arrived = time.perf_counter()
             self._in_flight[_batch_of(item, state.episodes, self.settings.batch_size)].add(item)
             if summed.complete:

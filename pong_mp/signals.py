@@ -1,56 +1,51 @@
-"""Stop signals as an exception in the coordinator, and a section they cannot split.
+"""Stop signals: recorded when they come, raised as Interrupted where the code can stop.
 
-SIGINT (Ctrl-C), SIGTERM and SIGHUP (the terminal or SSH session closed: what a logout
-sends, with SIGTERM from a session manager) all stop a run the same way: the last complete
-update is saved, workers and shared memory go, and the process exits 128 + the signal's
-number (130, 143, 129). A standard output closed under a run (`pong-mp train | head -1`)
-stops it the same way, as SIGPIPE would (141).
+SIGINT (Ctrl-C), SIGTERM and SIGHUP (a closed terminal or SSH session) stop a run alike, as
+a closed standard output does (141): the last complete update is saved, workers and shared
+memory go, and the process exits 128 + the signal's number. A repeat more than
+REPEAT_SECONDS after the stop cuts it short (a save hanging on a slow disk); a sooner one is
+that stop again, as coreutils `timeout` signals the run and then its whole process group.
 
-A second stop signal cuts the stop short (a save that hangs on a slow disk), unless it comes
-within REPEAT_SECONDS of the first: then it is the same stop arriving twice, as when coreutils
-`timeout` (without --foreground) signals the run and then its whole process group.
-
-Python runs a signal's handler between any two bytecodes of the main thread, including
-those of a finalizer or a weakref callback (a module lock dropped by an import), where an
-exception is only printed ("Exception ignored in ...") and the code goes on. A stop raised
-there would be lost, and its repeat ignored: so it is kept, and raised again at the next
-safe point (`raise_swallowed`) or when the handlers come out.
+A handler only records the stop; `check_stop` raises it at safe points (each result back at
+the trainer, each step played), so a stop never lands inside a finalizer, where Python could
+only print it, nor between a shared-memory block's making and its keeping. Under PEP 475 a
+handler that does not raise lets a blocked select() go on, and a signal taken by another
+thread (TensorBoard's writer, Ray's) never interrupts the main thread's wait: so the handlers
+come with `signal.set_wakeup_fd` on a pipe, written by the C-level handler from any thread,
+which `wait` watches. What no fd can wake (Ray, a process pool) waits in POLL_SECONDS slices.
+Only a repeat raises from its handler: the run is already stopping, and cutting that short
+is the point.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
+import os
 import signal
-import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from multiprocessing import connection
 from types import FrameType
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 WORKER_IGNORES = (signal.SIGINT, signal.SIGHUP)
-"""What worker processes ignore from their first instruction on: a terminal sends these to
-the whole process group, and the coordinator stops its workers itself, after saving."""
-
-
-UnraisableHook = Callable[["sys.UnraisableHookArgs"], object]
-"""What sys.unraisablehook holds (its argument's type is known to type checkers only)."""
-
+"""What workers ignore from their first instruction: a terminal sends these to the whole
+process group, and the coordinator stops its workers itself, after saving."""
 REPEAT_SECONDS = 1.0
-"""A stop signal this soon after the one that stopped the run is that stop again, not a
-second one: a person who means to cut a stop short sees it hang first."""
+"""A stop signal this soon after the stop is that stop again: a person who means to cut a
+stop short sees it hang first."""
+POLL_SECONDS = 0.25
+"""The longest a wait that no signal wakes goes on before it looks for a stop."""
 
-_stopping_since: float | None = None
-"""When the stop signal that raised last was handled (None: none since the handlers went
-in): a run's handlers going in clear it, so a notebook's next run takes its first signal."""
+_stop: Interrupted | None = None  # recorded, not raised yet
+_since: float | None = None  # when the stop came (None: none since the handlers went in)
+_pipe: tuple[int, int] | None = None  # the wakeup fd's read and write ends
 
 
 class Interrupted(BaseException):
-    """The user asked the run to stop (a stop signal, or its output was closed).
-
-    A BaseException, as KeyboardInterrupt is: code that catches Exception (a logging
-    handler, an env constructor's error) must not swallow a stop, above all since a repeat
-    of the signal within REPEAT_SECONDS is ignored."""
+    """The user asked the run to stop (a stop signal, or its output was closed): a
+    BaseException, as KeyboardInterrupt, so that `except Exception` cannot swallow it."""
 
     def __init__(self, signum: int, why: str = "") -> None:
         """A stop by signal `signum`; `why` says what stands for it (an output closed)."""
@@ -68,123 +63,79 @@ class Interrupted(BaseException):
 
 
 def output_closed() -> Interrupted:
-    """The stop of a run whose standard output was closed (a pipe's reader gone, or the
-    terminal hung up): handled as SIGPIPE, exit code 141."""
+    """The stop of a run whose standard output was closed: as SIGPIPE's, exit code 141."""
     return Interrupted(signal.SIGPIPE, "standard output closed")
 
 
-def _stop(signum: int, at: float) -> Interrupted | None:
-    """The stop signal `signum`, handled at `at`, as the Interrupted to raise; None if it
-    repeats the stop under way."""
-    global _stopping_since
-    if _stopping_since is not None and at - _stopping_since < REPEAT_SECONDS:
-        return None
-    _stopping_since = at
-    return Interrupted(signum)
+def _record(signum: int, frame: FrameType | None) -> None:
+    global _stop, _since
+    now = time.monotonic()
+    if _since is None:
+        _stop, _since = Interrupted(signum), now
+    elif now - _since >= REPEAT_SECONDS:
+        _since = now
+        raise Interrupted(signum)
 
 
-_swallowed: Interrupted | None = None
-"""A stop raised where Python only prints an exception (None: none since the handlers went
-in), waiting for the next safe point."""
-
-
-def _no_stop_yet() -> None:
-    # Entered only before a command or a run starts, never while a stop unwinds.
-    global _stopping_since, _swallowed
-    _stopping_since = None
-    _swallowed = None
-
-
-def _keep_swallowed(chained: UnraisableHook, unraisable: sys.UnraisableHookArgs) -> None:
-    # A stop is kept for raise_swallowed, not printed as a traceback; anything else goes to
-    # the hook that was there before.
-    global _swallowed
-    if isinstance(unraisable.exc_value, Interrupted):
-        if _swallowed is None:
-            _swallowed = unraisable.exc_value
-        return
-    chained(unraisable)
-
-
-def _keeping_stops(hook: UnraisableHook) -> UnraisableHook:
-    """`hook` as a sys.unraisablehook that keeps a stop for raise_swallowed (itself, if it
-    already does: a process that runs several commands does not stack them)."""
-    if isinstance(hook, functools.partial) and hook.func is _keep_swallowed:
-        return hook
-    return functools.partial(_keep_swallowed, hook)
-
-
-def raise_swallowed() -> None:
-    """Raise the stop that a signal handled inside a finalizer or a weakref callback raised
-    where Python could only print it, if there is one: called at safe points (each result
-    that comes back to the trainer, each game played), so that such a stop is late, never
-    lost."""
-    global _swallowed
-    stop, _swallowed = _swallowed, None
-    if stop is not None:
-        raise stop.with_traceback(None)
-
-
-def _raise(signum: int, frame: FrameType | None) -> None:
-    stop = _stop(signum, time.monotonic())
+def check_stop() -> None:
+    """Raise the stop a signal recorded, if any, once: called at the safe points."""
+    global _stop
+    stop, _stop = _stop, None
     if stop is not None:
         raise stop
 
 
+def _wakeup() -> tuple[int, int]:
+    """The wakeup pipe's read and write ends (made on first use), emptied."""
+    global _pipe
+    if _pipe is None:
+        _pipe = os.pipe()
+        for end in _pipe:
+            os.set_blocking(end, False)
+    with contextlib.suppress(BlockingIOError):
+        os.read(_pipe[0], 4096)
+    return _pipe
+
+
+def wait(objects: list[Any], timeout: float | None) -> list[Any]:
+    """multiprocessing.connection.wait on `objects`, woken by a stop signal, which it raises
+    (it may also return early with nothing ready)."""
+    fd = _wakeup()[0]
+    check_stop()  # after the emptying: a stop recorded before it is not slept through
+    ready = connection.wait([*objects, fd], timeout)
+    check_stop()
+    return [ready_one for ready_one in ready if ready_one != fd]
+
+
+def _handle() -> tuple[dict[int, Any], int]:
+    previous = {s: signal.signal(s, _record) for s in STOP_SIGNALS}
+    return previous, signal.set_wakeup_fd(_wakeup()[1], warn_on_full_buffer=False)
+
+
 def raise_stop_signals() -> None:
-    """From now on, the stop signals raise Interrupted in the main thread: for a command
-    that ends the process, so that no window is left in which Ctrl-C is Python's
-    KeyboardInterrupt (restoring a handler on the way out would open one)."""
-    _no_stop_yet()
-    sys.unraisablehook = _keeping_stops(sys.unraisablehook)
-    for s in STOP_SIGNALS:
-        signal.signal(s, _raise)
+    """From now on, stop signals raise Interrupted at safe points: for a command that ends
+    the process, so that no window is left where Ctrl-C is Python's KeyboardInterrupt."""
+    global _stop, _since
+    _stop = _since = None
+    _handle()
 
 
 @contextlib.contextmanager
 def stop_signals_raise() -> Iterator[None]:
-    """Inside, the stop signals raise Interrupted in the main thread (one stop's signal
-    arriving twice within REPEAT_SECONDS raises once). A stop that Python swallowed
-    inside and no safe point raised is raised on leaving; one swallowed under the
-    process-wide handlers of `raise_stop_signals` before, on entering."""
-    global _swallowed
-    raise_swallowed()
-    _no_stop_yet()
-    hook = sys.unraisablehook
-    sys.unraisablehook = _keeping_stops(hook)
-    previous = {s: signal.signal(s, _raise) for s in STOP_SIGNALS}
+    """Inside, a stop signal raises Interrupted at the next safe point or on leaving (a
+    late repeat at once); one recorded before, under `raise_stop_signals`, on entering."""
+    global _stop, _since
+    check_stop()
+    _since = None  # a notebook's next run takes its first signal
+    previous, fd = _handle()
     try:
         yield
-        raise_swallowed()
+        check_stop()
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        sys.unraisablehook = hook
-        _swallowed = None  # raised, or overtaken by what unwinds: not the next run's
-
-
-@contextlib.contextmanager
-def stop_signals_deferred() -> Iterator[None]:
-    """Inside, the stop signals are held back; the first (unless it repeats a stop under
-    way) is raised on leaving.
-
-    Used around the commit of an update (swap in the new weights, append its metrics line,
-    maybe checkpoint) so that an interrupt lands before it or after it, never inside.
-    """
-    caught: list[tuple[int, float]] = []
-    previous = {
-        s: signal.signal(s, lambda signum, frame: caught.append((signum, time.monotonic())))
-        for s in STOP_SIGNALS
-    }
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    for signum, at in caught:
-        stop = _stop(signum, at)
-        if stop is not None:
-            raise stop
+        signal.set_wakeup_fd(fd)
+        _stop = None  # raised, or overtaken by what unwinds: not the next run's
 
 
 @contextlib.contextmanager

@@ -44,12 +44,7 @@ from pong_mp.rundir import (
     open_run,
     write_config,
 )
-from pong_mp.signals import (
-    Interrupted,
-    output_closed,
-    stop_signals_deferred,
-    stop_signals_raise,
-)
+from pong_mp.signals import Interrupted, output_closed, stop_signals_raise
 from pong_mp.state import TrainState
 from pong_mp.tracking import TensorBoardLog
 
@@ -171,15 +166,14 @@ def run(
                 started = True
                 for new_state, record in updates(config, state, backend):
                     # The commit: an interrupt lands before it or after it, never inside.
-                    with stop_signals_deferred():
-                        state = new_state
-                        metrics.write(record)
-                        if events is not None:
-                            events.write(record)
-                        reporter.update(record)
-                        if state.batch % config.checkpoint_every == 0:
-                            _save(run_dir, state, config)
-                            saved_batch = state.batch
+                    state = new_state
+                    metrics.write(record)
+                    if events is not None:
+                        events.write(record)
+                    reporter.update(record)
+                    if state.batch % config.checkpoint_every == 0:
+                        _save(run_dir, state, config)
+                        saved_batch = state.batch
                     if reporter.closed:
                         raise output_closed()
             except FileError:

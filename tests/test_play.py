@@ -15,7 +15,7 @@ from pong_mp.envs import make_training_env
 from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.tools.play import GameScore, play_games, summary
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import SignalsWhenDropped, pong_mp
+from tests.helpers import SignalsWhenDropped, pong_mp, signal_self
 
 GAME = {"points_to_win": 3}
 
@@ -40,6 +40,23 @@ def test_a_stop_python_only_printed_ends_the_games_after_the_game_it_came_in() -
     with pytest.raises(Interrupted), stop_signals_raise():
         play_games(policy.init_params(8, 0), 8, "FakePong-v0", 4, env_kwargs=GAME, on_game=on_game)
     assert len(played) == 1
+
+
+def test_a_stop_signal_ends_the_game_it_comes_in() -> None:
+    frames: list[int] = []
+
+    def on_frame(frame: np.ndarray) -> None:
+        frames.append(1)
+        if len(frames) == 5:
+            signal_self(signal.SIGTERM)
+
+    long_game = {"points_to_win": 1000}
+    with pytest.raises(Interrupted) as stop, stop_signals_raise():
+        play_games(
+            policy.init_params(8, 0), 8, "FakePong-v0", 1, env_kwargs=long_game,
+            on_frame=on_frame, on_game=lambda score: pytest.fail("the game went on"),
+        )  # fmt: skip
+    assert stop.value.signum == signal.SIGTERM and len(frames) <= 6
 
 
 class _Recorder(gym.Wrapper):

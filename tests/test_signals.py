@@ -1,27 +1,46 @@
-"""Stop signals: one stop's signal arriving twice raises once; a later one cuts the stop short."""
+"""Stop signals: recorded by their handlers and raised once, where the code checks; one stop's
+signal arriving twice is one stop, a later one cuts the stop short; waits wake at once."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import threading
 import time
+from multiprocessing import Pipe
+from multiprocessing.pool import ThreadPool
 
 import pytest
 
 from pong_mp import signals
-from pong_mp.signals import Interrupted, stop_signals_deferred, stop_signals_raise
+from pong_mp.signals import Interrupted, check_stop, stop_signals_raise
+from pong_mp.tools.bench import _pooled
 from tests.helpers import SignalsWhenDropped, signal_self
 
 # Each test enters stop_signals_raise, which forgets the stops of earlier tests.
 
 
+def test_a_stop_signal_is_raised_once_where_the_code_checks() -> None:
+    with stop_signals_raise():
+        signal_self(signal.SIGTERM)  # the handler records it, and the code goes on
+        with pytest.raises(Interrupted) as stop:
+            check_stop()
+        check_stop()  # once
+    assert stop.value.exit_code == 143
+
+
 @pytest.mark.parametrize("again", [signal.SIGINT, signal.SIGTERM])
 def test_a_stop_signal_repeated_at_once_is_the_same_stop(again: int) -> None:
-    # As coreutils `timeout` sends it: to the run, then to its whole process group.
+    # As coreutils `timeout` sends it: to the run, then to its whole process group; the
+    # copy may come before the stop is raised, or while it is saved.
     with stop_signals_raise():
+        signal_self(signal.SIGINT)
+        signal_self(again)
         with pytest.raises(Interrupted) as stop:
-            signal_self(signal.SIGINT)
+            check_stop()
         signal_self(again)  # the stop's save would run here: not cut short
+        check_stop()
     assert stop.value.signum == signal.SIGINT
 
 
@@ -30,21 +49,13 @@ def test_a_second_signal_after_the_window_cuts_the_stop_short(
 ) -> None:
     monkeypatch.setattr(signals, "REPEAT_SECONDS", 0.05)
     with stop_signals_raise():
+        signal_self(signal.SIGINT)
         with pytest.raises(Interrupted):
-            signal_self(signal.SIGINT)
+            check_stop()
         time.sleep(0.1)
         with pytest.raises(Interrupted) as second:
-            signal_self(signal.SIGTERM)
+            signal_self(signal.SIGTERM)  # raised by its handler, wherever the code is
     assert second.value.exit_code == 143
-
-
-def test_a_held_back_stop_raises_once_on_leaving_and_counts_as_the_stop() -> None:
-    with stop_signals_raise():
-        with pytest.raises(Interrupted) as stop, stop_signals_deferred():
-            signal_self(signal.SIGTERM)
-            signal_self(signal.SIGINT)
-        signal_self(signal.SIGINT)  # the group's copy, after the commit: the same stop
-    assert stop.value.signum == signal.SIGTERM
 
 
 def test_a_new_run_takes_its_first_signal_even_within_the_window() -> None:
@@ -53,6 +64,7 @@ def test_a_new_run_takes_its_first_signal_even_within_the_window() -> None:
     for _ in range(2):
         with stop_signals_raise(), pytest.raises(Interrupted):
             signal_self(signal.SIGINT)
+            check_stop()
 
 
 def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
@@ -62,42 +74,85 @@ def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
     assert signals.output_closed().exit_code == 141
 
 
-def test_a_stop_raised_where_python_only_prints_it_is_raised_at_the_next_safe_point() -> None:
+def test_a_stop_signal_handled_in_a_finalizer_is_printed_nowhere_and_raised_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Where Python only prints an exception (a finalizer, an import's weakref callback).
+    printed: list[BaseException | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: printed.append(unraisable))
     with stop_signals_raise():
-        SignalsWhenDropped(signal.SIGTERM)  # the handler's Interrupted goes nowhere
+        SignalsWhenDropped(signal.SIGTERM)
+        assert printed == []
         with pytest.raises(Interrupted) as stop:
-            signals.raise_swallowed()
-        signals.raise_swallowed()  # once
+            check_stop()
     assert stop.value.signum == signal.SIGTERM
 
 
-def test_a_swallowed_stop_no_safe_point_raised_is_raised_on_leaving() -> None:
+def test_a_stop_no_safe_point_raised_is_raised_on_leaving() -> None:
     with pytest.raises(Interrupted) as stop, stop_signals_raise():
-        SignalsWhenDropped(signal.SIGINT)
+        signal_self(signal.SIGINT)
     assert stop.value.exit_code == 130
 
 
-def test_a_stop_swallowed_before_a_run_is_raised_as_its_handlers_go_in() -> None:
+def test_a_stop_recorded_before_a_run_is_raised_as_its_handlers_go_in() -> None:
     # As under `pong-mp train`'s process-wide handlers, while the run directory is opened.
-    with stop_signals_raise():
-        SignalsWhenDropped(signal.SIGINT)
-        with pytest.raises(Interrupted), stop_signals_raise():
+    with pytest.raises(Interrupted), stop_signals_raise():
+        signal_self(signal.SIGINT)
+        with stop_signals_raise():
             pytest.fail("the run began")
 
 
-def test_other_unprintable_exceptions_go_to_the_hook_that_was_there(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    seen: list[BaseException | None] = []
-    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_value))
+def _signal_soon(to_thread: bool, signum: int = signal.SIGINT) -> threading.Timer:
+    """A timer that sends `signum` in 0.2 s: to this process, or to the timer's own thread
+    (a signal another thread takes does not interrupt the main thread's system call)."""
 
-    class FailsWhenDropped:
-        def __del__(self) -> None:
-            raise ValueError("a finalizer's own error")
+    def send() -> None:
+        if to_thread:
+            signal.pthread_kill(threading.get_ident(), signum)
+        else:
+            os.kill(os.getpid(), signum)
 
+    timer = threading.Timer(0.2, send)
+    timer.start()
+    return timer
+
+
+@pytest.mark.parametrize("to_thread", [False, True], ids=["process", "other-thread"])
+def test_a_stop_signal_wakes_a_wait_at_once(to_thread: bool) -> None:
+    ours, _theirs = Pipe()  # nothing will come
     with stop_signals_raise():
-        FailsWhenDropped()
-        signals.raise_swallowed()  # nothing to raise
-    assert [type(e) for e in seen] == [ValueError]
-    FailsWhenDropped()
-    assert len(seen) == 2  # the hook that was there is back
+        timer = _signal_soon(to_thread)
+        began = time.monotonic()
+        with pytest.raises(Interrupted):
+            signals.wait([ours], timeout=30)
+        timer.join()
+    assert time.monotonic() - began < 5
+
+
+def test_a_wait_woken_by_another_signal_raises_nothing_and_gives_what_is_ready() -> None:
+    ours, theirs = Pipe()
+    previous = signal.signal(signal.SIGUSR1, lambda signum, frame: None)
+    try:
+        with stop_signals_raise():
+            timer = _signal_soon(to_thread=True, signum=signal.SIGUSR1)  # wakes, is no stop
+            assert signals.wait([ours], timeout=1) == []
+            timer.join()
+            theirs.send(1)
+            assert signals.wait([ours], timeout=5) == [ours]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_a_stop_signal_ends_a_wait_on_a_pool() -> None:
+    never = threading.Event()
+    with ThreadPool(1) as pool:
+        try:
+            with stop_signals_raise():
+                timer = _signal_soon(to_thread=False)
+                began = time.monotonic()
+                with pytest.raises(Interrupted):
+                    _pooled(pool.apply_async(never.wait, (30,)))
+                timer.join()
+            assert time.monotonic() - began < 5
+        finally:
+            never.set()

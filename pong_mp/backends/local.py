@@ -46,7 +46,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 
 import numpy as np
@@ -81,11 +81,7 @@ from pong_mp.backends.worker_process import (
     worker_main,
 )
 from pong_mp.episode import EpisodeResult, PassTask, Task
-from pong_mp.signals import (
-    start_resource_tracker,
-    stop_signals_deferred,
-    worker_signals_blocked,
-)
+from pong_mp.signals import start_resource_tracker, wait, worker_signals_blocked
 
 log = logging.getLogger("pong_mp")
 
@@ -163,13 +159,9 @@ class LocalBackend(BackendBase):
         check_room(needed, what)  # before anything is made, and before the workers start
         try:
             try:
-                # A stop signal raised between a block's making and its keeping here would
-                # leave it to no one (the resource tracker unlinks it at the exit, with a
-                # warning): held back, it is raised once close() knows every block.
-                with stop_signals_deferred():
-                    self._weights = SharedWeights.create(weights_shape)
-                    for _ in slots:
-                        self._grads.append(SharedGradient.create(grad_shape))
+                self._weights = SharedWeights.create(weights_shape)
+                for _ in slots:
+                    self._grads.append(SharedGradient.create(grad_shape))
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                     # The room was there a moment ago, or a limit other than the size bit.
@@ -179,11 +171,7 @@ class LocalBackend(BackendBase):
                 ) from exc
             self._workers = []
             for slot in slots:
-                # A stop signal may reach another thread of this process and be raised here
-                # in the middle of a start, before the worker has read what it starts from;
-                # held back, it is raised once the worker is started and known to close().
-                with stop_signals_deferred():
-                    self._workers.append(self._spawn(slot))
+                self._workers.append(self._spawn(slot))
             self._await_ready()
         except BaseException:
             self.close()
@@ -193,7 +181,11 @@ class LocalBackend(BackendBase):
         waiting = {w.conn: w for w in self._workers}
         deadline = time.monotonic() + _START_SECONDS
         while waiting:
-            if not wait(list(waiting), timeout=max(0.0, deadline - time.monotonic())):
+            # A stop signal ends the wait (raised there); a wake with nothing ready is no
+            # timeout until the deadline.
+            if not wait(list(waiting), timeout=max(0.0, deadline - time.monotonic())) and (
+                time.monotonic() >= deadline
+            ):
                 raise WorkerError(f"workers did not start within {_START_SECONDS:.0f} s")
             for conn in [c for c in waiting if c.poll()]:
                 w = waiting.pop(conn)

@@ -50,13 +50,13 @@ from pong_mp.backends.base import (
 )
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
 from pong_mp.episode import EpisodeStats, PassTask, Task
+from pong_mp.signals import POLL_SECONDS, check_stop
 
 log = logging.getLogger("pong_mp")
 
 CONNECT_SECONDS = 30.0
 """How long joining a cluster may take before pong-mp gives up with one clear line."""
 _START_SECONDS = 180.0  # actors import numpy, gymnasium and ALE, then build their env
-_POLL_SECONDS = 1.0
 
 
 @ray.remote(num_cpus=1)
@@ -139,6 +139,19 @@ class _Slot:
     ref: Any = None  # the result's
     grad_ref: Any = None
     since: float = 0.0
+
+
+def _get(refs: Any, timeout: float) -> Any:
+    """ray.get(refs, timeout=timeout), in slices with a look for a stop signal between them:
+    Ray runs the signal handlers inside its waits, but waits on when they do not raise."""
+    deadline = time.monotonic() + timeout
+    while True:
+        check_stop()
+        try:
+            return ray.get(refs, timeout=max(0.0, min(POLL_SECONDS, deadline - time.monotonic())))
+        except ray.exceptions.GetTimeoutError:
+            if time.monotonic() >= deadline:
+                raise
 
 
 def _alarm(signum: int, frame: FrameType | None) -> None:
@@ -252,7 +265,7 @@ class RayBackend(BackendBase):
             self._slots = [_Slot(self._new_actor()) for _ in range(self.spec.workers)]
             refs = [s.actor.pid.remote() for s in self._slots]
             try:
-                ray.get(refs, timeout=_START_SECONDS)
+                _get(refs, _START_SECONDS)
             except ray.exceptions.RayActorError as exc:
                 raise worker_error("an actor failed to start", str(exc))  # noqa: B904
             except ray.exceptions.GetTimeoutError:
@@ -330,7 +343,8 @@ class RayBackend(BackendBase):
                     self._hand_out(slot)
             busy = {s.ref: s for s in self._slots if s.task is not None}
             summing = {g.sum_ref: g for g in self._groups if g.sum_ref is not None}
-            ready, _ = ray.wait([*busy, *summing], num_returns=1, timeout=_POLL_SECONDS)
+            ready, _ = ray.wait([*busy, *summing], num_returns=1, timeout=POLL_SECONDS)
+            check_stop()
             for ref in ready:
                 if ref in summing:
                     group = summing[ref]
@@ -467,5 +481,5 @@ class RayBackend(BackendBase):
         slot.actor = self._new_actor()
         slot.node = ""  # unknown until it answers
         with contextlib.suppress(ray.exceptions.RayError):
-            slot.node = ray.get(slot.actor.node_id.remote(), timeout=_START_SECONDS)
+            slot.node = _get(slot.actor.node_id.remote(), _START_SECONDS)
         self.replacements += 1

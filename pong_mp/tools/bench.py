@@ -20,8 +20,9 @@ import multiprocessing as mp
 import os
 import platform
 import time
+from multiprocessing.pool import AsyncResult
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -29,6 +30,18 @@ from pong_mp import policy
 from pong_mp.batch_sum import GROUP
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import make_env
+from pong_mp.signals import POLL_SECONDS, check_stop
+
+T = TypeVar("T")
+
+
+def _pooled(result: AsyncResult[T]) -> T:
+    """The value of a pool's call; a stop signal, which nothing of the pool's wakes on,
+    ends the wait."""
+    while not result.ready():
+        result.wait(POLL_SECONDS)
+        check_stop()
+    return result.get()
 
 
 def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
@@ -41,6 +54,7 @@ def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
         steps = 0
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:  # ~50 ns: small beside any env step
+            check_stop()  # as cheap
             _, _, terminated, truncated, _ = env.step(int(actions[steps % 4096]))
             steps += 1
             if terminated or truncated:
@@ -78,7 +92,8 @@ def raw_rate(env_id: str, processes: int, seconds: float) -> float:
     """Total env steps/s of `processes` processes stepping at once."""
     ctx = mp.get_context("spawn")
     with ctx.Pool(processes) as pool:
-        rates = pool.starmap(env_steps_per_sec, [(env_id, seconds, i) for i in range(processes)])
+        args = [(env_id, seconds, i) for i in range(processes)]
+        rates = _pooled(pool.starmap_async(env_steps_per_sec, args))
     return float(sum(rates))
 
 
@@ -100,6 +115,7 @@ def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> floa
                 xs, hs, dlogps, rewards = [], [], [], []
                 done = False
                 while not done and time.perf_counter() - start < seconds:
+                    check_stop()
                     cur = policy.preprocess(obs)
                     x = cur - prev if prev is not None else np.zeros(policy.INPUT_SIZE)
                     prev = cur
@@ -324,7 +340,7 @@ def episode_memory(
         with ctx.Pool(1) as pool:
             try:
                 args = (steps, hidden, entropy_bonus)
-                runs.append(pool.apply(_episode_memory, args))
+                runs.append(_pooled(pool.apply_async(_episode_memory, args)))
             except (OSError, RuntimeError):
                 return None
     before, peak = sorted(runs, key=lambda run: run[1])[len(runs) // 2]

@@ -12,7 +12,7 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.envs import make_training_env
 from pong_mp.episode import episode_seed, run_episode
-from pong_mp.signals import raise_swallowed
+from pong_mp.signals import check_stop
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,7 @@ def play_games(
     game = {"agent": 0, "opponent": 0, "steps": 0}
 
     def on_step(action: int, p: float, reward: float) -> None:
+        check_stop()  # a game lasts thousands of steps: a stop ends it at the step it came in
         game["agent"] += reward > 0
         game["opponent"] += reward < 0
         game["steps"] += 1
@@ -75,7 +76,7 @@ def play_games(
             scores.append(GameScore(**game))
             if on_game is not None:
                 on_game(scores[-1])
-            raise_swallowed()  # a stop Python only printed ends the games here
+            check_stop()  # one that came in on_game ends the games here
     finally:
         env.close()
     return scores

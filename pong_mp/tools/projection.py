@@ -127,7 +127,7 @@ def measure_costs(
     from pong_mp.config import PRESETS, TrainConfig
     from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
     from pong_mp.pg import PGLearner, PGWork
-    from pong_mp.signals import stop_signals_deferred
+    from pong_mp.signals import check_stop
     from pong_mp.state import TrainState
     from pong_mp.tools.bench import env_steps_per_sec
     from pong_mp.trainer import make_learner
@@ -143,6 +143,7 @@ def measure_costs(
     steps, seconds = [], 0.0
     try:
         for task in make_tasks(0, 0, episodes):
+            check_stop()
             result = worker.play(weights, task, grad)
             steps.append(result.stats.steps)
             seconds += result.stats.seconds
@@ -164,8 +165,7 @@ def measure_costs(
     summed.add(EpisodeResult(EpisodeStats(0, 0.0, 1, 0.0), grad))
     shared: SharedWeights | None = None
     try:
-        with stop_signals_deferred():  # made and known to the cleanup below, or not made
-            shared = SharedWeights.create(BlockShape(hidden))
+        shared = SharedWeights.create(BlockShape(hidden))
         start = time.perf_counter()
         for _ in range(10):
             state, _ = learner.apply(state, summed)
