@@ -260,7 +260,12 @@ class RayBackend(BackendBase):
 
     def start(self) -> None:
         """Start or join Ray and create the actors; WorkerError if one cannot start."""
+        # ray.init makes SIGTERM end the driver at once (exit 15, nothing saved): the run's
+        # own handler goes back in.
+        sigterm = signal.getsignal(signal.SIGTERM)
         self._owns_ray = connect(self.address, self.spec.workers)
+        if sigterm is not None and signal.getsignal(signal.SIGTERM) is not sigterm:
+            signal.signal(signal.SIGTERM, sigterm)
         try:
             self._slots = [_Slot(self._new_actor()) for _ in range(self.spec.workers)]
             refs = [s.actor.pid.remote() for s in self._slots]
