@@ -14,6 +14,7 @@ from multiprocessing.pool import ThreadPool
 import pytest
 
 from pong_mp import signals
+from pong_mp.backends.worker_process import WORKER_IGNORES
 from pong_mp.signals import Interrupted, check_stop, stop_signals_raise
 from pong_mp.tools.bench import _pooled
 from tests.helpers import SignalsWhenDropped, signal_self
@@ -68,7 +69,7 @@ def test_a_new_run_takes_its_first_signal_even_within_the_window() -> None:
 
 
 def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
-    assert set(signals.WORKER_IGNORES) == {signal.SIGINT, signal.SIGHUP}
+    assert set(WORKER_IGNORES) == {signal.SIGINT, signal.SIGHUP}
     assert signal.SIGHUP in signals.STOP_SIGNALS
     assert Interrupted(signal.SIGHUP).exit_code == 129
     assert signals.output_closed().exit_code == 141

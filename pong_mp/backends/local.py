@@ -70,6 +70,7 @@ from pong_mp.backends.shm import (
     free_bytes,
     remove_stale_blocks,
     room_error,
+    start_resource_tracker,
 )
 from pong_mp.backends.worker_process import (
     Done,
@@ -79,9 +80,10 @@ from pong_mp.backends.worker_process import (
     Stop,
     block_shapes,
     worker_main,
+    worker_signals_blocked,
 )
 from pong_mp.episode import EpisodeResult, PassTask, Task
-from pong_mp.signals import start_resource_tracker, wait, worker_signals_blocked
+from pong_mp.signals import wait
 
 log = logging.getLogger("pong_mp")
 

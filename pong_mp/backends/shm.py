@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
+import signal
 from dataclasses import dataclass
 from multiprocessing import shared_memory
 from pathlib import Path
@@ -64,6 +65,24 @@ def block_creator(name: str) -> tuple[int, str] | None:
     if len(parts) != 3 or not parts[0].isdigit():
         return None
     return int(parts[0]), parts[1]
+
+
+def start_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker with SIGHUP ignored (it already ignores SIGINT
+    and SIGTERM): a closed terminal hangs up the whole process group, and a tracker killed
+    then would print warnings about blocks the coordinator unlinks itself a moment later.
+    An ignored disposition is the one thing a process inherits through exec."""
+    import threading
+    from multiprocessing import resource_tracker
+
+    if threading.current_thread() is not threading.main_thread():
+        resource_tracker.ensure_running()  # only the main thread may set dispositions
+        return
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.signal(signal.SIGHUP, previous)
 
 
 def remove_stale_blocks(directory: Path = SHM_DIR) -> list[str]:

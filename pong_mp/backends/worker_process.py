@@ -24,10 +24,12 @@ import contextlib
 import ctypes
 import multiprocessing as mp
 import os
+import signal
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import NamedTuple
 
@@ -35,7 +37,31 @@ from pong_mp.backends.base import RolloutSpec, prepare_worker_process
 from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.backends.shm import BlockShape, SharedGradient, SharedWeights
 from pong_mp.episode import EpisodeStats, Task
-from pong_mp.signals import ignore_in_worker
+
+WORKER_IGNORES = (signal.SIGINT, signal.SIGHUP)
+"""What workers ignore from their first instruction: a terminal sends these to the whole
+process group, and the coordinator stops its workers itself, after saving."""
+
+
+@contextlib.contextmanager
+def worker_signals_blocked() -> Iterator[None]:
+    """Inside, this thread holds back the signals workers ignore, and processes started
+    here inherit that mask through exec: a Ctrl-C to the process group while a worker
+    imports finds it deaf, not in a traceback. What reaches this process meanwhile is
+    delivered on leaving."""
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def ignore_in_worker() -> None:
+    """In a worker process: ignore what the coordinator handles for it (a pending one is
+    dropped), and take signals again."""
+    for s in WORKER_IGNORES:
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORES)
 
 
 def _exit_when_orphaned(parent_pid: int) -> None:
