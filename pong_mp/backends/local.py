@@ -83,7 +83,7 @@ from pong_mp.backends.worker_process import (
     worker_signals_blocked,
 )
 from pong_mp.episode import EpisodeResult, PassTask, Task
-from pong_mp.signals import wait
+from pong_mp.signals import check_stop, wait
 
 log = logging.getLogger("pong_mp")
 
@@ -413,6 +413,9 @@ class LocalBackend(BackendBase):
         return None
 
     def _replace(self, w: _Worker, why: str) -> None:
+        # A SIGTERM to the process group stops the run and kills its workers: a death seen
+        # before the stop was raised is the stop's, not one to replace and report.
+        check_stop()
         job = w.job
         _kill(w.process)
         w.conn.close()
