@@ -56,7 +56,8 @@ def train(
     cache = np.zeros_like(params)  # RMSProp's mean of squared gradients
     optimizer = Optimizer("rmsprop", lr, decay)
     # What the worker runs: Karpathy's learner's side, an episode played into its gradient.
-    spec = RolloutSpec(env_id, hidden, PGWork(gamma), env_kwargs=env_kwargs or {})
+    shape = policy.NetShape(hidden)
+    spec = RolloutSpec(env_id, shape, PGWork(gamma), env_kwargs=env_kwargs or {})
     worker = EpisodeWorker(spec)
     worker.open()  # the env and the gradient's working memory, built once
     episodes, steps, update, running = 0, 0, 0, None
@@ -64,7 +65,7 @@ def train(
         while updates is None or update < updates:
             start = time.perf_counter()
             # Episodes are played with float32 weights; the optimizer keeps float64 ones.
-            weights = policy.Weights32.from_flat32(params.astype(np.float32), hidden)
+            weights = policy.Weights32.from_flat32(params.astype(np.float32), shape)
             summed = BatchSum(episodes, batch_size, np.empty(len(params)))
             for task in make_tasks(seed, episodes, batch_size):
                 with threadpool_limits(limits=1):  # BLAS on one thread: the same bits anywhere

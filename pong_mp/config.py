@@ -14,6 +14,7 @@ from typing import Any
 
 from pong_mp.backends import BACKENDS
 from pong_mp.optim import OPTIMIZERS
+from pong_mp.policy import NetShape
 
 
 class ConfigError(ValueError):
@@ -223,6 +224,12 @@ class TrainConfig:
     def conv_channels(self) -> int:
         """The convolutional layer's channels: --channels with --policy conv, else 0."""
         return self.channels if self.policy == "conv" else 0
+
+    @property
+    def shape(self) -> NetShape:
+        """The policy network's shape: --hidden units on --policy conv's --channels, or on
+        the pixels."""
+        return NetShape(self.hidden, self.conv_channels)
 
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""

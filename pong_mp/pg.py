@@ -63,11 +63,11 @@ class PGWork:
         """pg's weights carry no value head."""
         return False
 
-    def worker(self, hidden: int, channels: int) -> PGWorker:
-        """A worker's working memory for policies of `hidden` units (pg has no conv)."""
-        if channels:
+    def worker(self, shape: policy.NetShape) -> PGWorker:
+        """A worker's working memory for policies of `shape` (pg has no conv layer)."""
+        if shape.channels:
             raise ValueError("Karpathy's learner plays the MLP only")
-        return PGWorker(self, hidden)
+        return PGWorker(self, shape.hidden)
 
 
 class PGWorker:

@@ -37,6 +37,27 @@ CONV_SIDE = (80 - CONV_SIZE) // CONV_STRIDE + 1
 
 
 
+@dataclass(frozen=True)
+class NetShape:
+    """The shape of a policy network, one value wherever one is built: what the layout of
+    its flat parameters (`param_count`, `split`, ...) follows."""
+
+    hidden: int
+    """Hidden units."""
+    channels: int = 0
+    """Filters of the convolutional layer under the hidden layer (--policy conv); 0: the
+    MLP, whose hidden layer sees the pixels."""
+
+    @property
+    def rows(self) -> int:
+        """Rows of W1 transposed (`input_rows`)."""
+        return input_rows(self.channels)
+
+    def size(self, value: bool) -> int:
+        """Scalars in the flat parameters, with a value head or without (`param_count`)."""
+        return param_count(self.hidden, value, self.channels)
+
+
 def input_rows(channels: int = 0) -> int:
     """Rows of W1 transposed: one per input pixel for the MLP (channels 0), one per feature
     (position x channel) of the convolutional layer for --policy conv."""
@@ -276,21 +297,22 @@ class Weights32:
     MLP."""
 
     @property
-    def channels(self) -> int:
-        """The convolutional layer's channels (0 for the MLP)."""
-        return 0 if self.kernel is None else self.kernel.shape[2]
+    def shape(self) -> NetShape:
+        """The network's shape."""
+        return NetShape(self.w2.shape[0], 0 if self.kernel is None else self.kernel.shape[2])
 
     @classmethod
-    def from_params(cls, params: np.ndarray, hidden: int, channels: int = 0) -> Weights32:
+    def from_params(cls, params: np.ndarray, shape: NetShape) -> Weights32:
         """The float32 weights of flat float64 parameters (a copy)."""
-        return cls.from_flat32(params.astype(np.float32), hidden, channels)
+        return cls.from_flat32(params.astype(np.float32), shape)
 
     @classmethod
-    def from_flat32(cls, flat: np.ndarray, hidden: int, channels: int = 0) -> Weights32:
-        """Views of flat float32 weights (W1 transposed, W2, a value head if there is one,
-        the filters with `channels`), as backends receive them."""
+    def from_flat32(cls, flat: np.ndarray, shape: NetShape) -> Weights32:
+        """Views of flat float32 weights of a network of `shape` (W1 transposed, W2, a value
+        head if there is one, the filters of a conv layer), as backends receive them."""
         if flat.dtype != np.float32:
             raise ValueError(f"expected float32 weights, got {flat.dtype}")
+        hidden, channels = shape.hidden, shape.channels
         return cls(
             *split(flat, hidden, channels),
             value_head(flat, hidden, channels),
@@ -314,12 +336,11 @@ class SparseForward:
     the MLP on the pixels, or --policy conv's hidden layer on the features of its
     convolutional layer. Holds the working memory, reused step after step."""
 
-    def __init__(self, hidden: int, channels: int = 0) -> None:
-        """Memory for a policy of `hidden` units (on the features of a conv layer of
-        `channels`, or the pixels with 0)."""
-        self.h = np.zeros(hidden, np.float32)
+    def __init__(self, shape: NetShape) -> None:
+        """Memory for a policy of `shape`."""
+        self.h = np.zeros(shape.hidden, np.float32)
         """The hidden units (after the relu) of the last input."""
-        self._features = np.zeros(input_rows(channels) if channels else 0, np.int32)
+        self._features = np.zeros(shape.rows if shape.channels else 0, np.int32)
         self._values = np.zeros(len(self._features), np.float32)
         self._pre = np.zeros(len(self._features), np.float32)  # conv_step's scratch
         self._seen = np.zeros(CONV_SIDE * CONV_SIDE, np.uint8)

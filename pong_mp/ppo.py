@@ -146,10 +146,9 @@ class TrajectoryRecorder:
     """Records an episode as it is played with the actor-critic's weights: a step is
     `forward` (P(UP) for its input) then `add` (the action taken and the reward)."""
 
-    def __init__(self, hidden: int, channels: int = 0) -> None:
-        """Working memory for a policy of `hidden` units (on the features of a conv layer
-        of `channels`, or the pixels with 0)."""
-        self._forward = policy.SparseForward(hidden, channels)
+    def __init__(self, shape: policy.NetShape) -> None:
+        """Working memory for a policy of `shape`."""
+        self._forward = policy.SparseForward(shape)
         self._weights: policy.Weights32 | None = None
         self._clear()
 
@@ -308,9 +307,9 @@ class PassWork:
     gradient, kept zero between passes (only the rows a pass touched are cleared), and the
     value head's."""
 
-    def __init__(self, hidden: int, channels: int = 0) -> None:
-        """Memory for policies of `hidden` units (on the features of a conv layer of
-        `channels`, or the pixels with 0)."""
+    def __init__(self, shape: policy.NetShape) -> None:
+        """Memory for policies of `shape`."""
+        hidden, channels = shape.hidden, shape.channels
         self.hidden = hidden
         self._sum = np.zeros(policy.mlp_count(hidden, channels))
         self._value = np.zeros(hidden + 1)
@@ -423,7 +422,7 @@ def epoch_gradient(
         raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
     steps = minibatch_steps(task.seed, task.epoch, trajectory.steps, task.parts, task.part)
     if work is None:
-        work = PassWork(weights.w2.shape[0], weights.channels)
+        work = PassWork(weights.shape)
     return work.gradient(
         weights, trajectory, steps, task.advantage_mean, task.advantage_scale,
         task.entropy_coef, settings, out,
@@ -447,10 +446,9 @@ class PPOWork:
         """The actor-critic's weights carry a value head."""
         return True
 
-    def worker(self, hidden: int, channels: int) -> PPOWorker:
-        """A worker's working memory for policies of `hidden` units on a conv layer of
-        `channels` filters (0: on the pixels)."""
-        return PPOWorker(self, hidden, channels)
+    def worker(self, shape: policy.NetShape) -> PPOWorker:
+        """A worker's working memory for policies of `shape`."""
+        return PPOWorker(self, shape)
 
 
 class PPOWorker:
@@ -458,11 +456,11 @@ class PPOWorker:
     (which comes back as the episode's data; no gradient), an EpochTask gives its share of a
     minibatch's gradient, playing nothing."""
 
-    def __init__(self, work: PPOWork, hidden: int, channels: int) -> None:
-        """Working memory for `work`'s tasks with policies of `hidden` units (`channels`)."""
+    def __init__(self, work: PPOWork, shape: policy.NetShape) -> None:
+        """Working memory for `work`'s tasks with policies of `shape`."""
         self.work = work
-        self._recorder = TrajectoryRecorder(hidden, channels)
-        self._passes = PassWork(hidden, channels)
+        self._recorder = TrajectoryRecorder(shape)
+        self._passes = PassWork(shape)
 
     def run(
         self,
@@ -498,7 +496,7 @@ def play_recorded(
     working memory a worker reuses. The result depends only on (weights, task)."""
     start = time.perf_counter()
     if recorder is None:
-        recorder = TrajectoryRecorder(weights.w2.shape[0], weights.channels)
+        recorder = TrajectoryRecorder(weights.shape)
     recorder.start(weights)
 
     def on_step(action: int, p_up: float, reward: float) -> None:
@@ -528,7 +526,7 @@ def epoch_pass(
     written into `out` (flat float32) when given; its `steps` are the steps it covers.
     `work` is the working memory a worker reuses."""
     start = time.perf_counter()
-    size = policy.param_count(weights.w2.shape[0], True, weights.channels)
+    size = weights.shape.size(value=True)
     grad = np.empty(size, np.float32) if out is None else out
     seen = epoch_gradient(weights, task, settings, grad, work)
     stats = EpisodeStats(

@@ -57,13 +57,12 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
     """What the backend needs to know about episodes, taken from the run's config."""
     return RolloutSpec(
         env_id=config.env,
-        hidden=config.hidden,
+        shape=config.shape,
         learner=worker_spec(config),
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
         lag=config.policy_lag,
-        channels=config.conv_channels,
     )
 
 

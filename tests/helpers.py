@@ -128,7 +128,7 @@ def fake_spec(env_id: str = "FakePong-v0", workers: int = 2, **kwargs: Any) -> R
     env_kwargs = {"points_to_win": 2, **kwargs.pop("env_kwargs", {})}
     return RolloutSpec(
         env_id=env_id,
-        hidden=SPEC_HIDDEN,
+        shape=policy.NetShape(SPEC_HIDDEN),
         learner=kwargs.pop("learner", PGWork(0.99)),
         workers=workers,
         env_kwargs=env_kwargs,

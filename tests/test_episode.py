@@ -31,7 +31,7 @@ def test_episode_seeds_are_a_function_of_run_seed_and_index() -> None:
 
 
 def test_same_task_same_bytes_whatever_the_env_did_before() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), HIDDEN)
+    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), policy.NetShape(HIDDEN))
     task = EpisodeTask(index=3, seed=episode_seed(1, 3))
     env_a = make_training_env("FakePong-v0", points_to_win=2)
     env_b = make_training_env("FakePong-v0", points_to_win=2)
@@ -46,7 +46,7 @@ def test_same_task_same_bytes_whatever_the_env_did_before() -> None:
 
 
 def test_result_is_a_finite_gradient_of_the_right_size() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), HIDDEN)
+    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), policy.NetShape(HIDDEN))
     result = _play(make_training_env("FakePong-v0", points_to_win=2), weights, EpisodeTask(0, 1))
     assert result.grad.shape == (policy.param_count(HIDDEN),)
     assert result.grad.dtype == np.float32
@@ -110,7 +110,7 @@ def test_episode_gradient_matches_the_dense_reference(
     block: int, entries: int, max_steps: int
 ) -> None:
     params = policy.init_params(HIDDEN, 2) * 3  # larger weights: many active units
-    weights = policy.Weights32.from_params(params, HIDDEN)
+    weights = policy.Weights32.from_params(params, policy.NetShape(HIDDEN))
     env = make_training_env("FakePong-v0", points_to_win=3, max_steps=max_steps)
     work = _Recording(HIDDEN, block, entries)
     result = _play(env, weights, EpisodeTask(0, 5), work)
@@ -128,7 +128,7 @@ def test_episode_gradient_matches_the_dense_reference(
 @pytest.mark.parametrize("block", [1024, 16, 7])
 def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -> None:
     params = policy.init_params(HIDDEN, 2) * 3
-    weights = policy.Weights32.from_params(params, HIDDEN)
+    weights = policy.Weights32.from_params(params, policy.NetShape(HIDDEN))
     env = make_training_env("FakePong-v0", points_to_win=3, max_steps=300 if block == 7 else 27_000)
     work = _Recording(HIDDEN, block, EpisodeGradient.ENTRIES, entropy_bonus=0.3)
     result = _play(env, weights, EpisodeTask(0, 5), work)
@@ -151,7 +151,7 @@ def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -
 
 
 def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), HIDDEN)
+    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), policy.NetShape(HIDDEN))
     env = make_training_env("FakePong-v0", points_to_win=2)
     work = EpisodeGradient(HIDDEN)
     _play(env, weights, EpisodeTask(0, 11), work)  # leaves its sums in the workspace
@@ -165,7 +165,7 @@ def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one(
     entropy_bonus: float,
 ) -> None:
     params = policy.init_params(HIDDEN, 0)
-    weights = policy.Weights32.from_params(params, HIDDEN)
+    weights = policy.Weights32.from_params(params, policy.NetShape(HIDDEN))
     crashing = make_training_env(
         CRASHING_PONG, crash_episodes=(0,), crash_at_step=60, points_to_win=2
     )

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import api, checkpoint, signals
+from pong_mp import api, checkpoint, policy, signals
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.local import LocalBackend
 from pong_mp.backends.shm import SharedGradient, SharedMemoryFull
@@ -400,7 +400,8 @@ def test_shared_memory_that_runs_out_while_reserved_leaves_nothing(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(os, "posix_fallocate", full)
-    backend = LocalBackend(RolloutSpec("FakePong-v0", 8, PGWork(0.99), workers=2, env_kwargs=GAME))
+    spec = RolloutSpec("FakePong-v0", policy.NetShape(8), PGWork(0.99), workers=2, env_kwargs=GAME)
+    backend = LocalBackend(spec)
     with pytest.raises(SharedMemoryFull, match=r"^/dev/shm has .* free: .* needs "):
         backend.start()
     assert backend.worker_pids() == []
@@ -411,10 +412,10 @@ def test_a_block_is_written_when_made_not_only_sized() -> None:
     # them then kills the writer with SIGBUS: the room is taken at once.
     from pong_mp.backends.shm import BlockShape, SharedGradient
 
-    block = SharedGradient.create(BlockShape(8, 2))
+    block = SharedGradient.create(BlockShape(policy.NetShape(8), 2))
     try:
         allocated = os.stat(f"/dev/shm/{block.name}").st_blocks * 512
-        assert allocated >= SharedGradient.size(BlockShape(8, 2))
+        assert allocated >= SharedGradient.size(BlockShape(policy.NetShape(8), 2))
     finally:
         block.close()
         block.unlink()

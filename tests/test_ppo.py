@@ -91,12 +91,12 @@ def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32
     # Hidden units of size ~1 for sparse inputs.
     params[: policy.input_rows(channels) * HIDDEN] *= 40.0 if channels else 8.0
     params = params.astype(np.float32).astype(np.float64)
-    return params, policy.Weights32.from_params(params, HIDDEN, channels)
+    return params, policy.Weights32.from_params(params, policy.NetShape(HIDDEN, channels))
 
 
 def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
     rng = np.random.default_rng(seed)
-    recorder = ppo.TrajectoryRecorder(HIDDEN, weights.channels)
+    recorder = ppo.TrajectoryRecorder(weights.shape)
     recorder.start(weights)
     # One pair of arrays for every step, as an input stream reuses its own.
     idx_room = np.empty(INPUT_SIZE, np.int32)
@@ -185,8 +185,8 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
     mean, scale, beta = 0.1, 1.7, 0.01
     out = np.empty(len(params), np.float32)
-    work = ppo.PassWork(HIDDEN, channels)
-    moved_weights = policy.Weights32.from_params(new, HIDDEN, channels)
+    work = ppo.PassWork(policy.NetShape(HIDDEN, channels))
+    moved_weights = policy.Weights32.from_params(new, policy.NetShape(HIDDEN, channels))
     stats = work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, out)
     # The reused working memory was left clear: a second pass gives the same bytes.
     again = np.empty_like(out)
@@ -220,7 +220,7 @@ def test_at_the_playing_weights_no_step_is_clipped_and_the_ratio_is_one() -> Non
     params, weights = _weights(1)
     trajectory = _record(weights, 50, seed=4)
     out = np.empty(len(params), np.float32)
-    stats = ppo.PassWork(HIDDEN).gradient(
+    stats = ppo.PassWork(policy.NetShape(HIDDEN)).gradient(
         weights, trajectory, np.arange(50), 0.0, 1.0, 0.01, ppo.PPOSettings(clip=1e-9), out
     )
     assert stats.clipped == 0
@@ -351,7 +351,7 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
     # The local backend's; Ray's replaces an actor whatever the task it held (test_backends).
     # A light pass (its trajectory kept by the worker) is played again whole elsewhere.
     hidden = 200
-    spec = RolloutSpec("FakePong-v0", hidden, ppo.PPOWork(0.99), workers=2)
+    spec = RolloutSpec("FakePong-v0", policy.NetShape(hidden), ppo.PPOWork(0.99), workers=2)
     params = policy.init_params(hidden, 3, value=True)
     params[policy.param_count(hidden) :] = 0.01
     tasks = [
@@ -424,7 +424,7 @@ def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[byt
 def test_passes_go_without_their_trajectory_to_the_worker_that_keeps_it(
     kill: bool, clean_system
 ) -> None:
-    spec = RolloutSpec("FakePong-v0", HIDDEN, ppo.PPOWork(0.99), workers=2)
+    spec = RolloutSpec("FakePong-v0", policy.NetShape(HIDDEN), ppo.PPOWork(0.99), workers=2)
     with new_backend("serial", spec) as serial:
         expected = _passes_after_a_batch(serial)
     with new_backend("local", spec) as backend:
@@ -696,7 +696,7 @@ def test_a_trajectory_of_real_pong_keeps_every_steps_input(channels: int) -> Non
 
     env, stream = make_training_env("ALE/Pong-v5")
     _, weights = _weights(0, channels)
-    recorder = ppo.TrajectoryRecorder(HIDDEN, channels)
+    recorder = ppo.TrajectoryRecorder(policy.NetShape(HIDDEN, channels))
     recorder.start(weights)
     seen: list[tuple[np.ndarray, np.ndarray]] = []
 

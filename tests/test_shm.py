@@ -38,7 +38,7 @@ def test_weights_keep_the_last_versions_written_and_workers_read_them_unchanged(
     value: bool, clean_system
 ) -> None:
     hidden = 8
-    shape = BlockShape(hidden, width=2, value=value)
+    shape = BlockShape(policy.NetShape(hidden), width=2, value=value)
     params = {v: policy.init_params(hidden, v, value) for v in (5, 6, 7)}
     if value:
         for version, flat in params.items():
@@ -55,7 +55,7 @@ def test_weights_keep_the_last_versions_written_and_workers_read_them_unchanged(
                 reader.read(5)
             for version in (6, 7):
                 got = reader.read(version)
-                want = policy.Weights32.from_params(params[version], hidden)
+                want = policy.Weights32.from_params(params[version], policy.NetShape(hidden))
                 assert np.array_equal(got.w1t, want.w1t) and np.array_equal(got.w2, want.w2)
                 assert (got.value is None) == (not value)
                 if value:
@@ -71,7 +71,7 @@ def test_weights_keep_the_last_versions_written_and_workers_read_them_unchanged(
 
 @pytest.mark.parametrize("value", [False, True])
 def test_a_gradient_slot_holds_one_gradient_both_sides_see(value: bool, clean_system) -> None:
-    shape = BlockShape(8, 1, value)
+    shape = BlockShape(policy.NetShape(8), 1, value)
     owner = SharedGradient.create(shape)
     try:
         worker = SharedGradient.attach(owner.name, shape)
@@ -115,7 +115,8 @@ def test_only_the_blocks_of_gone_creators_are_removed(tmp_path: Path) -> None:
 _KILLED_RUN = """
 import os, signal, sys
 from pong_mp.backends.shm import BlockShape, SharedWeights
-block = SharedWeights.create(BlockShape(16, 2))
+from pong_mp.policy import NetShape
+block = SharedWeights.create(BlockShape(NetShape(16), 2))
 print(block.name, flush=True)
 os.killpg(0, signal.SIGKILL)  # the run and its resource tracker, at once
 """
@@ -140,7 +141,7 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
 
         spec = RolloutSpec(
             env_id="FakePong-v0",
-            hidden=16,
+            shape=policy.NetShape(16),
             learner=PGWork(0.99),
             workers=1,
             env_kwargs={"points_to_win": 2},
@@ -156,7 +157,8 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
 _OTHER_RUN = """
 import sys
 from pong_mp.backends.shm import BlockShape, SharedWeights
-block = SharedWeights.create(BlockShape(16, 1))
+from pong_mp.policy import NetShape
+block = SharedWeights.create(BlockShape(NetShape(16), 1))
 print(block.name, flush=True)
 sys.stdin.read()  # until the test closes the pipe
 block.unlink()
@@ -183,7 +185,7 @@ def test_the_leak_check_blames_a_test_for_its_own_blocks_not_another_runs() -> N
         assert other, error
         assert other in pong_shm_blocks() - before
         assert new_blocks(before) == set()  # another run's block is not this test's leak
-        own = SharedWeights.create(BlockShape(16, 1))
+        own = SharedWeights.create(BlockShape(policy.NetShape(16), 1))
         try:
             assert new_blocks(before) == {own.name}
         finally:

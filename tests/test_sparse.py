@@ -33,7 +33,7 @@ def _csr(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 def test_forward_matches_the_dense_reference() -> None:
     params = policy.init_params(50, 3) * 3  # larger weights: some units are cut by the relu
     w1t, w2 = policy.split(params, 50)
-    weights = policy.Weights32.from_params(params, 50)
+    weights = policy.Weights32.from_params(params, policy.NetShape(50))
     xs, _ = _sparse_episode(200, 1)
     h = np.empty(50, dtype=np.float32)
     cut = 0
@@ -54,7 +54,7 @@ def test_accumulate_matches_the_dense_reference() -> None:
     hidden = 24
     params = policy.init_params(hidden, 5) * 4  # larger weights: many active units
     w1t, w2 = policy.split(params, hidden)
-    weights = policy.Weights32.from_params(params, hidden)
+    weights = policy.Weights32.from_params(params, policy.NetShape(hidden))
     xs, dlogps = _sparse_episode(3000, 2)
     hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
     dense = policy.backward(w2, xs, hs, dlogps, np.empty_like(params))
@@ -111,7 +111,7 @@ def test_palette_diff_finds_changed_colours_and_stops_at_unseen_pairs() -> None:
 
 
 def test_bad_arrays_raise_instead_of_reading_out_of_bounds() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(4, 0), 4)
+    weights = policy.Weights32.from_params(policy.init_params(4, 0), policy.NetShape(4))
     h = np.empty(4, dtype=np.float32)
     one = np.ones(1, dtype=np.float32)
     with pytest.raises(IndexError):

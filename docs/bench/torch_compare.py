@@ -66,7 +66,7 @@ def load_weights(model: str, seed: int = 0) -> tuple[policy.Weights32, int, int]
     flat = policy.with_value_head(params, hidden, True, channels)
     head = policy.value_head(flat, hidden, channels)
     head[:] = np.random.default_rng(seed).normal(0.0, 0.05, hidden + 1)
-    return policy.Weights32.from_params(flat, hidden, channels), hidden, channels
+    return policy.Weights32.from_params(flat, policy.NetShape(hidden, channels)), hidden, channels
 
 
 class TorchPolicy(torch.nn.Module):
@@ -133,14 +133,13 @@ def main(model: str) -> None:
     torch.set_num_threads(1)
     weights, hidden, channels = load_weights(model)
     settings = ppo.PPOSettings()
-    spec = RolloutSpec(
-        "ALE/Pong-v5", hidden, 0.99, algo="ppo", ppo=settings, channels=channels
-    )
+    shape = policy.NetShape(hidden, channels)
+    spec = RolloutSpec("ALE/Pong-v5", shape, ppo.PPOWork(policy.GAMMA, settings))
     worker = EpisodeWorker(spec)
     worker.open()
     try:
         tasks = make_tasks(20000, 0, GAMES)
-        played = [worker.play(weights, task).stats.trajectory for task in tasks]
+        played = [worker.play(weights, task).stats.data for task in tasks]
     finally:
         worker.close()
     episodes = [(t.index, t.seed, trajectory) for t, trajectory in zip(tasks, played, strict=True)]
@@ -149,7 +148,7 @@ def main(model: str) -> None:
         moments.merge(ppo.advantage_moments(trajectory))
     mean, scale = moments.mean, moments.standardizing_scale
     steps_total = sum(t.steps for _, _, t in episodes)
-    work = ppo.PassWork(hidden, channels)
+    work = ppo.PassWork(shape)
     out = np.empty(policy.param_count(hidden, True, channels), np.float32)
     net = TorchPolicy(weights)
 
@@ -246,7 +245,7 @@ def time_play(
     must)."""
     count = min(PLAY_STEPS, trajectory.steps)
     inputs = [trajectory.inputs(np.array([t])) for t in range(count)]
-    recorder = ppo.TrajectoryRecorder(weights.w2.shape[0], weights.channels)
+    recorder = ppo.TrajectoryRecorder(weights.shape)
     recorder.start(weights)
     start = time.perf_counter()
     for pixels, values, _ in inputs:

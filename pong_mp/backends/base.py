@@ -97,9 +97,8 @@ class WorkerSpec(Protocol):
     def value_head(self) -> bool:
         """Whether the weights carry a value head."""
 
-    def worker(self, hidden: int, channels: int) -> WorkerLearner:
-        """The working memory of one worker, for a policy of `hidden` units (on the
-        features of a conv layer of `channels` filters; 0: the MLP)."""
+    def worker(self, shape: policy.NetShape) -> WorkerLearner:
+        """The working memory of one worker, for policies of `shape`."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +107,8 @@ class RolloutSpec:
 
     env_id: str
     """Gymnasium env id, e.g. ALE/Pong-v5 or FakePong-v0."""
-    hidden: int
-    """Hidden units of the policy."""
+    shape: policy.NetShape
+    """The policy network's shape."""
     learner: WorkerSpec
     """What the workers run: the learner's side of a task."""
     workers: int = 1
@@ -123,9 +122,6 @@ class RolloutSpec:
     lag: int = 0
     """Policy lag: the backend keeps lag + 1 weights versions (up to lag + 1 batches in
     flight, each played with its own)."""
-    channels: int = 0
-    """The convolutional layer's channels with --policy conv (0: the MLP on the pixels)."""
-
     @property
     def value_head(self) -> bool:
         """Whether the weights carry a value head (the learner's)."""

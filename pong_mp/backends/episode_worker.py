@@ -44,7 +44,7 @@ class EpisodeWorker:
         if self.is_open:
             return
         self._env, self._inputs = make_training_env(self.spec.env_id, **self.spec.env_kwargs)
-        self._learner = self.spec.learner.worker(self.spec.hidden, self.spec.channels)
+        self._learner = self.spec.learner.worker(self.spec.shape)
 
     def play(
         self, weights: policy.Weights32, task: Task, out: np.ndarray | None = None

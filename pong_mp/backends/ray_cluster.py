@@ -92,7 +92,7 @@ class EpisodeActor:
         gradient stays on this node for its group's sum."""
         if data is not None:
             task = dataclasses.replace(task, data=data)
-        weights = policy.Weights32.from_flat32(flat32, self.spec.hidden, self.spec.channels)
+        weights = policy.Weights32.from_flat32(flat32, self.spec.shape)
         result = self.worker.play(weights, task)
         return result.stats, result.grad
 

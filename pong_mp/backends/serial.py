@@ -37,9 +37,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
 
     def publish(self, version: int, weights: np.ndarray) -> None:
         """Keep views of `weights` as `version`, and the last spec.lag + 1 versions only."""
-        self._versions[version] = Weights32.from_flat32(
-            weights, self.spec.hidden, self.spec.channels
-        )
+        self._versions[version] = Weights32.from_flat32(weights, self.spec.shape)
         while len(self._versions) > self.spec.lag + 1:
             self._versions.popitem(last=False)
 

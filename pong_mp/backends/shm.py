@@ -148,15 +148,13 @@ class StaleWeightsError(RuntimeError):
 
 @dataclass(frozen=True)
 class BlockShape:
-    """What a block is sized for: a policy of `hidden` units, with a value head if `value`
-    (--algo ppo), and `width`: the weights versions a SharedWeights block keeps
+    """What a block is sized for: a policy network of shape `net`, with a value head if
+    `value` (--algo ppo), and `width`: the weights versions a SharedWeights block keeps
     (--policy-lag + 1; 1 for a SharedGradient)."""
 
-    hidden: int
+    net: policy.NetShape
     width: int = 1
     value: bool = False
-    channels: int = 0
-    """--policy conv's channels (0: the MLP)."""
 
 
 class _Block:
@@ -220,13 +218,13 @@ class SharedWeights(_Block):
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Map each slot's version and weights (read-only unless this process owns them)."""
         super().__init__(shm, shape, owner)
-        hidden, value, channels = shape.hidden, shape.value, shape.channels
+        net, value = shape.net, shape.value
         slots = []
         for slot in range(shape.width):
-            offset = slot * self.slot_size(hidden, value, channels)
+            offset = slot * self.slot_size(net, value)
             version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=offset)
             flat = np.ndarray(
-                (policy.param_count(hidden, value, channels),),
+                (net.size(value),),
                 dtype=np.float32,
                 buffer=shm.buf,
                 offset=offset + HEADER_BYTES,
@@ -235,21 +233,21 @@ class SharedWeights(_Block):
                 version[0] = _NO_VERSION
             else:
                 flat.flags.writeable = False
-            weights = policy.Weights32.from_flat32(flat, hidden, channels)
+            weights = policy.Weights32.from_flat32(flat, net)
             slots.append((version, flat, weights))
         self._views = slots
         self._written = 0  # versions written so far: the next goes in slot _written % width
 
     @staticmethod
-    def slot_size(hidden: int, value: bool = False, channels: int = 0) -> int:
+    def slot_size(net: policy.NetShape, value: bool = False) -> int:
         """Bytes of one slot: the header, then the float32 weights, rounded up to 64."""
-        floats = policy.param_count(hidden, value, channels)
+        floats = net.size(value)
         return -(-(HEADER_BYTES + 4 * floats) // 64) * 64
 
     @staticmethod
     def size(shape: BlockShape) -> int:
         """`shape.width` slots."""
-        return shape.width * SharedWeights.slot_size(shape.hidden, shape.value, shape.channels)
+        return shape.width * SharedWeights.slot_size(shape.net, shape.value)
 
     def write(self, params: np.ndarray, version: int) -> None:
         """Publish flat `params` (float64 or float32) as `version`, over the oldest version
@@ -289,7 +287,7 @@ class SharedGradient(_Block):
     @staticmethod
     def size(shape: BlockShape) -> int:
         """A flat float32 gradient, shaped as the parameters."""
-        return 4 * policy.param_count(shape.hidden, shape.value, shape.channels)
+        return 4 * shape.net.size(shape.value)
 
     @property
     def array(self) -> np.ndarray:

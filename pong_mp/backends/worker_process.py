@@ -121,8 +121,8 @@ def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
     coordinator that creates them and the workers that attach to them."""
     value = spec.value_head
     return (
-        BlockShape(spec.hidden, spec.lag + 1, value, spec.channels),
-        BlockShape(spec.hidden, 1, value, spec.channels),
+        BlockShape(spec.shape, spec.lag + 1, value),
+        BlockShape(spec.shape, 1, value),
     )
 
 

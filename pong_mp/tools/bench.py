@@ -306,10 +306,10 @@ def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[floa
     # What a worker holds for all its episodes: its env and workspace, and its gradient slot.
     game = {"points_to_win": 10_000, "max_steps": steps}
     work = PGWork(policy.GAMMA, entropy_bonus)
-    spec = RolloutSpec("FakePong-v0", hidden, work, env_kwargs=game)
+    spec = RolloutSpec("FakePong-v0", policy.NetShape(hidden), work, env_kwargs=game)
     worker = EpisodeWorker(spec)
     worker.open()
-    weights = policy.Weights32.from_params(policy.init_params(hidden, 0), hidden)
+    weights = policy.Weights32.from_params(policy.init_params(hidden, 0), spec.shape)
     grad = np.ones(policy.param_count(hidden), dtype=np.float32)
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.

@@ -48,8 +48,9 @@ def play_games(
     `on_frame`, if given, receives the RGB frame after every step (for recording), and
     `on_game` each game's score as soon as the game ends.
     """
-    weights = policy.Weights32.from_params(params, hidden, channels)
-    forward = policy.SparseForward(hidden, channels)
+    shape = policy.NetShape(hidden, channels)
+    weights = policy.Weights32.from_params(params, shape)
+    forward = policy.SparseForward(shape)
     kwargs = dict(env_kwargs or {})
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"

@@ -135,10 +135,10 @@ def measure_costs(
     prepare_worker_process()
     params, config = load_policy(model)
     hidden = int(config["hidden"])
-    spec = RolloutSpec(env_id, hidden, PGWork(policy.GAMMA))
+    spec = RolloutSpec(env_id, policy.NetShape(hidden), PGWork(policy.GAMMA))
     worker = EpisodeWorker(spec)
     worker.open()
-    weights = policy.Weights32.from_params(params, hidden)
+    weights = policy.Weights32.from_params(params, spec.shape)
     grad = np.empty(policy.param_count(hidden), dtype=np.float32)
     steps, seconds = [], 0.0
     try:
@@ -165,7 +165,7 @@ def measure_costs(
     summed.add(EpisodeResult(EpisodeStats(0, 0.0, 1, 0.0), grad))
     shared: SharedWeights | None = None
     try:
-        shared = SharedWeights.create(BlockShape(hidden))
+        shared = SharedWeights.create(BlockShape(policy.NetShape(hidden)))
         start = time.perf_counter()
         for _ in range(10):
             state, _ = learner.apply(state, summed)
