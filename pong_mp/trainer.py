@@ -11,8 +11,9 @@ plays tasks (backends/).
         while more(state):
           learner.play(state, backend)  ──> learner.learn(...)  ──> TrainState k+1, stats
           yield TrainState k+1, its metrics record
-      commit (signals deferred) ──> metrics.jsonl, TensorBoard, progress,
-                                    checkpoint.npz every --checkpoint-every
+      commit ──> metrics.jsonl, TensorBoard, progress, checkpoint.npz every
+                 --checkpoint-every (a stop signal is only recorded by its handler, and
+                 raised at the learner's safe points: never inside a commit)
 """
 
 from __future__ import annotations
