@@ -36,8 +36,8 @@ T = TypeVar("T")
 
 
 def _pooled(result: AsyncResult[T]) -> T:
-    """The value of a pool's call; a stop signal, which nothing of the pool's wakes on,
-    ends the wait."""
+    """The value of a pool's call, waited for in POLL_SECONDS slices: no stop signal wakes
+    a pool's wait, so a stop is looked for between them."""
     while not result.ready():
         result.wait(POLL_SECONDS)
         check_stop()
@@ -54,7 +54,7 @@ def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
         steps = 0
         start = time.perf_counter()
         while time.perf_counter() - start < seconds:  # ~50 ns: small beside any env step
-            check_stop()  # as cheap
+            check_stop()  # as small: a stop ends the measurement at the next step
             _, _, terminated, truncated, _ = env.step(int(actions[steps % 4096]))
             steps += 1
             if terminated or truncated:
