@@ -236,14 +236,23 @@ def _filters(
     if not channels:
         return []
     shape = policy.kernel_shape(channels)
-    for key in keys:
-        if key not in data:
-            raise CheckpointError(f"missing {key}, which this --policy conv run needs")
-        if data[key].shape != shape or data[key].dtype != dtype:
-            found = f"{data[key].dtype} {data[key].shape}"
-            raise CheckpointError(f"{key} is {found}, not {np.dtype(dtype)} {shape}")
-        _check_finite(data, (key,))
-    return [data[key].ravel().astype(np.float64) for key in keys]
+    return [
+        _checked(data, key, shape, dtype, "this --policy conv run").ravel().astype(np.float64)
+        for key in keys
+    ]
+
+
+def _checked(
+    data: dict[str, np.ndarray], key: str, shape: tuple[int, ...], dtype: type, needs: str
+) -> np.ndarray:
+    # Array `key`, which `needs` (a kind of run) needs: present, of `shape` and `dtype`, finite.
+    if key not in data:
+        raise CheckpointError(f"missing {key}, which {needs} needs")
+    if data[key].shape != shape or data[key].dtype != dtype:
+        found = f"{data[key].dtype} {data[key].shape}"
+        raise CheckpointError(f"{key} is {found}, not {np.dtype(dtype)} {shape}")
+    _check_finite(data, (key,))
+    return data[key]
 
 
 def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
@@ -350,17 +359,11 @@ def _value_heads(
     # optimizer's state for it; {} for a run without one.
     if not stored_value_head(config):
         return {}
-    expected = {"value": (hidden + 1,), "rmsprop_value": (hidden + 1,)}
-    if adam:
-        expected["adam_m_value"] = (hidden + 1,)
-    for key, want in expected.items():
-        if key not in data:
-            raise CheckpointError(f"missing {key}, which a run with a value head needs")
-        if data[key].shape != want or data[key].dtype != np.float64:
-            found = f"{data[key].dtype} {data[key].shape}"
-            raise CheckpointError(f"{key} is {found}, not float64 {want}")
-        _check_finite(data, (key,))
-    return {key: data[key] for key in expected}
+    keys = ("value", "rmsprop_value", *(("adam_m_value",) if adam else ()))
+    return {
+        key: _checked(data, key, (hidden + 1,), np.float64, "a run with a value head")
+        for key in keys
+    }
 
 
 def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:
@@ -368,19 +371,12 @@ def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -
     lag = stored_option(config, "policy_lag")
     if not lag:
         return ()
-    hidden = shape[0]
-    expected = {"lag_W1": (lag, *shape), "lag_W2": (lag, hidden)}
-    for key, want in expected.items():
-        if key not in data:
-            raise CheckpointError(f"missing {key}, which a run with --policy-lag {lag} needs")
-        if data[key].shape != want or data[key].dtype != np.float32:
-            raise CheckpointError(
-                f"{key} is {data[key].dtype} {data[key].shape}, not float32 {want}"
-            )
-        _check_finite(data, (key,))
+    needs = f"a run with --policy-lag {lag}"
+    lag_w1 = _checked(data, "lag_W1", (lag, *shape), np.float32, needs)
+    lag_w2 = _checked(data, "lag_W2", (lag, shape[0]), np.float32, needs)
     return tuple(
         np.concatenate([np.ascontiguousarray(w1.T).ravel(), w2])
-        for w1, w2 in zip(data["lag_W1"], data["lag_W2"], strict=True)
+        for w1, w2 in zip(lag_w1, lag_w2, strict=True)
     )
 
 

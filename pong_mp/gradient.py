@@ -144,11 +144,6 @@ class EpisodeGradient:
         return policy.param_count(self._hidden)
 
     @property
-    def moments(self) -> Moments:
-        """The moments of this episode's returns (complete after `finish`)."""
-        return self._moments
-
-    @property
     def buffered(self) -> int:
         """Steps held in the buffer, not yet folded into the accumulators (< block)."""
         return self._buffered
