@@ -257,11 +257,6 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
         return []
     with file_io(path, "read"):
         data = path.read_bytes()
-    return _parse_metrics(path, data)
-
-
-def _parse_metrics(path: Path, data: bytes) -> list[dict[str, Any]]:
-    # read_metrics's rules, on the bytes of `path`.
     records, damaged = _scan_metrics(data)
     if damaged:
         number, _, problem = damaged[0]
