@@ -23,12 +23,11 @@ import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from pong_mp import policy
+from pong_mp import learner, policy
 from pong_mp.backends.base import Backend, BackendItem
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.episode import (
@@ -301,21 +300,12 @@ class PGLearner:
 
 def update_stats(
     state: TrainState, new_state: TrainState, summed: BatchSum, grad: np.ndarray, lr: float
-) -> dict[str, Any]:
-    """The statistics of the update from `state` to `new_state` (`PGLearner.step`'s): a few
-    ms on 1.3 M parameters, for watching (TensorBoard), done while the next batch plays."""
-    with np.errstate(over="ignore"):  # huge but finite weights: an inf norm says enough
-        return {
-            "reward_mean": float(np.mean(summed.episode_rewards)),
-            "steps": summed.steps,
-            "grad_norm": l2_norm(grad),
-            "weight_norm": l2_norm(new_state.params),
-            "step_norm": l2_norm(new_state.params - state.params),
-            "lr": lr,
-            # Mean entropy per step (nats; ln 2 = 0.69 is a coin toss): how settled the
-            # policy is.
-            "entropy": summed.entropy / summed.steps if summed.steps else None,
-        }
+) -> Stats:
+    """The statistics of the update from `state` to `new_state` (`PGLearner.step`'s), taken
+    while the next batch plays."""
+    with np.errstate(over="ignore"):  # an overflowing norm is inf, which says enough
+        grad_norm = l2_norm(grad)
+    return learner.update_stats(state, new_state, summed, grad_norm, lr)
 
 
 def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:

@@ -56,7 +56,15 @@ from pong_mp.episode import (
 )
 from pong_mp.frames import InputStream
 from pong_mp.gradient import Moments
-from pong_mp.learner import NonFiniteError, Schedule, Stats, l2_norm, run_round, running_reward
+from pong_mp.learner import (
+    NonFiniteError,
+    Schedule,
+    Stats,
+    l2_norm,
+    run_round,
+    running_reward,
+    update_stats,
+)
 from pong_mp.optim import Optimizer
 from pong_mp.state import TrainState
 
@@ -698,13 +706,7 @@ class PPOLearner:
             optimizer_steps=state.optimizer_steps + self.steps_per_update,
         )
         stats = {
-            "reward_mean": float(np.mean(batch.episode_rewards)),
-            "steps": batch.steps,
-            "grad_norm": grad_norm,
-            "weight_norm": l2_norm(new_state.params),
-            "step_norm": l2_norm(new_state.params - state.params),
-            "lr": lr,
-            "entropy": batch.entropy / batch.steps if batch.steps else None,
+            **update_stats(state, new_state, batch, grad_norm, lr),
             "entropy_bonus": entropy_bonus,
             "value_loss": seen.value_error / 2 / seen.steps if seen.steps else None,
             "clip_fraction": seen.clipped / seen.steps if seen.steps else None,
