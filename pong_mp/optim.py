@@ -3,7 +3,11 @@ ascent, each step one compiled pass (`sparse.pyx`); and the learning-rate schedu
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import math
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
@@ -148,3 +152,113 @@ class Optimizer:
             params, cache, grad, lr=lr, decay=self.decay, out=(out[0], out[1])
         )
         return new_params, new_cache, None
+
+
+STEP_BLOCK = 1 << 16
+"""Elements per block of `MeanStep`'s gradient norm. Each block's sum of squares is added in
+a fixed order of its own, and the blocks' sums exactly (`math.fsum`), so the norm has the
+same bits however many threads share the blocks out."""
+
+MAX_STEP_THREADS = 8
+"""The most threads `MeanStep` uses: the step reads and writes ~80 MB a time over 1.2 M
+parameters, and a few threads already take what memory gives."""
+
+
+def step_threads() -> int:
+    """Threads for the actor-critic's optimizer step: the CPUs this process may run on, at
+    most MAX_STEP_THREADS. The workers wait while it runs, so their cores are free."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_STEP_THREADS))
+
+
+class MeanStep:
+    """The actor-critic's optimizer step from a minibatch's summed gradient: its mean, its
+    norm, the clipped step and the float32 weights to publish, in two passes over memory
+    that `threads` threads share out (the caller's thread and, inside `with`, the others).
+    Each element gets the operations of `Optimizer.step` on `grad = total / divisor`, scaled
+    as `grad *= scale` (the same bits).
+
+    It updates its own copies of a state's arrays in place (`load`), which moves less
+    memory than writing new ones: the caller's state stays as it was, so an update refused
+    half-way (a non-finite step) changes nothing. A signal only records a stop (see
+    `signals.py`), so no step is ever cut off half-way.
+    """
+
+    def __init__(self, name: str, decay: float, threads: int = 1) -> None:
+        """A step of optimizer `name` (one of OPTIMIZERS; RMSProp's `decay`) on `threads`
+        threads."""
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
+        self.name, self.decay, self.threads = name, decay, max(1, threads)
+        self.params = self.cache = np.empty(0)
+        self.momentum: np.ndarray | None = None
+        self.weights = np.empty(0, np.float32)
+        """The weights of the last step, as float32 (overwritten by the next)."""
+        self._partials = np.empty(0)
+        self._pool: ThreadPoolExecutor | None = None
+
+    def __enter__(self) -> MeanStep:
+        """Start the threads (none where `threads` is 1)."""
+        if self.threads > 1 and self._pool is None:
+            self._pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="pong-mp-step")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the threads."""
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+    def load(self, params: np.ndarray, cache: np.ndarray, momentum: np.ndarray | None) -> None:
+        """Start from copies of a state's arrays."""
+        if self.name == "adam" and momentum is None:
+            raise ValueError("adam needs the momentum of the state it updates")
+        self.params, self.cache = np.array(params, np.float64), np.array(cache, np.float64)
+        self.momentum = np.array(momentum, np.float64) if self.name == "adam" else None
+        self.weights = np.empty(len(params), np.float32)
+        self._partials = np.empty(-(-len(params) // STEP_BLOCK))
+
+    def norm(self, total: np.ndarray, divisor: float) -> float:
+        """The Euclidean norm of total / divisor (float64, as long as the parameters)."""
+
+        def part(first: int, last: int) -> bool:
+            sparse.mean_squares(total, divisor, self._partials, first, last, STEP_BLOCK)
+            return False
+
+        self._share(part)
+        return math.sqrt(math.fsum(self._partials))
+
+    def step(self, total: np.ndarray, divisor: float, scale: float, step: int, lr: float) -> bool:
+        """Update number `step` (from 1) on (total / divisor) * scale at rate `lr`; False
+        where a new weight is not finite (the arrays then hold that step: `load` again
+        before going on)."""
+        n, params, cache, weights = len(self.params), self.params, self.cache, self.weights
+        momentum = self.momentum
+
+        def part(first: int, last: int) -> bool:
+            start, stop = first * STEP_BLOCK, min(n, last * STEP_BLOCK)
+            if momentum is None:
+                return sparse.rmsprop_range(
+                    params, cache, total, divisor, scale, lr, self.decay, EPS, weights,
+                    start, stop,
+                )
+            return sparse.adam_range(
+                params, momentum, cache, total, divisor, scale, lr, ADAM_BETA1, ADAM_BETA2,
+                ADAM_EPS, 1.0 - ADAM_BETA1**step, 1.0 - ADAM_BETA2**step, weights, start, stop,
+            )
+
+        return not any(self._share(part))
+
+    def _share(self, part: Callable[[int, int], bool]) -> list[bool]:
+        # The blocks in one contiguous run a thread, the last run in the caller's.
+        blocks = len(self._partials)
+        cuts = [blocks * t // self.threads for t in range(self.threads + 1)]
+        if self._pool is None or self.threads == 1:
+            return [part(0, blocks)]
+        runs = list(itertools.pairwise(cuts))
+        futures = [self._pool.submit(part, a, b) for a, b in runs[:-1]]
+        return [part(*runs[-1]), *(f.result() for f in futures)]
+

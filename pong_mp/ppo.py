@@ -60,12 +60,11 @@ from pong_mp.learner import (
     NonFiniteError,
     Schedule,
     Stats,
-    l2_norm,
     run_round,
     running_reward,
     update_stats,
 )
-from pong_mp.optim import Optimizer
+from pong_mp.optim import MeanStep
 from pong_mp.state import TrainState
 
 
@@ -581,6 +580,8 @@ class PPOLearning:
     """The entropy's weight in the objective, by the same steps."""
     decay_rate: float = 0.99
     """RMSProp's decay of the mean of squared gradients."""
+    step_threads: int = 1
+    """Threads of each optimizer step (`optim.MeanStep`): any count gives the same bits."""
 
 
 @dataclass
@@ -606,7 +607,6 @@ class PPOLearner:
     def __init__(self, settings: PPOLearning) -> None:
         """A learner with `settings`; `start` readies it for a run's state."""
         self.settings = settings
-        self.optimizer = Optimizer(settings.optimizer, settings.lr.value, settings.decay_rate)
         self._total = np.empty(0)
         self._version = 0
 
@@ -644,61 +644,56 @@ class PPOLearner:
         moments = Moments()
         for task in tasks:  # in episode order: the same bits whatever the arrival order
             moments.merge(advantage_moments(played.trajectories[task.index]))
-        params, cache, momentum = state.params, state.cache, state.momentum
+        stepper = MeanStep(settings.optimizer, settings.decay_rate, settings.step_threads)
+        stepper.load(state.params, state.cache, state.momentum)
         seen = PassStats()
         grad_norm = 0.0
         lr = settings.lr(state.steps)
         entropy_bonus = settings.entropy(state.steps)
         coordinator = 0.0  # the workers wait on the coordinator between minibatches
         first = state.episodes
-        for epoch in range(settings.epochs):
-            for part in range(settings.minibatches):
-                epoch_tasks = [
-                    EpochTask(
-                        task.index, task.seed, played.trajectories[task.index], epoch, part,
-                        settings.minibatches, moments.mean, moments.standardizing_scale,
-                        entropy_bonus,
-                    )
-                    for task in tasks
-                ]
-                summed = BatchSum(first, settings.batch_size, self._total)
-                passes = {
-                    stats.index: stats.report
-                    for stats in run_round(backend, self._version, epoch_tasks, summed)
-                }
-                for task in tasks:  # added in episode order: the same bits every time
-                    report = passes.get(task.index)
-                    seen += report if isinstance(report, PassStats) else PassStats()
-                arrived = time.perf_counter()
-                step = state.optimizer_steps + epoch * settings.minibatches + part + 1
-                # An overflow is no warning to print: the checks tell, and the update is
-                # refused (as pg's).
-                with np.errstate(over="ignore", invalid="ignore"):
-                    grad = summed.total / max(1, summed.steps)  # the minibatch's mean
-                    grad_norm = l2_norm(grad)
+        with stepper:
+            for epoch in range(settings.epochs):
+                for part in range(settings.minibatches):
+                    epoch_tasks = [
+                        EpochTask(
+                            task.index, task.seed, played.trajectories[task.index], epoch, part,
+                            settings.minibatches, moments.mean, moments.standardizing_scale,
+                            entropy_bonus,
+                        )
+                        for task in tasks
+                    ]
+                    summed = BatchSum(first, settings.batch_size, self._total)
+                    passes = {
+                        stats.index: stats.report
+                        for stats in run_round(backend, self._version, epoch_tasks, summed)
+                    }
+                    for task in tasks:  # added in episode order: the same bits every time
+                        report = passes.get(task.index)
+                        seen += report if isinstance(report, PassStats) else PassStats()
+                    arrived = time.perf_counter()
+                    step = state.optimizer_steps + epoch * settings.minibatches + part + 1
+                    divisor = max(1, summed.steps)  # the minibatch's mean
+                    grad_norm = stepper.norm(summed.total, divisor)
                     if not math.isfinite(grad_norm):
                         raise NonFiniteError(
                             f"update {state.batch + 1}: the summed gradient is not finite"
                         )
-                    if grad_norm > MAX_GRAD_NORM:
-                        grad *= MAX_GRAD_NORM / grad_norm
-                    params, cache, momentum = self.optimizer.step(
-                        params, cache, momentum, grad, step, lr
-                    )
-                    if not np.isfinite(params.sum()):
+                    scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
+                    if not stepper.step(summed.total, divisor, scale, step, lr):
                         raise NonFiniteError(
                             f"update {state.batch + 1}: the new weights would not be finite"
                         )
-                self._version += 1
-                backend.publish(self._version, params.astype(np.float32))
-                coordinator += time.perf_counter() - arrived
+                    self._version += 1
+                    backend.publish(self._version, stepper.weights)
+                    coordinator += time.perf_counter() - arrived
         batch = played.summed
-        # The optimizer reuses its arrays step after step: the state keeps copies.
+        # The stepper's arrays are its own: the state takes them over.
         new_state = dataclasses.replace(
             state,
-            params=params.copy(),
-            cache=cache.copy(),
-            momentum=None if momentum is None else momentum.copy(),
+            params=stepper.params,
+            cache=stepper.cache,
+            momentum=stepper.momentum,
             batch=state.batch + 1,
             episodes=state.episodes + batch.count,
             steps=state.steps + batch.steps,

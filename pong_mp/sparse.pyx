@@ -913,3 +913,194 @@ def adam(
         return
     pong_mp_adam(&params[0], &momentum[0], &cache[0], &grad[0], lr, beta1, beta2, eps,
                  correction1, correction2, &new_params[0], &new_momentum[0], &new_cache[0], n)
+
+
+# -- the actor-critic's step, in ranges that threads share (optim.MeanStep) ---------------------
+
+cdef extern from *:
+    """
+    /* Built once per instruction set and picked when the module loads, where the compiler
+       can (GCC on x86-64 Linux): wider vectors divide and take roots faster, and since both
+       are correctly rounded and nothing is fused (-ffp-contract=off), every version gives
+       the same bits. */
+    #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+    #define PONG_MP_WIDE __attribute__((target_clones("avx512f", "avx2", "default")))
+    #else
+    #define PONG_MP_WIDE
+    #endif
+
+    /* The sum of (total / divisor)^2 over each block first..last-1 of `block` elements
+       (the last one cut at n), into partials: eight lanes, lane j taking the elements
+       j mod 8 of the block, added pairwise at the end. A fixed order that does not depend
+       on how the blocks are shared out. */
+    PONG_MP_WIDE static void pong_mp_mean_squares(
+        const double *restrict total, double divisor, double *restrict partials,
+        Py_ssize_t first, Py_ssize_t last, Py_ssize_t block, Py_ssize_t n)
+    {
+        for (Py_ssize_t b = first; b < last; b++) {
+            Py_ssize_t i = b * block, stop = i + block < n ? i + block : n;
+            double lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            for (; i + 8 <= stop; i += 8) {
+                for (int j = 0; j < 8; j++) {
+                    double g = total[i + j] / divisor;
+                    lane[j] += g * g;
+                }
+            }
+            for (int j = 0; i < stop; i++, j++) {
+                double g = total[i] / divisor;
+                lane[j] += g * g;
+            }
+            partials[b] = ((lane[0] + lane[1]) + (lane[2] + lane[3]))
+                + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+        }
+    }
+
+    /* Adam's step in place over [start, stop): pong_mp_adam's operations on the gradient
+       (total / divisor) * scale, which numpy's `grad = total / divisor; grad *= scale`
+       gives (the product only where scale is not 1); the new weights also written as
+       float32. Returns whether one is not finite. */
+    PONG_MP_WIDE static int pong_mp_adam_range(
+        double *restrict params, double *restrict momentum, double *restrict cache,
+        const double *restrict total, double divisor, double scale, double lr, double beta1,
+        double beta2, double eps, double correction1, double correction2,
+        float *restrict weights, Py_ssize_t start, Py_ssize_t stop)
+    {
+        double keep1 = 1.0 - beta1, keep2 = 1.0 - beta2;
+        int bad = 0, scaled = scale != 1.0;
+        for (Py_ssize_t i = start; i < stop; i++) {
+            double g = total[i] / divisor;
+            if (scaled)
+                g = g * scale;
+            double m = momentum[i] * beta1 + keep1 * g;
+            double v = cache[i] * beta2 + keep2 * (g * g);
+            double p = ((m / correction1) / (sqrt(v / correction2) + eps)) * lr + params[i];
+            momentum[i] = m;
+            cache[i] = v;
+            params[i] = p;
+            weights[i] = (float)p;
+            bad |= !(p - p == 0.0);
+        }
+        return bad;
+    }
+
+    /* RMSProp's step in place over [start, stop): pong_mp_rmsprop's operations on the
+       same gradient, as above. */
+    PONG_MP_WIDE static int pong_mp_rmsprop_range(
+        double *restrict params, double *restrict cache, const double *restrict total,
+        double divisor, double scale, double lr, double decay, double eps,
+        float *restrict weights, Py_ssize_t start, Py_ssize_t stop)
+    {
+        double keep = 1.0 - decay;
+        int bad = 0, scaled = scale != 1.0;
+        for (Py_ssize_t i = start; i < stop; i++) {
+            double g = total[i] / divisor;
+            if (scaled)
+                g = g * scale;
+            double c = cache[i] * decay + (g * g) * keep;
+            double p = params[i] + (g / (sqrt(c) + eps)) * lr;
+            cache[i] = c;
+            params[i] = p;
+            weights[i] = (float)p;
+            bad |= !(p - p == 0.0);
+        }
+        return bad;
+    }
+    """
+    void pong_mp_mean_squares(const double* total, double divisor, double* partials,
+                              Py_ssize_t first, Py_ssize_t last, Py_ssize_t block,
+                              Py_ssize_t n) nogil
+    int pong_mp_adam_range(double* params, double* momentum, double* cache,
+                           const double* total, double divisor, double scale, double lr,
+                           double beta1, double beta2, double eps, double correction1,
+                           double correction2, float* weights, Py_ssize_t start,
+                           Py_ssize_t stop) nogil
+    int pong_mp_rmsprop_range(double* params, double* cache, const double* total,
+                              double divisor, double scale, double lr, double decay,
+                              double eps, float* weights, Py_ssize_t start,
+                              Py_ssize_t stop) nogil
+
+
+def mean_squares(
+    const double[::1] total,
+    double divisor,
+    double[::1] partials,
+    Py_ssize_t first,
+    Py_ssize_t last,
+    Py_ssize_t block,
+) -> None:
+    """Each block first..last-1 (of `block` elements)'s sum of (total / divisor)^2, added in
+    a fixed order of its own, into partials[block]; the GIL is released, so that threads
+    can share the blocks out."""
+    cdef Py_ssize_t n = total.shape[0]
+    if block < 1 or partials.shape[0] * block < n or not 0 <= first <= last <= partials.shape[0]:
+        raise ValueError("mean_squares: blocks that do not fit the arrays")
+    if first == last:
+        return
+    with nogil:
+        pong_mp_mean_squares(&total[0], divisor, &partials[0], first, last, block, n)
+
+
+def _check_range(name, arrays, Py_ssize_t start, Py_ssize_t stop) -> None:
+    # The in-place step's arrays: one length, the range inside it, no two sharing memory
+    # (the C loops mark them restrict).
+    import numpy as np
+    n = len(arrays[0])
+    if any(len(a) != n for a in arrays) or not 0 <= start <= stop <= n:
+        raise ValueError(f"{name}: arrays of mismatched sizes")
+    if any(np.may_share_memory(a, b) for i, a in enumerate(arrays) for b in arrays[i + 1:]):
+        raise ValueError(f"{name}: arrays that overlap")
+
+
+def adam_range(
+    double[::1] params,
+    double[::1] momentum,
+    double[::1] cache,
+    const double[::1] total,
+    double divisor,
+    double scale,
+    double lr,
+    double beta1,
+    double beta2,
+    double eps,
+    double correction1,
+    double correction2,
+    float[::1] weights,
+    Py_ssize_t start,
+    Py_ssize_t stop,
+) -> bool:
+    """`adam` in place over elements start..stop-1, on the gradient (total / divisor) *
+    scale, the new weights also written as float32 into `weights`, with the GIL released;
+    whether a new weight is not finite."""
+    cdef int bad
+    _check_range("adam_range", (params, momentum, cache, total, weights), start, stop)
+    if start == stop:
+        return False
+    with nogil:
+        bad = pong_mp_adam_range(&params[0], &momentum[0], &cache[0], &total[0], divisor,
+                                 scale, lr, beta1, beta2, eps, correction1, correction2,
+                                 &weights[0], start, stop)
+    return bad != 0
+
+
+def rmsprop_range(
+    double[::1] params,
+    double[::1] cache,
+    const double[::1] total,
+    double divisor,
+    double scale,
+    double lr,
+    double decay,
+    double eps,
+    float[::1] weights,
+    Py_ssize_t start,
+    Py_ssize_t stop,
+) -> bool:
+    """`rmsprop` in place over elements start..stop-1, as `adam_range`."""
+    cdef int bad
+    _check_range("rmsprop_range", (params, cache, total, weights), start, stop)
+    if start == stop:
+        return False
+    with nogil:
+        bad = pong_mp_rmsprop_range(&params[0], &cache[0], &total[0], divisor, scale, lr,
+                                    decay, eps, &weights[0], start, stop)
+    return bad != 0

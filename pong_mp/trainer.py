@@ -33,6 +33,7 @@ from pong_mp.config import TrainConfig
 from pong_mp.envs import env_args_text
 from pong_mp.files import FileError
 from pong_mp.learner import Learner, Schedule, Stats
+from pong_mp.optim import step_threads
 from pong_mp.pg import PGLearner, PGLearning, PGWork
 from pong_mp.ppo import PPO_FIELDS, PPOLearner, PPOLearning, PPOWork
 from pong_mp.progress import GuardedReporter, LineReporter, Reporter
@@ -83,6 +84,7 @@ def make_learner(config: TrainConfig) -> Learner:
                     config.entropy_bonus, config.entropy_drop_at, config.entropy_drop_to
                 ),
                 decay_rate=config.decay_rate,
+                step_threads=step_threads(),
             )
         )
     return PGLearner(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
-from pong_mp.optim import Optimizer, adam_step, dropped, rmsprop_step
+from pong_mp.optim import STEP_BLOCK, MeanStep, Optimizer, adam_step, dropped, rmsprop_step
 
 
 def test_one_step_by_hand() -> None:
@@ -176,3 +178,66 @@ def test_a_step_refuses_new_arrays_that_overlap_its_inputs(name: str) -> None:
                       out=(params, np.empty(8), np.empty(8)))
         else:
             rmsprop_step(params, cache, grad, lr=0.1, decay=0.9, out=(np.empty(8), cache))
+
+
+# -- the actor-critic's step (MeanStep) -------------------------------------------------------
+
+
+def _state(n: int, seed: int = 0) -> tuple[np.ndarray, ...]:
+    rng = np.random.default_rng(seed)
+    params = rng.standard_normal(n)
+    momentum = rng.standard_normal(n) * 1e-3
+    cache = rng.random(n) * 1e-6
+    total = rng.standard_normal(n) * 40.0  # a sum over 80 steps, say
+    return params, cache, momentum, total
+
+
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+@pytest.mark.parametrize("threads", [1, 2, 3])
+def test_the_mean_step_gives_the_bits_of_the_optimizers_step(name: str, threads: int) -> None:
+    # More than one block, the last one cut short: every way of sharing them out.
+    n = 3 * STEP_BLOCK + 5
+    params, cache, momentum, total = _state(n)
+    kept = [a.copy() for a in (params, cache, momentum)]
+    momentum_or_none = momentum if name == "adam" else None
+    with MeanStep(name, 0.99, threads) as stepper:
+        stepper.load(params, cache, momentum_or_none)
+        for step, scale in ((7, 1.0), (8, 0.25)):
+            norm = stepper.norm(total, 80.0)
+            assert stepper.step(total, 80.0, scale, step, 1e-3)
+            grad = total / 80.0
+            if scale != 1.0:
+                grad *= scale
+            params, cache, momentum_or_none = Optimizer(name, 1e-3, 0.99).step(
+                params, cache, momentum_or_none, grad, step
+            )
+            np.testing.assert_array_equal(stepper.params, params)
+            np.testing.assert_array_equal(stepper.cache, cache)
+            if name == "adam":
+                np.testing.assert_array_equal(stepper.momentum, momentum_or_none)
+            np.testing.assert_array_equal(stepper.weights, params.astype(np.float32))
+            assert norm == pytest.approx(float(np.linalg.norm(total / 80.0)), rel=1e-12)
+    # The caller's arrays are copied, never written.
+    for before, after in zip(kept, _state(n)[:3], strict=True):
+        np.testing.assert_array_equal(before, after)
+
+
+def test_the_mean_steps_norm_has_the_same_bits_on_any_thread_count() -> None:
+    n = 5 * STEP_BLOCK + 3
+    params, cache, momentum, total = _state(n, seed=1)
+    norms = set()
+    for threads in (1, 2, 3, 4, 7):
+        with MeanStep("adam", 0.99, threads) as stepper:
+            stepper.load(params, cache, momentum)
+            norms.add(stepper.norm(total, 3.0))
+    assert len(norms) == 1
+
+
+def test_a_non_finite_mean_step_is_told_and_leaves_the_callers_state() -> None:
+    params, cache, momentum, total = _state(STEP_BLOCK + 1)
+    total[-1] = np.inf
+    with MeanStep("adam", 0.99, 2) as stepper:
+        stepper.load(params, cache, momentum)
+        assert not math.isfinite(stepper.norm(total, 1.0))
+        assert not stepper.step(total, 1.0, 1.0, 1, 1e-3)
+    np.testing.assert_array_equal(params, _state(STEP_BLOCK + 1)[0])

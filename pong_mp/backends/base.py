@@ -153,8 +153,8 @@ class Backend(Protocol):
         `version`.
 
         The backend keeps the last `spec.lag + 1` versions published and drops older ones:
-        batches submitted or in flight use only those. The caller does not change
-        `weights` afterwards."""
+        batches submitted or in flight use only those. It copies `weights` (into shared
+        memory, the object store, its own array): the caller may reuse them."""
 
     def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue one batch, `tasks` in position order, to be played with weights `version`

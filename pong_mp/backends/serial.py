@@ -36,8 +36,9 @@ class SerialBackend(EpisodeWorker, BackendBase):
             self._threads = ThreadpoolController()
 
     def publish(self, version: int, weights: np.ndarray) -> None:
-        """Keep views of `weights` as `version`, and the last spec.lag + 1 versions only."""
-        self._versions[version] = Weights32.from_flat32(weights, self.spec.shape)
+        """Keep a copy of `weights` as `version` (the caller may reuse its array), and the
+        last spec.lag + 1 versions only."""
+        self._versions[version] = Weights32.from_flat32(np.array(weights), self.spec.shape)
         while len(self._versions) > self.spec.lag + 1:
             self._versions.popitem(last=False)
 
