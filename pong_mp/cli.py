@@ -58,9 +58,11 @@ from pong_mp.tools.bench import (
     format_env_comparison,
     format_ray_driver_cost,
     format_scaling,
+    format_simulation,
     ray_driver_cost,
     run_bench,
     run_scaling,
+    run_simulation,
     training_config,
 )
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
@@ -760,6 +762,15 @@ def plot_command(
     help="Instead: training against raw for every worker count from 1 to --workers.",
 )
 @click.option(
+    "--simulate",
+    type=_FiniteRange(min=0.0005, max=0.1),
+    default=None,
+    metavar="STEP_SECONDS",
+    help="Instead: training on FakePong-v0 whose every step sleeps STEP_SECONDS (no CPU), "
+    "for 1, 2, 4, ... and --workers workers: the speed-up that the orchestration allows, "
+    "with many workers on few cores (e.g. --simulate 0.002 --workers 32 --batch-size 32).",
+)
+@click.option(
     "--project",
     is_flag=True,
     help="Instead: measure a trained agent's costs here (--model) and project training "
@@ -808,6 +819,7 @@ def bench_command(
     seconds: float,
     env: str,
     scaling: bool,
+    simulate: float | None,
     project: bool,
     model: Path | None,
     compare_envs_only: bool,
@@ -862,6 +874,10 @@ def bench_command(
         training_config(env, workers, setup)  # a bad mix is one line now, not after the raw runs
     except ConfigError as exc:
         _fail(str(exc), EXIT_USAGE)
+    if simulate is not None:
+        rows = run_simulation(workers, seconds, simulate, setup)
+        click.echo(json.dumps(rows, indent=2) if as_json else format_simulation(rows))
+        return
     if scaling:
         rows = run_scaling(workers, seconds, env, setup)
         click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))

@@ -12,6 +12,7 @@ canvas, each step returns a copy of it, and the hot path avoids numpy scalar cal
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -46,6 +47,7 @@ class FakePong(gym.Env):
         paddle_height: int = PADDLE_H,
         ball_size: int = BALL_H,
         fixed_serve: bool = False,
+        step_seconds: float = 0.0,
         render_mode: str | None = None,
     ) -> None:
         """`opponent_speed` caps how fast the opponent moves (px/step); `opponent_error` is
@@ -54,9 +56,14 @@ class FakePong(gym.Env):
         `ball_size` (the ball's height; it is half as wide) default to ALE's sizes; bigger
         objects light up more input pixels, which makes learning quicker (for CI).
         `fixed_serve` starts every rally the same way (paddles centred, the same serve to
-        the agent), so that returning the serve is a skill a policy learns in minutes."""
+        the agent), so that returning the serve is a skill a policy learns in minutes.
+        `step_seconds` makes each step sleep that long: a slow emulator that costs no CPU,
+        so that many workers can be simulated on a few cores (`pong-mp bench --simulate`)."""
         if points_to_win < 1:
             raise ValueError("points_to_win must be >= 1")
+        if not 0.0 <= step_seconds <= 1.0:
+            raise ValueError("step_seconds must be in [0, 1]")
+        self.step_seconds = step_seconds
         if not 2 <= paddle_height <= 80 or not 2 <= ball_size <= 16:
             raise ValueError("paddle_height must be in [2, 80] and ball_size in [2, 16]")
         self.paddle_h = paddle_height
@@ -106,6 +113,8 @@ class FakePong(gym.Env):
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
         """Move the paddles and the ball by one step; reward +1/-1 when a point is scored."""
+        if self.step_seconds:
+            time.sleep(self.step_seconds)
         self.steps += 1
         if action in (2, 4):
             self.agent_y = max(TOP, self.agent_y - PADDLE_SPEED)

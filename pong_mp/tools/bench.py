@@ -29,7 +29,7 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.batch_sum import GROUP
 from pong_mp.config import TrainConfig, stored_option
-from pong_mp.envs import make_env
+from pong_mp.envs import FAKE_PONG_ID, make_env
 from pong_mp.signals import POLL_SECONDS, check_stop
 
 T = TypeVar("T")
@@ -210,10 +210,10 @@ class TrainingSetup:
 
 
 def training_config(
-    env_id: str, workers: int, setup: TrainingSetup
+    env_id: str, workers: int, setup: TrainingSetup, env_kwargs: dict[str, Any] | None = None
 ) -> tuple[TrainConfig, np.ndarray]:
-    """The config of `setup`'s training runs, checked (a ConfigError names the option), and
-    the weights they start from."""
+    """The config of `setup`'s training runs on `env_id` (built with `env_kwargs`), checked
+    (a ConfigError names the option), and the weights they start from."""
     from pong_mp.checkpoint import load_policy
 
     options = dict(setup.options)
@@ -225,7 +225,7 @@ def training_config(
             policy=stored_option(stored, "policy"),
             channels=stored_option(stored, "channels"),
         )
-    config = TrainConfig(env=env_id, workers=workers, **options)
+    config = TrainConfig(env=env_id, workers=workers, env_kwargs=env_kwargs or {}, **options)
     config.validate()
     if params is None:
         params = policy.init_params(config.hidden, 0, channels=config.conv_channels)
@@ -236,16 +236,20 @@ def training_config(
 
 
 def training_rate(
-    env_id: str, workers: int, seconds: float, setup: TrainingSetup | None = None
+    env_id: str,
+    workers: int,
+    seconds: float,
+    setup: TrainingSetup | None = None,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Train for real on the local backend for about `seconds` after one warm-up update,
-    as `setup` says."""
+    as `setup` says, on `env_id` built with `env_kwargs`."""
     setup = setup or TrainingSetup()  # train's defaults, new weights
     from pong_mp.backends.local import LocalBackend
     from pong_mp.state import TrainState
     from pong_mp.trainer import rollout_spec, updates
 
-    config, params = training_config(env_id, workers, setup)
+    config, params = training_config(env_id, workers, setup, env_kwargs)
     backend = LocalBackend(rollout_spec(config))
     backend.start()
     try:
@@ -464,6 +468,68 @@ def run_scaling(
             }
         )
     return rows
+
+
+SIMULATED_ENV_ARGS = {"points_to_win": 3}
+"""FakePong-v0's arguments in `run_simulation`, beside its sleep: short games (about 300
+steps), so that an update of one worker takes seconds, not minutes."""
+
+
+def simulated_counts(max_workers: int) -> list[int]:
+    """The worker counts `run_simulation` measures: 1, 2, 4, ... and `max_workers`."""
+    counts = [1]
+    while counts[-1] * 2 < max_workers:
+        counts.append(counts[-1] * 2)
+    return sorted({*counts, max_workers})
+
+
+def run_simulation(
+    max_workers: int, seconds: float, step_seconds: float, setup: TrainingSetup | None = None
+) -> list[dict[str, Any]]:
+    """Training on FakePong-v0 whose every step sleeps `step_seconds`, for the worker counts
+    of `simulated_counts`: the emulator costs no CPU, so many workers fit on a few cores
+    and what limits the speed-up is the orchestration (the coordinator, the rounds'
+    barriers, the pipes). One row per count, with its speed-up over one worker and its
+    efficiency (speed-up / workers; 1 is ideal)."""
+    setup = setup or TrainingSetup()
+    env_kwargs = {**SIMULATED_ENV_ARGS, "step_seconds": step_seconds}
+    rows: list[dict[str, Any]] = []
+    for workers in simulated_counts(max_workers):
+        training = training_rate(FAKE_PONG_ID, workers, seconds, setup, env_kwargs)
+        one = rows[0]["train_steps_per_sec"] if rows else training["steps_per_sec"]
+        rows.append(
+            {
+                "workers": workers,
+                **setup.describe(),
+                "env": FAKE_PONG_ID,
+                "env_kwargs": env_kwargs,
+                "train_steps_per_sec": training["steps_per_sec"],
+                "train_updates": training["updates"],
+                "speed_up": training["steps_per_sec"] / one,
+                "efficiency": training["steps_per_sec"] / one / workers,
+                "coordinator_share": training["coordinator_share"],
+                "workers_busy": training["workers_busy"],
+                "idle_shares": training.get("idle_shares"),
+                "cpus": mp.cpu_count(),
+            }
+        )
+    return rows
+
+
+def format_simulation(rows: list[dict[str, Any]]) -> str:
+    """The simulation's rows as a Markdown table."""
+    lines = [
+        "| workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | "
+        "updates |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['workers']} | {r['train_steps_per_sec']:,.0f} | {r['speed_up']:.2f}x "
+            f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% "
+            f"| {r['train_updates']} |"
+        )
+    return "\n".join(lines)
 
 
 def format_scaling(rows: list[dict[str, Any]]) -> str:
