@@ -199,6 +199,48 @@ def test_scaling_runs_for_real_on_fakepong(clean_system) -> None:
     assert all(r["train_steps_per_sec"] > 0 and r["raw_steps_per_sec"] > 0 for r in rows)
 
 
+def test_the_simulation_measures_powers_of_two_up_to_the_workers_on_a_sleeping_env(
+    monkeypatch,
+) -> None:
+    from pong_mp.tools import bench
+
+    calls = []
+
+    def fake_rate(env, workers, seconds, setup, env_kwargs):
+        calls.append((env, workers, env_kwargs))
+        return {"steps_per_sec": 100.0 * workers**0.5, "coordinator_share": 0.1,
+                "workers_busy": 0.5, "updates": 3}
+
+    monkeypatch.setattr(bench, "training_rate", fake_rate)
+    rows = bench.run_simulation(6, 1.0, 0.003, bench.TrainingSetup(batch_size=6))
+    assert [c[1] for c in calls] == [1, 2, 4, 6]
+    assert all(c[0] == "FakePong-v0" and c[2]["step_seconds"] == 0.003 for c in calls)
+    assert rows[2]["speed_up"] == pytest.approx(2.0) and rows[2]["efficiency"] == 0.5
+    assert "| 4 | 200 | 2.00x | 0.50 | 10% | 3 |" in bench.format_simulation(rows)
+
+
+def test_a_sleeping_fakepong_step_takes_its_time() -> None:
+    env = make_env("FakePong-v0", step_seconds=0.02)
+    env.reset(seed=0)
+    start = time.perf_counter()
+    env.step(0)
+    assert time.perf_counter() - start >= 0.02
+    with pytest.raises(ValueError, match="step_seconds"):
+        make_env("FakePong-v0", step_seconds=-1.0)
+
+
+def test_the_simulation_runs_for_real(clean_system) -> None:
+    done = pong_mp(
+        "bench", "--simulate", "0.001", "--workers", "2", "--seconds", "1",
+        "--batch-size", "2", "--policy", "mlp", "--hidden", "8", "--json",
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["workers"] for r in rows] == [1, 2]
+    assert all(r["train_steps_per_sec"] > 0 for r in rows)
+    assert rows[0]["env_kwargs"]["step_seconds"] == 0.001
+
+
 def test_training_rate_starts_from_a_model_with_its_lag(
     fake_checkpoint, monkeypatch, clean_system
 ) -> None:

@@ -391,6 +391,39 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
     assert got == expected
 
 
+def test_a_worker_killed_with_a_pass_queued_changes_no_bit(clean_system) -> None:
+    # One worker keeps every trajectory after a first round, so in the second it is sent
+    # each next pass while it still computes the one before; killed mid-pass, its queued
+    # pass goes back in line uncounted, and both are played again by its replacement.
+    hidden = 200
+    spec = RolloutSpec(
+        "FakePong-v0", policy.NetShape(hidden), ppo.PPOWork(0.99), workers=1, max_retries=1
+    )
+    params = policy.init_params(hidden, 3, value=True)
+    tasks = [
+        ppo.EpochTask(i, 100 + i, _synthetic(40_000, i), 0, 0, 1, 0.1, 0.9, 0.01)
+        for i in range(3)
+    ]
+
+    def summed(items) -> bytes:
+        total = BatchSum(0, len(tasks), np.empty(len(params)))
+        for item in items:
+            total.add(item)
+        assert total.complete
+        return total.total.tobytes()
+
+    with new_backend("serial", spec) as serial:
+        expected = summed(serial.run_batch(params, tasks))
+    with new_backend("local", spec) as backend:
+        assert summed(backend.run_batch(params, tasks)) == expected
+        assert backend.queued_passes == 0  # nothing kept yet: nothing to send ahead
+        pid = backend.worker_pids()[0]
+        threading.Timer(0.2, os.kill, (pid, signal.SIGKILL)).start()
+        got = summed(backend.run_batch(params, tasks))
+        assert backend.replacements == 1 and backend.queued_passes >= 1
+    assert got == expected
+
+
 def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[bytes]:
     # A batch of 6 FakePong episodes, then 2 epochs of 2 minibatches over it: the summed
     # gradient of each pass, as the trainer would step with.

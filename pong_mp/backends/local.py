@@ -18,16 +18,19 @@ traceback and the episode is retried a bounded number of times.
 With --algo ppo, an idle worker takes first the passes (PassTasks) over the episodes it
 played (or was sent before), which go without the episode's data (`kept.py`): a trajectory
 crosses the pipe once an update instead of once a pass, and again only to a worker that
-would otherwise wait while the one that keeps it is busy (or was replaced).
+would otherwise wait while the one that keeps it is busy (or was replaced). A worker busy
+with a pass is also sent its next such pass, which it starts as soon as it is done, into
+the second of its two gradient slots: the passes of a round follow each other with no
+round trip in between, while the coordinator adds the last one's gradient.
 
 Data flow of one batch:
 
     coordinator (publish, submit, results)          worker N (worker_main, an EpisodeWorker)
     --------------------------------------          ----------------------------------------
     publish: weights -> SharedWeights slot (v)  ~~ shm ~~>  weights.read(v)
-    submit: Play(v, task) queued, sent  -- pipe -->  play(weights, task, slot)
-                                                       gradient -> SharedGradient slot N
-    EpisodeResult(stats, slot N view    <-- pipe --  Done(stats, gradient) |
+    submit: Play(v, task, s) queued,    -- pipe -->  play(weights, task, slot)
+            sent                                       gradient -> SharedGradient N, slot s
+    EpisodeResult(stats, slot s view    <-- pipe --  Done(stats, gradient, s) |
                   or None)                          Failed(index, traceback)
       -> BatchSum (fixed order)
     sentinel N fires (death), or no answer within --episode-timeout of the worker being ready
@@ -79,6 +82,7 @@ from pong_mp.backends.worker_process import (
     Ready,
     Stop,
     block_shapes,
+    gradient_slots,
     worker_main,
     worker_signals_blocked,
 )
@@ -99,6 +103,7 @@ class _Worker:
     conn: Connection
     grad: SharedGradient
     job: Play | None = None  # the episode it plays, with its weights version
+    queued: Play | None = None  # a pass sent to start when `job` is done (its other slot)
     since: float = 0.0  # when the current job was sent, or when the worker became ready
     ready: bool = False  # it has built its env: its job's clock runs from then
     abandoned: bool = False  # stopped with its episode dropped: replaced at the next results
@@ -121,6 +126,7 @@ class LocalBackend(BackendBase):
         self._workers: list[_Worker] = []
         self._pending: deque[Play] = deque()  # submitted, not yet sent to a worker
         self._retries: Retries[Play] = Retries(spec.max_retries)
+        self._slots = gradient_slots(spec)
         self.replacements = 0
         """How many workers were replaced after dying or hanging (for tests and logs)."""
         self.broadcast_seconds = 0.0
@@ -143,6 +149,8 @@ class LocalBackend(BackendBase):
         """PassTasks sent without their episode's data, to a worker that keeps it."""
         self.whole_passes = 0
         """PassTasks sent with their episode's data (the worker did not keep it)."""
+        self.queued_passes = 0
+        """PassTasks sent to a worker still busy with the one before (its next, queued)."""
 
     # lifecycle
 
@@ -297,6 +305,14 @@ class LocalBackend(BackendBase):
         for w in idle:
             if w.job is None and self._pending:
                 self._send(w, self._pending.popleft())
+        # A worker still busy with a pass gets the next pass whose data it keeps, to start
+        # as soon as it is done, into its other gradient slot: no round trip of the pipe and
+        # the coordinator between the passes of a round.
+        for w in self._workers:
+            if w.job is not None and w.queued is None and w.ready and self._pending:
+                job = self._kept_job(w) if self._slots > 1 and len(w.kept) else None
+                if job is not None:
+                    self._send(w, job)
 
     def _kept_job(self, w: _Worker) -> Play | None:
         """Take from the pending jobs the first pass whose episode's data `w` keeps, if any."""
@@ -313,7 +329,7 @@ class LocalBackend(BackendBase):
         for w in self._workers:
             if w.job is not None:
                 _kill(w.process)
-                w.job, w.abandoned = None, True
+                w.job, w.queued, w.abandoned = None, None, True
 
     def results(self) -> Iterator[EpisodeResult]:
         """Play the submitted episodes on the pool, in submission order; yield results as
@@ -350,10 +366,15 @@ class LocalBackend(BackendBase):
                     self._replace(w, f"did not start within {_START_SECONDS:.0f} s")
 
     def _send(self, w: _Worker, job: Play) -> None:
-        w.job, w.since, w.sent = job, time.monotonic(), time.perf_counter()
-        if w.idle_since is not None:
-            self.coordinator_seconds += w.sent - w.idle_since
-            w.idle_since = None
+        if w.job is None:
+            job = job._replace(slot=0)
+            w.job, w.since, w.sent = job, time.monotonic(), time.perf_counter()
+            if w.idle_since is not None:
+                self.coordinator_seconds += w.sent - w.idle_since
+                w.idle_since = None
+        else:  # queued behind its job, into the slot the job does not write
+            job = w.queued = job._replace(slot=1 - w.job.slot)
+            self.queued_passes += 1
         message = job
         if isinstance(job.task, PassTask):
             if w.kept.holds(job.task):
@@ -385,21 +406,22 @@ class LocalBackend(BackendBase):
             w.ready, w.since = True, time.monotonic()
             return None
         if isinstance(message, Done):
-            w.job = None
             received = time.perf_counter()
             self.busy_seconds += message.stats.seconds
             self.pipe_seconds += max(0.0, received - w.sent - message.stats.seconds)
-            w.idle_since = self._last_result = received
+            self._last_result = received
+            self._next_job(w, received)
             self._retries.forget(message.stats.index)
             if message.stats.data is not None:  # as the worker kept it
                 w.kept.played(message.stats.index, message.stats.data)
             # A view of the worker's slot: valid until this worker gets its next episode.
-            return EpisodeResult(message.stats, w.grad.array if message.gradient else None)
+            grad = w.grad.slots[message.slot] if message.gradient else None
+            return EpisodeResult(message.stats, grad)
         index, tb = message.index, message.traceback
         job = w.job
         if job is None or index is None:  # it failed before it could play anything
             raise worker_error(f"worker {w.slot} failed to start", tb)
-        w.job = None
+        self._next_job(w, time.perf_counter())
         if isinstance(job.task, PassTask):
             w.kept.forget(job.task.index)  # its retry goes whole, wherever it goes
         count = self._retries.again(
@@ -412,6 +434,14 @@ class LocalBackend(BackendBase):
         )
         return None
 
+    def _next_job(self, w: _Worker, now: float) -> None:
+        # Its job is over: the pass queued behind it, if any, is what it plays now.
+        w.job, w.queued = w.queued, None
+        if w.job is None:
+            w.idle_since = now
+        else:
+            w.since, w.sent = time.monotonic(), now
+
     def _replace(self, w: _Worker, why: str) -> None:
         # A SIGTERM to the process group stops the run and kills its workers: a death seen
         # before the stop was raised is the stop's, not one to replace and report.
@@ -419,6 +449,8 @@ class LocalBackend(BackendBase):
         job = w.job
         _kill(w.process)
         w.conn.close()
+        if w.queued is not None:  # never started: back in line, no failure counted
+            self._pending.appendleft(w.queued)
         if job is not None:
             self._retries.again(
                 job.task,

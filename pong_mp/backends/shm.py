@@ -150,7 +150,7 @@ class StaleWeightsError(RuntimeError):
 class BlockShape:
     """What a block is sized for: a policy network of shape `net`, with a value head if
     `value` (--algo ppo), and `width`: the weights versions a SharedWeights block keeps
-    (--policy-lag + 1; 1 for a SharedGradient)."""
+    (--policy-lag + 1), or the gradient slots of a SharedGradient."""
 
     net: policy.NetShape
     width: int = 1
@@ -275,21 +275,29 @@ _NO_VERSION = np.iinfo(np.int64).min  # a slot not written yet (versions may be 
 
 
 class SharedGradient(_Block):
-    """One worker's gradient slot: the worker's backward pass writes into it, the
-    coordinator reads it in place, so 5 MB never go through a pipe."""
+    """One worker's gradient slots (`shape.width` of them): the worker's backward pass
+    writes into one, the coordinator reads it in place, so 5 MB never go through a pipe;
+    with two, the worker writes its next pass's gradient while the coordinator reads its
+    last."""
 
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
-        """Map the flat float32 gradient."""
+        """Map the flat float32 gradients."""
         super().__init__(shm, shape, owner)
-        length = self.size(shape) // 4
-        self._views = np.ndarray((length,), dtype=np.float32, buffer=shm.buf)
+        length = shape.net.size(shape.value)
+        flat = np.ndarray((shape.width * length,), dtype=np.float32, buffer=shm.buf)
+        self._views = [flat[i * length : (i + 1) * length] for i in range(shape.width)]
 
     @staticmethod
     def size(shape: BlockShape) -> int:
-        """A flat float32 gradient, shaped as the parameters."""
-        return 4 * shape.net.size(shape.value)
+        """`shape.width` flat float32 gradients, shaped as the parameters."""
+        return 4 * shape.net.size(shape.value) * shape.width
+
+    @property
+    def slots(self) -> list[np.ndarray]:
+        """The gradients, flat float32, a slot each."""
+        return self._views
 
     @property
     def array(self) -> np.ndarray:
-        """The gradient, flat float32."""
-        return self._views
+        """The first slot's gradient."""
+        return self._views[0]

@@ -6,8 +6,8 @@ its start (the coordinator owns Ctrl-C and a closed terminal), ends itself if th
 coordinator dies, attaches to the shared weights block and to its own gradient slot, and
 plays episodes with one EpisodeWorker (`episode_worker.py`) until it is told to stop:
 
-    coordinator -> worker   Play(version, task) | Stop()
-    worker -> coordinator   Ready() once set up, then Done(stats, gradient) or
+    coordinator -> worker   Play(version, task, slot) | Stop()
+    worker -> coordinator   Ready() once set up, then Done(stats, gradient, slot) or
                             Failed(index, traceback) for each task (Failed(None, ...) if
                             it cannot set up)
 
@@ -86,12 +86,14 @@ class Ready(NamedTuple):
 
 class Done(NamedTuple):
     """Worker -> coordinator: a task was done; its gradient, if it gives one, is in the
-    worker's slot."""
+    worker's slot that Play named."""
 
     stats: EpisodeStats
     """The episode's statistics."""
     gradient: bool
     """Whether the slot holds a gradient (`Task.gradient`)."""
+    slot: int = 0
+    """The gradient slot it was written to."""
 
 
 class Failed(NamedTuple):
@@ -110,19 +112,28 @@ class Play(NamedTuple):
     """The weights' version, checked against shared memory."""
     task: Task
     """The episode to play."""
+    slot: int = 0
+    """The worker's gradient slot to write its gradient to (`gradient_slots`)."""
 
 
 class Stop(NamedTuple):
     """Coordinator -> worker: close the env and exit."""
 
 
+def gradient_slots(spec: RolloutSpec) -> int:
+    """Each worker's gradient slots: two with the actor-critic (a value head), whose short
+    passes come back to back, so that a worker can be sent its next pass while the
+    coordinator still reads the last one's gradient; one otherwise."""
+    return 2 if spec.value_head else 1
+
+
 def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
-    """The shapes of the weights block and of each worker's gradient slot: one rule for the
-    coordinator that creates them and the workers that attach to them."""
+    """The shapes of the weights block and of each worker's gradient block: one rule for
+    the coordinator that creates them and the workers that attach to them."""
     value = spec.value_head
     return (
         BlockShape(spec.shape, spec.lag + 1, value),
-        BlockShape(spec.shape, 1, value),
+        BlockShape(spec.shape, gradient_slots(spec), value),
     )
 
 
@@ -156,14 +167,14 @@ def worker_main(
             message: Play | Stop = conn.recv()
             if isinstance(message, Stop):
                 return
-            version, task = message.version, message.task
+            version, task, slot = message
             try:
-                result = worker.play(weights.read(version), task, grad.array)
+                result = worker.play(weights.read(version), task, grad.slots[slot])
             except Exception:
                 conn.send(Failed(task.index, traceback.format_exc()))
             else:
                 # The gradient, if any, is in the shared slot.
-                conn.send(Done(result.stats, result.grad is not None))
+                conn.send(Done(result.stats, result.grad is not None, slot))
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the coordinator is gone: nothing left to do
     finally:
