@@ -17,7 +17,7 @@ sum is the plain in-order sum.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -63,15 +63,7 @@ def sum_group(grads: Iterable[np.ndarray], out: np.ndarray | None = None) -> np.
     return total
 
 
-Adder = Callable[[np.ndarray, np.ndarray], None]
-"""`total += grad` for a float64 `total` and a float32 `grad`, flat and contiguous, done
-element by element as `sparse.add_float32` does it (the same bits), perhaps by threads
-(`optim.MeanStep.add`)."""
-
-
-def _add(
-    total: np.ndarray | None, grad: np.ndarray, first: bool, adder: Adder | None = None
-) -> np.ndarray:
+def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
     # The one addition step of the tree: the first term is copied (exact), the others added.
     if first:
         if total is None:
@@ -81,7 +73,7 @@ def _add(
         return total
     assert total is not None
     if _compiled_add(total, grad):
-        (adder or sparse.add_float32)(total, grad)
+        sparse.add_float32(total, grad)
     else:
         total += grad
     return total
@@ -111,18 +103,11 @@ class BatchSum:
     gradient that has to wait is copied, since backends may reuse its memory.
     """
 
-    def __init__(
-        self,
-        first_index: int,
-        batch_size: int,
-        out: np.ndarray | None,
-        adder: Adder | None = None,
-    ) -> None:
+    def __init__(self, first_index: int, batch_size: int, out: np.ndarray | None) -> None:
         """Sum episodes first_index .. first_index + batch_size - 1 into `out` (overwritten);
         with `out` None, a round of tasks that give no gradient (`Task.gradient`) is only
-        counted. `adder` does the additions of workers' gradients, if given."""
+        counted."""
         self.total = out
-        self._adder = adder
         self.count = 0
         """Episodes whose results arrived."""
         self.steps = 0
@@ -187,9 +172,7 @@ class BatchSum:
         size = min(GROUP, self._batch_size - group * GROUP)
         if group not in self._open:
             # Group 0 is summed straight into the total, whose first term it is anyway.
-            self._open[group] = _OpenGroup(
-                group * GROUP, size, self.total if group == 0 else None, self._adder
-            )
+            self._open[group] = _OpenGroup(group * GROUP, size, self.total if group == 0 else None)
         pending = self._open[group]
         pending.add(position, item.grad)
         if pending.done:
@@ -208,16 +191,15 @@ class BatchSum:
             self._fold(self._ready.pop(self._next_group))
 
     def _fold(self, grad: np.ndarray) -> None:
-        _add(self.total, grad, first=self._next_group == 0, adder=self._adder)
+        _add(self.total, grad, first=self._next_group == 0)
         self._next_group += 1
 
 
 class _OpenGroup:
     """A group whose episodes are still arriving: `sum_group`'s additions, in order."""
 
-    def __init__(self, first: int, size: int, out: np.ndarray | None, adder: Adder | None) -> None:
+    def __init__(self, first: int, size: int, out: np.ndarray | None) -> None:
         self.total = out
-        self._adder = adder
         self._first = first
         self._next = first
         self._end = first + size
@@ -232,7 +214,7 @@ class _OpenGroup:
             self._waiting[position] = np.array(grad, copy=True)
             return
         while True:
-            self.total = _add(self.total, grad, first=self._next == self._first, adder=self._adder)
+            self.total = _add(self.total, grad, first=self._next == self._first)
             self._next += 1
             if self._next not in self._waiting:
                 return

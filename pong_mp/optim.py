@@ -231,19 +231,6 @@ class MeanStep:
         self._share(part)
         return math.sqrt(math.fsum(self._partials))
 
-    def add(self, total: np.ndarray, grad: np.ndarray) -> None:
-        """total += grad, a worker's float32 gradient into the float64 sum of a minibatch (as
-        long as the parameters), shared out as the step is (a `batch_sum.Adder`): the
-        coordinator adds a round's gradients one after the other as they arrive, and with
-        many workers they arrive together."""
-        n = len(total)
-
-        def part(first: int, last: int) -> bool:
-            sparse.add_float32_range(total, grad, first * STEP_BLOCK, min(n, last * STEP_BLOCK))
-            return False
-
-        self._share(part)
-
     def step(self, total: np.ndarray, divisor: float, scale: float, step: int, lr: float) -> bool:
         """Update number `step` (from 1) on (total / divisor) * scale at rate `lr`; False
         where a new weight is not finite (the arrays then hold that step: `load` again

@@ -663,7 +663,7 @@ class PPOLearner:
                         )
                         for task in tasks
                     ]
-                    summed = BatchSum(first, settings.batch_size, self._total, stepper.add)
+                    summed = BatchSum(first, settings.batch_size, self._total)
                     passes = {
                         stats.index: stats.report
                         for stats in run_round(backend, self._version, epoch_tasks, summed)

@@ -861,19 +861,6 @@ def add_float32(double[::1] total, const float[::1] grad) -> None:
         total[i] = total[i] + <double>grad[i]
 
 
-def add_float32_range(
-    double[::1] total, const float[::1] grad, Py_ssize_t start, Py_ssize_t stop
-) -> None:
-    """`add_float32` over elements start..stop-1, with the GIL released, so that threads
-    can share one addition out (`optim.MeanStep.add`)."""
-    cdef Py_ssize_t i
-    if grad.shape[0] != total.shape[0] or not 0 <= start <= stop <= total.shape[0]:
-        raise ValueError("add_float32_range: arrays of mismatched sizes")
-    with nogil:
-        for i in range(start, stop):
-            total[i] = total[i] + <double>grad[i]
-
-
 def rmsprop(
     const double[::1] params,
     const double[::1] cache,

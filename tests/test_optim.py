@@ -241,27 +241,3 @@ def test_a_non_finite_mean_step_is_told_and_leaves_the_callers_state() -> None:
         assert not math.isfinite(stepper.norm(total, 1.0))
         assert not stepper.step(total, 1.0, 1.0, 1, 1e-3)
     np.testing.assert_array_equal(params, _state(STEP_BLOCK + 1)[0])
-
-
-@pytest.mark.parametrize("threads", [1, 3])
-def test_the_mean_steps_addition_is_the_batch_sums(threads: int) -> None:
-    from pong_mp.batch_sum import BatchSum
-    from pong_mp.episode import EpisodeResult, EpisodeStats
-
-    n = 2 * STEP_BLOCK + 7
-    rng = np.random.default_rng(2)
-    grads = [rng.standard_normal(n).astype(np.float32) for _ in range(4)]
-    sums = []
-    with MeanStep("adam", 0.99, threads) as stepper:
-        stepper.load(np.zeros(n), np.zeros(n), np.zeros(n))
-        for adder in (None, stepper.add):
-            summed = BatchSum(0, 4, np.empty(n), adder)
-            for index in (2, 0, 3, 1):  # out of order: some wait, copied
-                summed.add(EpisodeResult(EpisodeStats(index, 0.0, 1, 0.0), grads[index]))
-            assert summed.complete
-            sums.append(summed.total.tobytes())
-    assert sums[0] == sums[1]
-    want = grads[0].astype(np.float64)
-    for grad in grads[1:]:
-        want += grad
-    assert sums[1] == want.tobytes()
