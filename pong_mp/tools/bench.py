@@ -491,8 +491,11 @@ def run_simulation(
     and what limits the speed-up is the orchestration (the coordinator, the rounds'
     barriers, the pipes). One row per count, with its speed-up over one worker and its
     efficiency (speed-up / workers; 1 is ideal)."""
+    from pong_mp.rundir import code_commit
+
     setup = setup or TrainingSetup()
     env_kwargs = {**SIMULATED_ENV_ARGS, "step_seconds": step_seconds}
+    commit = code_commit()  # the code measured: a record stays remakeable
     rows: list[dict[str, Any]] = []
     for workers in simulated_counts(max_workers):
         training = training_rate(FAKE_PONG_ID, workers, seconds, setup, env_kwargs)
@@ -511,6 +514,7 @@ def run_simulation(
                 "workers_busy": training["workers_busy"],
                 "idle_shares": training.get("idle_shares"),
                 "cpus": mp.cpu_count(),
+                "commit": commit,
             }
         )
     return rows
