@@ -34,7 +34,7 @@ class PlotError(ValueError):
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's metrics records (`rundir.read_metrics`: validated, a line being written
     right now skipped); PlotError, in one line, if there are none or the file is damaged."""
-    path = Path(run_dir) / METRICS_FILE
+    path = rundir.metrics_file(run_dir)
     if not path.is_file():
         raise PlotError(f"{run_dir}: no {METRICS_FILE} (is it a pong-mp run directory?)")
     try:
