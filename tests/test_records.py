@@ -22,6 +22,7 @@ from pong_mp.config import (
     idle_drop_values,
     read_config,
 )
+from pong_mp.rundir import METRICS_FILE, PACKED_METRICS_FILE, metrics_file, read_metrics
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "runs"
 
@@ -202,3 +203,18 @@ def test_a_record_of_an_option_since_removed_is_made_at_an_older_commit() -> Non
     assert len(older) >= 10
     missing = sorted(set(older) - made_there)
     assert not missing, f"records of removed options without an older commit's command: {missing}"
+
+
+# -- the records are packed ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=lambda path: path.parent.name)
+def test_every_record_is_packed_and_reads_whole(path: Path) -> None:
+    # Plain files would double the repository (scripts/pack_records.py packs them).
+    record = path.parent
+    assert not (record / METRICS_FILE).exists() and not (record / "train.log").exists(), (
+        f"{record}: run scripts/pack_records.py {record}"
+    )
+    assert metrics_file(record) == record / PACKED_METRICS_FILE
+    batches = [r["batch"] for r in read_metrics(metrics_file(record))]
+    assert batches and batches[0] == 1, f"{record}: its metrics do not start at update 1"

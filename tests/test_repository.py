@@ -13,6 +13,11 @@ LIMIT = 2_000_000
 """Bytes a tracked file may hold: records are configs, metrics and commands, not weights."""
 ALLOWED = {"models/pong.npz"}
 """The shipped agent, the one large file the repository carries."""
+RUNS_LIMIT = 3_500_000
+"""Bytes docs/runs/ may hold in all. The rest of the repository is about 7.5 MB (the shipped
+model 4.6 of it), and a clone holds each file twice (its checkout and its packed history):
+under this limit a shallow clone stays under 20 MB on disk. Records are packed
+(scripts/pack_records.py) to stay under it as they come."""
 
 
 def _git(repo: Path, *args: str, stdin: str | None = None) -> str:
@@ -46,6 +51,13 @@ def test_no_tracked_file_over_2_mb_but_the_shipped_model() -> None:
     assert "pyproject.toml" in sizes  # the listing works
     large = {path: size for path, size in sizes.items() if size > LIMIT and path not in ALLOWED}
     assert large == {}, f"tracked files over {LIMIT:,} bytes: {large}"
+
+
+def test_the_records_stay_small() -> None:
+    sizes = tracked_sizes(_checkout_root())
+    runs = sum(size for path, size in sizes.items() if path.startswith("docs/runs/"))
+    assert runs > 0  # the listing sees them
+    assert runs <= RUNS_LIMIT, f"docs/runs/ holds {runs:,} bytes, over {RUNS_LIMIT:,}"
 
 
 def test_the_listing_sees_a_large_file(tmp_path: Path) -> None:
