@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -59,6 +60,26 @@ def test_the_records_stay_small() -> None:
     runs = sum(size for path, size in sizes.items() if path.startswith("docs/runs/"))
     assert runs > 0  # the listing sees them
     assert runs <= RUNS_LIMIT, f"docs/runs/ holds {runs:,} bytes, over {RUNS_LIMIT:,}"
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.~-])/(?:tmp|home|root|Users|work|private|var/folders)/")
+"""An absolute path of the machine a record or a doc was made on: a reader has none of it."""
+
+
+def test_records_and_docs_name_no_path_of_the_machine_that_made_them() -> None:
+    root = _checkout_root()
+    found = []
+    texts = [
+        path
+        for path in tracked_sizes(root)
+        if (path.startswith(("docs/", "scripts/", "examples/")) or path == "README.md")
+        and path.endswith((".md", ".json", ".jsonl", ".py", ".txt"))
+    ]
+    for path in texts:
+        for number, line in enumerate((root / path).read_text().splitlines(), 1):
+            if MACHINE_PATH.search(line):
+                found.append(f"{path}:{number}: {line.strip()}")
+    assert not found, "machine paths (use one relative to the checkout):\n" + "\n".join(found)
 
 
 def test_the_listing_sees_a_large_file(tmp_path: Path) -> None:
