@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import re
 import shlex
@@ -366,3 +367,15 @@ def test_every_figure_of_a_front_page_is_its_record_read_by_the_conventions(page
         f"{where}: the record gives {read}" for where, written, read in figures if written != read
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_the_records_index_is_current() -> None:
+    # docs/runs/README.md's index, one line per record, as scripts/records_index.py makes it.
+    script = RUNS.parent.parent / "scripts" / "records_index.py"
+    spec = importlib.util.spec_from_file_location("records_index", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = (RUNS / "README.md").read_text()
+    assert module.index(RUNS) in page, "run scripts/records_index.py and paste its index"
+    assert page.count("\n| `") >= len(RECORDS)
