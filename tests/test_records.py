@@ -299,7 +299,7 @@ def _kind(column: str, level: re.Match | None) -> tuple[str, float] | None:
     if column.startswith("minutes at "):
         rate = float(column.split("minutes at ")[1].split(" steps/s")[0].replace(",", ""))
         return (f"minutes at {rate}", threshold)
-    if column == "minutes":
+    if column.startswith("minutes"):  # a timed run's own clock
         return ("minutes", threshold)
     return None
 
