@@ -67,6 +67,7 @@ from pong_mp.tools.bench import (
 )
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
 from pong_mp.tools.plot import (
+    THRESHOLDS,
     PlotError,
     check_output,
     fork_origin,
@@ -644,7 +645,9 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 @click.option(
     "--milestones",
     is_flag=True,
-    help="Also print when the running reward first reached -20, -15, ... +18, for each run "
+    help="Also print when the running reward first reached "
+    + ", ".join(f"{t:+g}" if t else "0" for t in THRESHOLDS)
+    + ", for each run "
     "(and, for several runs, per setting over its seeds); with --after-update or a step range, "
     "also the mean reward per update within it; with --after-update and several runs, also "
     "each one's difference from the first, update by update (forks against their control).",

@@ -15,6 +15,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import lzma
 import math
 import os
 import subprocess
@@ -56,6 +57,13 @@ from pong_mp.state import (
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
+PACKED_METRICS_FILE = METRICS_FILE + ".xz"
+"""A committed record's metrics (docs/runs), compressed: live runs write METRICS_FILE, which
+users tail, and `metrics_file` finds either. Its first line may be a `LINES_OF` reference."""
+LINES_OF = "lines_of"
+"""Key of a packed file's first line `{"lines_of": DIR, "through_batch": N}`: its first
+lines are those of the record in DIR (relative to its own directory) up to update N, as a
+fork copies them, stored once."""
 DAMAGED_METRICS_FILE = "metrics.jsonl.damaged"
 """Where `train --resume` moves the lines of metrics.jsonl that are not valid records (they
 are appended, as they were, one per line)."""
@@ -245,8 +253,60 @@ def _check_record(record: object) -> str | None:
     return None
 
 
+def metrics_file(run_dir: Path) -> Path:
+    """The run's metrics file: METRICS_FILE, or PACKED_METRICS_FILE where only that one
+    exists (a committed record); METRICS_FILE where neither does."""
+    plain = Path(run_dir) / METRICS_FILE
+    packed = Path(run_dir) / PACKED_METRICS_FILE
+    return packed if packed.exists() and not plain.exists() else plain
+
+
+_MAX_LINKS = 16
+"""How many `lines_of` references a packed file may follow: a loop is damage, not a run."""
+
+
+def metrics_bytes(path: Path, _links: int = 0) -> bytes:
+    """The bytes of a metrics file as the trainer wrote them: a packed one decompressed,
+    with the lines it refers to (`LINES_OF`) put back. RunDirError if a packed file is
+    damaged or its reference leads nowhere; FileError if a file cannot be read."""
+    path = Path(path)
+    with file_io(path, "read"):
+        data = path.read_bytes()
+    if not path.name.endswith(".xz"):
+        return data
+    try:
+        data = lzma.decompress(data)
+    except lzma.LZMAError as exc:
+        raise RunDirError(f"{path}: damaged xz file ({exc})") from None
+    first, _, rest = data.partition(b"\n")
+    try:
+        link = json.loads(first)
+    except (ValueError, RecursionError):
+        return data  # its first line is damaged: _scan_metrics names it
+    if not isinstance(link, dict) or LINES_OF not in link:
+        return data
+    through = link.get("through_batch")
+    if not isinstance(link[LINES_OF], str) or not isinstance(through, int):
+        raise RunDirError(
+            f"{path}, line 1: a {LINES_OF} reference needs a directory and through_batch"
+        )
+    if _links >= _MAX_LINKS:
+        raise RunDirError(f"{path}: more than {_MAX_LINKS} {LINES_OF} references in a row")
+    source = path.parent / link[LINES_OF]
+    if not source.is_dir():
+        raise RunDirError(f"{path}: its first lines are those of {source}, which is missing")
+    shared, damaged = _scan_metrics(metrics_bytes(metrics_file(source), _links + 1))
+    if damaged:
+        raise RunDirError(f"{path}: its first lines are those of {source}, which is damaged")
+    # The shared lines are rewritten as the trainer writes them (json.dumps), so the bytes
+    # are the fork's own copy.
+    kept = [json.dumps(record) + "\n" for record in shared if record["batch"] <= through]
+    return "".join(kept).encode() + rest
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl, validated; [] if the file does not exist.
+    """The records of a metrics.jsonl (or of a packed record's metrics.jsonl.xz), validated;
+    [] if the file does not exist.
 
     A last line without its newline is a write cut off by a crash and is skipped; any other
     line that is not UTF-8 JSON with the contract's fields raises RunDirError naming the
@@ -255,9 +315,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     path = Path(path)
     if not path.exists():
         return []
-    with file_io(path, "read"):
-        data = path.read_bytes()
-    records, damaged = _scan_metrics(data)
+    records, damaged = _scan_metrics(metrics_bytes(path))
     if damaged:
         number, _, problem = damaged[0]
         raise RunDirError(f"{path}, line {number}: damaged metrics record ({problem})")

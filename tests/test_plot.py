@@ -7,8 +7,11 @@ from pathlib import Path
 
 import imageio.v2 as imageio
 import pytest
+from click.testing import CliRunner
 
+from pong_mp import cli
 from pong_mp.tools.plot import (
+    THRESHOLDS,
     PlotError,
     fork_origin,
     group_runs,
@@ -351,3 +354,9 @@ def test_a_drop_without_points_is_no_setting_whatever_its_values(tmp_path: Path)
     _fake_run(tmp_path / "drop", seed=0, entropy_drop_at=[4e6], entropy_drop_to=[-0.1])
     runs = [(tmp_path / n, read_metrics(tmp_path / n)) for n in ("old", "new", "drop")]
     assert [[d.name for d, _ in g.runs] for g in group_runs(runs)] == [["old", "new"], ["drop"]]
+
+
+def test_the_milestones_help_names_every_threshold_it_marks() -> None:
+    shown = " ".join(CliRunner().invoke(cli.main, ["plot", "--help"]).output.split())
+    for threshold in THRESHOLDS:
+        assert (f"{threshold:+g}" if threshold else " 0,") in shown, threshold

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import re
 import shlex
@@ -22,6 +23,8 @@ from pong_mp.config import (
     idle_drop_values,
     read_config,
 )
+from pong_mp.rundir import METRICS_FILE, PACKED_METRICS_FILE, metrics_file, read_metrics
+from pong_mp.tools.plot import milestones, reward_at_minutes, training_rate
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "runs"
 
@@ -102,9 +105,7 @@ def test_the_readme_has_the_commands_of_the_records() -> None:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=_run_dir_of)
-def test_a_records_command_makes_its_options(
-    command: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_records_command_makes_its_options(command: str, monkeypatch: pytest.MonkeyPatch) -> None:
     name = _run_dir_of(command)
     differ = _differences(_config(_given_of(command, monkeypatch)), _record(name))
     assert not differ, f"{name}: the command gives (its value, the record's) {differ}"
@@ -202,3 +203,179 @@ def test_a_record_of_an_option_since_removed_is_made_at_an_older_commit() -> Non
     assert len(older) >= 10
     missing = sorted(set(older) - made_there)
     assert not missing, f"records of removed options without an older commit's command: {missing}"
+
+
+# -- the records are packed ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", RECORDS, ids=lambda path: path.parent.name)
+def test_every_record_is_packed_and_reads_whole(path: Path) -> None:
+    # Plain files would double the repository (scripts/pack_records.py packs them).
+    record = path.parent
+    assert not (record / METRICS_FILE).exists() and not (record / "train.log").exists(), (
+        f"{record}: run scripts/pack_records.py {record}"
+    )
+    assert metrics_file(record) == record / PACKED_METRICS_FILE
+    batches = [r["batch"] for r in read_metrics(metrics_file(record))]
+    assert batches and batches[0] == 1, f"{record}: its metrics do not start at update 1"
+
+
+# -- the figures of the front pages ------------------------------------------------------------
+
+FRONT_PAGES = (RUNS.parent.parent / "README.md", RUNS.parent / "learning.md")
+"""The pages whose figures are read from records by docs/learning.md's conventions."""
+
+_ITEM = re.compile(r"^(not by )?([+-]?\d[\d.,]*|-) \[(\w+)\]$")
+_LEVEL = re.compile(r"^(0|[+-]\d+)\b")
+_AT_MINUTES = re.compile(r"^at (\d+) minutes$")
+_RATE = re.compile(r"(\d[\d,]*) steps/s \[(\w+)\]")
+_REWARD_AT = re.compile(r"([+-]\d+(?:\.\d+)?) at (\d+) minutes \[(\w+)\]")
+_GAMES = re.compile(
+    r"won (\d+) games of (\d+) against the built-in AI, by ([+-]\d+(?:\.\d+)?) points a game "
+    r"\(\[record\]\(([^)]+)\)\)"
+)
+
+
+def _shown(value: float, written: str) -> str:
+    # `value` as the page writes it: the same decimals, a + where the page puts one.
+    decimals = len(written.split(".")[1]) if "." in written else 0
+    text = f"{value:,.{decimals}f}" if "," in written else f"{value:.{decimals}f}"
+    return "+" + text if written.startswith("+") and value >= 0 else text
+
+
+Records = dict[str, list[dict[str, Any]]]
+"""A page's records by the name of its reference link."""
+
+
+def _records_of(page: Path) -> Records:
+    # The page's reference links `[name]: path/to/record`, read.
+    return {
+        name: read_metrics(metrics_file(page.parent / target))
+        for name, target in re.findall(r"^\[(\w+)\]: (\S+)$", page.read_text(), re.M)
+        if "runs/" in target
+    }
+
+
+def _table_figures(page: Path, records: Records) -> list[tuple[str, str, str]]:
+    # (where, written, read from the record) for each figure of a table of levels or of
+    # "at N minutes"; a figure in such a table without its record is a failure.
+    found = []
+    header: list[str] = []
+    in_table = False
+    for line in page.read_text().splitlines():
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not in_table:  # a table's first line is its header
+            header, in_table = cells, True
+            continue
+        if set(line) <= set("|-: "):
+            continue
+        level = _LEVEL.match(cells[0])
+        for column, cell in zip(header[1:], cells[1:], strict=False):
+            kind = _kind(column, level)
+            if kind is None:
+                continue
+            for item in (part.strip() for part in cell.split(", ")):
+                match = _ITEM.match(item)
+                assert match, f"{page.name}: '{item}' ({cells[0]}, {column}) names no record"
+                unreached, written, name = match.groups()
+                where = f"{page.name}: {cells[0]} | {column} | {item}"
+                found.append((where, written, _read(records[name], kind, written, bool(unreached))))
+    return found
+
+
+def _kind(column: str, level: re.Match | None) -> tuple[str, float] | None:
+    # What a table's cell holds, from its column and its row's level: None for other cells.
+    at = _AT_MINUTES.match(column)
+    if at:
+        return ("reward at", float(at.group(1)))
+    if level is None:
+        return None
+    threshold = float(level.group(1))
+    if column.startswith("env steps"):
+        return ("steps", threshold)
+    if column.startswith("minutes at "):
+        rate = float(column.split("minutes at ")[1].split(" steps/s")[0].replace(",", ""))
+        return (f"minutes at {rate}", threshold)
+    if column.startswith("minutes"):  # a timed run's own clock
+        return ("minutes", threshold)
+    return None
+
+
+def _read(
+    records: list[dict[str, Any]], kind: tuple[str, float], written: str, unreached: bool
+) -> str:
+    # The figure as the record gives it under the conventions, written as the page writes it.
+    what, number = kind
+    if what == "reward at":
+        reward = reward_at_minutes(records, number)
+        return "none" if reward is None else _shown(reward, written)
+    hit = milestones(records, (number,))[0]
+    if hit["steps"] is None:  # never reached: "-", or "not by" the record's last env steps
+        end = _shown(records[-1]["total_steps"] / 1e6, written) if unreached else "-"
+        return written if written == end else "not reached"
+    if unreached or written == "-":
+        return f"reached at {hit['steps']:,} env steps"
+    if what == "steps":
+        return _shown(hit["steps"] / 1e6, written)
+    if what == "minutes":
+        return _shown(hit["minutes"], written)
+    rate = float(what.split()[-1])
+    return _shown(hit["steps"] / rate / 60, written)
+
+
+def _prose_figures(page: Path, records: Records) -> list[tuple[str, str, str]]:
+    # Rates, "+X at N minutes" and a played record's games, where the page's text names them.
+    text = " ".join(page.read_text().split()).replace("**", "")
+    found = []
+    for written, name in _RATE.findall(text):
+        found.append(
+            (
+                f"{page.name}: {written} steps/s [{name}]",
+                written,
+                _shown(training_rate(records[name]), written),
+            )
+        )
+    for written, minutes, name in _REWARD_AT.findall(text):
+        found.append(
+            (
+                f"{page.name}: {written} at {minutes} minutes [{name}]",
+                written,
+                _shown(reward_at_minutes(records[name], float(minutes)), written),
+            )
+        )
+    for won, games, by, record in _GAMES.findall(text):
+        played = json.loads((page.parent / record).read_text())
+        found.append(
+            (
+                f"{page.name}: won {won} of {games}, by {by}",
+                f"{won} {games} {by}",
+                f"{played['won']} {played['games']} {_shown(played['mean_difference'], by)}",
+            )
+        )
+    return found
+
+
+@pytest.mark.parametrize("page", FRONT_PAGES, ids=lambda page: page.name)
+def test_every_figure_of_a_front_page_is_its_record_read_by_the_conventions(page: Path) -> None:
+    records = _records_of(page)
+    figures = _table_figures(page, records) + _prose_figures(page, records)
+    assert len(figures) >= 20, f"{page.name}: only {len(figures)} figures found to check"
+    wrong = [
+        f"{where}: the record gives {read}" for where, written, read in figures if written != read
+    ]
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_records_index_is_current() -> None:
+    # docs/runs/README.md's index, one line per record, as scripts/records_index.py makes it.
+    script = RUNS.parent.parent / "scripts" / "records_index.py"
+    spec = importlib.util.spec_from_file_location("records_index", script)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    page = (RUNS / "README.md").read_text()
+    assert module.index(RUNS) in page, "run scripts/records_index.py and paste its index"
+    assert page.count("\n| `") >= len(RECORDS)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import lzma
 import os
 import shutil
 import signal
@@ -23,9 +24,12 @@ from pong_mp.config import REMOVED
 from pong_mp.files import FileError
 from pong_mp.rundir import (
     LOCK_FILE,
+    METRICS_FILE,
+    PACKED_METRICS_FILE,
     MetricsLog,
     RunDirError,
     RunLock,
+    metrics_file,
     read_metrics,
     remove_stale_temps,
 )
@@ -469,6 +473,54 @@ def test_a_metrics_line_cut_off_by_a_crash_is_skipped(tmp_path: Path) -> None:
     path.write_bytes(json.dumps(record).encode() + b'\n{"batch": 2, "ep\xc3')
     assert read_metrics(path) == [record]
     assert read_metrics(tmp_path / "missing.jsonl") == []
+
+
+def _record(batch: int) -> dict:
+    return {"batch": batch, "episodes": 2 * batch, "steps": 3, "reward_mean": 0.5,
+            "running_reward": 0.25 * batch, "seconds": 1.0, "steps_per_sec": 3.0}
+
+
+def _lines(*batches: int) -> bytes:
+    return b"".join(json.dumps(_record(b)).encode() + b"\n" for b in batches)
+
+
+def test_a_packed_record_reads_as_its_metrics_jsonl_with_the_lines_it_shares(
+    tmp_path: Path,
+) -> None:
+    # A committed record is xz-compressed, and a fork's copy of its source's lines is stored
+    # once, as a reference; the readers get the file the trainer wrote.
+    source, fork, live = tmp_path / "group" / "source", tmp_path / "fork", tmp_path / "live"
+    for run_dir in (source, fork, live):
+        run_dir.mkdir(parents=True)
+    (source / PACKED_METRICS_FILE).write_bytes(lzma.compress(_lines(1, 2, 3)))
+    link = json.dumps({"lines_of": "../group/source", "through_batch": 2}).encode()
+    (fork / PACKED_METRICS_FILE).write_bytes(lzma.compress(link + b"\n" + _lines(3, 4)))
+    (live / METRICS_FILE).write_bytes(_lines(1))
+    (live / PACKED_METRICS_FILE).write_bytes(lzma.compress(_lines(1, 2)))
+    assert read_metrics(metrics_file(source)) == [_record(b) for b in (1, 2, 3)]
+    assert read_metrics(metrics_file(fork)) == [_record(b) for b in (1, 2, 3, 4)]
+    assert metrics_file(live) == live / METRICS_FILE  # a live run's own file comes first
+    assert metrics_file(tmp_path) == tmp_path / METRICS_FILE
+    done = pong_mp("plot", str(fork), "-o", str(tmp_path / "fork.png"))
+    assert done.returncode == 0 and (tmp_path / "fork.png").stat().st_size > 0, done.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"not xz", "damaged xz file"),
+        (lzma.compress(b'{"lines_of": "../gone", "through_batch": 2}\n'), "which is missing"),
+        (lzma.compress(b'{"lines_of": ".", "through_batch": 2}\n'), "references in a row"),
+        (lzma.compress(b'{"lines_of": 3}\n'), "needs a directory and through_batch"),
+    ],
+)
+def test_a_damaged_packed_record_is_named(tmp_path: Path, content: bytes, problem: str) -> None:
+    run_dir = tmp_path / "R"
+    run_dir.mkdir()
+    (run_dir / PACKED_METRICS_FILE).write_bytes(content)
+    with pytest.raises(RunDirError, match=problem) as raised:
+        read_metrics(metrics_file(run_dir))
+    assert str(run_dir / PACKED_METRICS_FILE) in str(raised.value)
 
 
 def test_hidden_units_are_bounded_before_memory_runs_out(tmp_path: Path) -> None:

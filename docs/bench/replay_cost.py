@@ -21,10 +21,11 @@ prints the hours that 12.11 M env steps (the defaults' hour at 3,365 steps/s) wo
 for the network work alone, on one core and on two (if it split perfectly), with no
 emulator, replay buffer or IQN head.
 
-PyTorch is not a dependency of pong-mp; to run this:
+PyTorch is not a dependency of pong-mp; install it into `.torch/` in the checkout (ignored
+by git) and run this from the checkout:
 
-    pip install --target /tmp/torchlib torch
-    PYTHONPATH=/tmp/torchlib python docs/bench/replay_cost.py \
+    pip install --target .torch torch
+    PYTHONPATH=.torch python docs/bench/replay_cost.py \
         > docs/bench/2026-11-26-replay-network-cost.json
 """
 
@@ -150,7 +151,7 @@ def main() -> None:
     print(json.dumps({
         "what": "network work of a replay learner (DQN form) on one thread, and the hours "
                 "12.11 M env steps would take for it alone",
-        "command": "PYTHONPATH=/tmp/torchlib python docs/bench/replay_cost.py",
+        "command": "PYTHONPATH=.torch python docs/bench/replay_cost.py",
         "date": date.today().isoformat(),
         "torch": torch.__version__,
         "cpus": os.cpu_count(),

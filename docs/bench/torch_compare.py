@@ -17,10 +17,11 @@ compute the same thing. The policy is models/pong.npz (16 channels, 200 hidden u
 value head drawn from a fixed seed; the steps come from games it plays on pong-mp's fast
 ALE/Pong-v5, so their inputs are as sparse as a trained agent's.
 
-PyTorch is not a dependency of pong-mp; to run this:
+PyTorch is not a dependency of pong-mp; install it into `.torch/` in the checkout (ignored
+by git) and run this from the checkout:
 
-    pip install --target /tmp/torchlib torch
-    PYTHONPATH=/tmp/torchlib python docs/bench/torch_compare.py models/pong.npz \
+    pip install --target .torch torch
+    PYTHONPATH=.torch python docs/bench/torch_compare.py models/pong.npz \
         > docs/bench/2026-11-26-torch-compare.json
 """
 
@@ -201,7 +202,7 @@ def main(model: str) -> None:
     pass_ours, pass_torch, pass_dense = per_step(ours), per_step(torch_passes), per_step(densify)
     print(json.dumps({
         "what": "us per env step, one thread: a gradient pass, and a forward pass in play",
-        "command": "PYTHONPATH=/tmp/torchlib python docs/bench/torch_compare.py " + model,
+        "command": "PYTHONPATH=.torch python docs/bench/torch_compare.py " + model,
         "date": date.today().isoformat(),
         "machine": cpu_model(),
         "cpus": os.cpu_count(),

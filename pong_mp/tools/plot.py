@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ class PlotError(ValueError):
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """The run's metrics records (`rundir.read_metrics`: validated, a line being written
     right now skipped); PlotError, in one line, if there are none or the file is damaged."""
-    path = Path(run_dir) / METRICS_FILE
+    path = rundir.metrics_file(run_dir)
     if not path.is_file():
         raise PlotError(f"{run_dir}: no {METRICS_FILE} (is it a pong-mp run directory?)")
     try:
@@ -348,6 +349,20 @@ def milestones(
             }
         )
     return rows
+
+
+def reward_at_minutes(records: list[dict[str, Any]], minutes: float) -> float | None:
+    """The running reward "at N minutes" of a run: that of its last update finished within
+    `minutes` of its own clock (`elapsed`); None if none was. docs/learning.md's convention."""
+    done = [r for r in records if r.get("elapsed", math.inf) <= minutes * 60]
+    return done[-1]["running_reward"] if done else None
+
+
+def training_rate(records: list[dict[str, Any]]) -> float:
+    """A timed run's training rate: its env steps over its wall time, end to end (the last
+    update's `total_steps` over its `elapsed`). docs/learning.md's convention for rates."""
+    last = records[-1]
+    return last["total_steps"] / last["elapsed"]
 
 
 def minutes_at(steps: float, rate: float) -> str:
