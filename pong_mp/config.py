@@ -637,7 +637,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 `pg` is Karpathy's learner at lr 1e-3 with the MLP (the defaults before the actor-critic);
 `ppo` is the actor-critic with the MLP. The defaults themselves are the actor-critic with
 the convolutional policy, 16 minibatches a pass, an entropy drop and a learning-rate drop
-(docs/learning.md has the evidence for each)."""
+(docs/learning-notes.md has the evidence for each)."""
 
 
 def apply_preset(

@@ -225,7 +225,7 @@ def choose_action(p_up: float, uniform: Callable[[], float], greedy: bool) -> in
 
 GAMMA = 0.99
 """The discount of every learner's returns (Karpathy's; 0.995 was behind late in a run,
-docs/learning.md)."""
+docs/learning-notes.md)."""
 
 
 def discount_rewards(rewards: np.ndarray, gamma: float) -> np.ndarray:

@@ -71,7 +71,7 @@ from pong_mp.state import TrainState
 @dataclass(frozen=True)
 class PPOSettings:
     """What a worker needs of the actor-critic's hyperparameters, fixed at PPO's usual
-    values (docs/learning.md: no other was worth an option). How many passes and minibatches
+    values (docs/learning-notes.md: no other was worth an option). How many passes and minibatches
     an update has, and the entropy's weight (which may change during a run), are the
     coordinator's: each EpochTask carries them."""
 

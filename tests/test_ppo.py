@@ -346,6 +346,15 @@ def _synthetic(steps: int, seed: int) -> ppo.Trajectory:
     )
 
 
+def _summed(items, episodes: int, size: int) -> bytes:
+    # A round's results summed in the batch's fixed order: the bytes the trainer steps with.
+    total = BatchSum(0, episodes, np.empty(size))
+    for item in items:
+        total.add(item)
+    assert total.complete
+    return total.total.tobytes()
+
+
 @pytest.mark.parametrize("light", [False, True], ids=["whole-pass", "light-pass"])
 def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> None:
     # The local backend's; Ray's replaces an actor whatever the task it held (test_backends).
@@ -360,11 +369,7 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
     ]
 
     def summed(items) -> bytes:
-        total = BatchSum(0, len(tasks), np.empty(len(params)))
-        for item in items:
-            total.add(item)
-        assert total.complete
-        return total.total.tobytes()
+        return _summed(items, len(tasks), len(params))
 
     serial = new_backend("serial", spec)
     with serial:
@@ -406,11 +411,7 @@ def test_a_worker_killed_with_a_pass_queued_changes_no_bit(clean_system) -> None
     ]
 
     def summed(items) -> bytes:
-        total = BatchSum(0, len(tasks), np.empty(len(params)))
-        for item in items:
-            total.add(item)
-        assert total.complete
-        return total.total.tobytes()
+        return _summed(items, len(tasks), len(params))
 
     with new_backend("serial", spec) as serial:
         expected = summed(serial.run_batch(params, tasks))

@@ -68,6 +68,7 @@ from pong_mp.backends.base import (
 from pong_mp.backends.kept import KeptData
 from pong_mp.backends.shm import (
     SharedGradient,
+    SharedMemoryFull,
     SharedWeights,
     check_room,
     free_bytes,
@@ -162,11 +163,21 @@ class LocalBackend(BackendBase):
         """
         remove_stale_blocks()
         start_resource_tracker()
-        weights_shape, grad_shape = block_shapes(self.spec)
         slots = range(self.spec.workers)
-        needed = SharedWeights.size(weights_shape) + len(slots) * SharedGradient.size(grad_shape)
-        what = f"the weights and a gradient slot for each of {len(slots)} workers"
-        check_room(needed, what)  # before anything is made, and before the workers start
+        # Before anything is made, and before the workers start. A second gradient slot
+        # only saves time: where /dev/shm has no room for it, each worker has one.
+        self._slots = gradient_slots(self.spec)
+        for count in sorted({self._slots, 1}, reverse=True):
+            weights_shape, grad_shape = block_shapes(self.spec, count)
+            size = SharedWeights.size(weights_shape) + len(slots) * SharedGradient.size(grad_shape)
+            each = "a gradient slot" if count == 1 else f"{count} gradient slots"
+            needed, what = size, f"the weights and {each} for each of {len(slots)} workers"
+            with contextlib.suppress(SharedMemoryFull):
+                check_room(needed, what)
+                self._slots = count
+                break
+        else:
+            check_room(needed, what)  # too little even for one: the error names that need
         try:
             try:
                 self._weights = SharedWeights.create(weights_shape)
@@ -219,7 +230,7 @@ class LocalBackend(BackendBase):
         process = self._ctx.Process(
             target=worker_main,
             name=f"pong-mp-worker-{slot}",
-            args=(self.spec, self._weights.name, grad.name, theirs, os.getpid()),
+            args=(self.spec, self._weights.name, grad.name, theirs, os.getpid(), self._slots),
             daemon=True,
         )
         with worker_signals_blocked():

@@ -121,26 +121,33 @@ class Stop(NamedTuple):
 
 
 def gradient_slots(spec: RolloutSpec) -> int:
-    """Each worker's gradient slots: two with the actor-critic (a value head), whose short
-    passes come back to back, so that a worker can be sent its next pass while the
-    coordinator still reads the last one's gradient; one otherwise."""
+    """Each worker's gradient slots, where /dev/shm has room: two with the actor-critic (a
+    value head), whose short passes come back to back, so that a worker can be sent its
+    next pass while the coordinator still reads the last one's gradient; one otherwise."""
     return 2 if spec.value_head else 1
 
 
-def block_shapes(spec: RolloutSpec) -> tuple[BlockShape, BlockShape]:
-    """The shapes of the weights block and of each worker's gradient block: one rule for
-    the coordinator that creates them and the workers that attach to them."""
+def block_shapes(spec: RolloutSpec, slots: int = 1) -> tuple[BlockShape, BlockShape]:
+    """The shapes of the weights block and of each worker's gradient block (of `slots`
+    slots): one rule for the coordinator that creates them and the workers that attach to
+    them."""
     value = spec.value_head
     return (
         BlockShape(spec.shape, spec.lag + 1, value),
-        BlockShape(spec.shape, gradient_slots(spec), value),
+        BlockShape(spec.shape, slots, value),
     )
 
 
 def worker_main(
-    spec: RolloutSpec, weights_name: str, grad_name: str, conn: Connection, parent_pid: int
+    spec: RolloutSpec,
+    weights_name: str,
+    grad_name: str,
+    conn: Connection,
+    parent_pid: int,
+    slots: int = 1,
 ) -> None:
-    """Loop of one worker: receive (version, task), play it, send back the result.
+    """Loop of one worker: receive (version, task, slot), play it, send back the result
+    (its gradient block has `slots` slots).
 
     Messages: it receives Play (or Stop) and sends Ready once set up, then Done or Failed
     for each episode (Failed with no index if it cannot set up). The env is closed on every
@@ -155,7 +162,7 @@ def worker_main(
     try:
         prepare_worker_process()
         try:
-            weights_shape, grad_shape = block_shapes(spec)
+            weights_shape, grad_shape = block_shapes(spec, slots)
             weights = SharedWeights.attach(weights_name, weights_shape)
             grad = SharedGradient.attach(grad_name, grad_shape)
             worker.open()
