@@ -229,7 +229,10 @@ class MeanStep:
             return False
 
         self._share(part)
-        return math.sqrt(math.fsum(self._partials))
+        try:
+            return math.sqrt(math.fsum(self._partials))
+        except OverflowError:  # finite blocks whose sum is not: no finite norm either
+            return math.inf
 
     def step(self, total: np.ndarray, divisor: float, scale: float, step: int, lr: float) -> bool:
         """Update number `step` (from 1) on (total / divisor) * scale at rate `lr`; False

@@ -241,3 +241,11 @@ def test_a_non_finite_mean_step_is_told_and_leaves_the_callers_state() -> None:
         assert not math.isfinite(stepper.norm(total, 1.0))
         assert not stepper.step(total, 1.0, 1.0, 1, 1e-3)
     np.testing.assert_array_equal(params, _state(STEP_BLOCK + 1)[0])
+
+
+def test_a_norm_too_large_to_sum_is_infinite_not_an_error() -> None:
+    total = np.zeros(2 * STEP_BLOCK)
+    total[[0, STEP_BLOCK]] = 1e154  # each block's sum of squares is finite, their sum not
+    with MeanStep("adam", 0.99) as stepper:
+        stepper.load(total, total, total)
+        assert stepper.norm(total, 1.0) == math.inf
