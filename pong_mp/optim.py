@@ -259,7 +259,7 @@ class MeanStep:
         # The blocks in one contiguous run a thread, the last run in the caller's.
         blocks = len(self._partials)
         cuts = [blocks * t // self.threads for t in range(self.threads + 1)]
-        if self._pool is None or self.threads == 1:
+        if self._pool is None:  # one thread, or outside `with`
             return [part(0, blocks)]
         runs = list(itertools.pairwise(cuts))
         futures = [self._pool.submit(part, a, b) for a, b in runs[:-1]]

@@ -69,16 +69,25 @@ def test_weights_keep_the_last_versions_written_and_workers_read_them_unchanged(
         owner.unlink()
 
 
+@pytest.mark.parametrize("width", [1, 2])
 @pytest.mark.parametrize("value", [False, True])
-def test_a_gradient_slot_holds_one_gradient_both_sides_see(value: bool, clean_system) -> None:
-    shape = BlockShape(policy.NetShape(8), 1, value)
+def test_a_gradient_slot_holds_one_gradient_both_sides_see(
+    value: bool, width: int, clean_system
+) -> None:
+    shape = BlockShape(policy.NetShape(8), width, value)
     owner = SharedGradient.create(shape)
     try:
         worker = SharedGradient.attach(owner.name, shape)
         try:
-            assert len(owner.array) == len(worker.array) == policy.param_count(8, value)
-            worker.array[:] = np.arange(len(worker.array), dtype=np.float32)
-            assert np.array_equal(owner.array, np.arange(len(owner.array), dtype=np.float32))
+            assert len(owner.slots) == len(worker.slots) == width
+            for slot in range(width):
+                mine, theirs = owner.slots[slot], worker.slots[slot]
+                assert len(mine) == len(theirs) == policy.param_count(8, value)
+                theirs[:] = np.arange(len(theirs), dtype=np.float32) + slot
+                assert np.array_equal(mine, np.arange(len(mine), dtype=np.float32) + slot)
+            # Each slot is its own: writing the last left the others as they were.
+            for slot in range(width):
+                assert owner.slots[slot][0] == slot
         finally:
             worker.close()
     finally:

@@ -167,17 +167,14 @@ class LocalBackend(BackendBase):
         # Before anything is made, and before the workers start. A second gradient slot
         # only saves time: where /dev/shm has no room for it, each worker has one.
         self._slots = gradient_slots(self.spec)
-        for count in sorted({self._slots, 1}, reverse=True):
-            weights_shape, grad_shape = block_shapes(self.spec, count)
-            size = SharedWeights.size(weights_shape) + len(slots) * SharedGradient.size(grad_shape)
-            each = "a gradient slot" if count == 1 else f"{count} gradient slots"
-            needed, what = size, f"the weights and {each} for each of {len(slots)} workers"
-            with contextlib.suppress(SharedMemoryFull):
-                check_room(needed, what)
-                self._slots = count
-                break
-        else:
-            check_room(needed, what)  # too little even for one: the error names that need
+        try:
+            check_room(*self._room(self._slots))
+        except SharedMemoryFull:
+            if self._slots == 1:
+                raise
+            self._slots = 1
+            check_room(*self._room(1))  # too little even for one: the error names that need
+        weights_shape, grad_shape = block_shapes(self.spec, self._slots)
         try:
             try:
                 self._weights = SharedWeights.create(weights_shape)
@@ -186,7 +183,7 @@ class LocalBackend(BackendBase):
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                     # The room was there a moment ago, or a limit other than the size bit.
-                    raise room_error(needed, what, free_bytes()) from exc
+                    raise room_error(*self._room(self._slots), free_bytes()) from exc
                 raise BackendUnavailable(
                     f"cannot create shared memory in /dev/shm: {exc.strerror or exc}"
                 ) from exc
@@ -197,6 +194,15 @@ class LocalBackend(BackendBase):
         except BaseException:
             self.close()
             raise
+
+    def _room(self, slots: int) -> tuple[int, str]:
+        """The bytes of /dev/shm that the weights and `slots` gradient slots a worker take,
+        and what they are, for `check_room`."""
+        weights_shape, grad_shape = block_shapes(self.spec, slots)
+        workers = self.spec.workers
+        needed = SharedWeights.size(weights_shape) + workers * SharedGradient.size(grad_shape)
+        each = "a gradient slot" if slots == 1 else f"{slots} gradient slots"
+        return needed, f"the weights and {each} for each of {workers} workers"
 
     def _await_ready(self) -> None:
         waiting = {w.conn: w for w in self._workers}

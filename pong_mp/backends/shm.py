@@ -296,8 +296,3 @@ class SharedGradient(_Block):
     def slots(self) -> list[np.ndarray]:
         """The gradients, flat float32, a slot each."""
         return self._views
-
-    @property
-    def array(self) -> np.ndarray:
-        """The first slot's gradient."""
-        return self._views[0]
