@@ -52,11 +52,11 @@ def train(
     seed: int = 0,
 ) -> np.ndarray:
     """Train from new weights for `updates` updates (forever if None); the flat weights."""
-    params = policy.init_params(hidden, seed)  # W1 (transposed) then W2, float64
+    shape = policy.NetShape(hidden)
+    params = policy.init_params(shape, seed)  # W1 (transposed) then W2, float64
     cache = np.zeros_like(params)  # RMSProp's mean of squared gradients
     optimizer = Optimizer("rmsprop", lr, decay)
     # What the worker runs: Karpathy's learner's side, an episode played into its gradient.
-    shape = policy.NetShape(hidden)
     spec = RolloutSpec(env_id, shape, PGWork(gamma), env_kwargs=env_kwargs or {})
     worker = EpisodeWorker(spec)
     worker.open()  # the env and the gradient's working memory, built once
@@ -109,7 +109,7 @@ def main() -> None:
         seed=args.seed,
     )  # fmt: skip
     if args.out:
-        w1t, w2 = policy.split(params, args.hidden)
+        w1t, w2 = policy.split(params, policy.NetShape(args.hidden))
         np.savez(args.out, W1=np.ascontiguousarray(w1t.T), W2=w2)
 
 

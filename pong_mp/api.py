@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.checkpoint import load_policy
-from pong_mp.config import TrainConfig, apply_preset, stored_conv_channels
+from pong_mp.checkpoint import load_policy, stored_shape
+from pong_mp.config import TrainConfig, apply_preset
 from pong_mp.frames import INPUT_SIZE, BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
@@ -91,15 +91,14 @@ class Agent:
     """
 
     def __init__(
-        self, params: np.ndarray, hidden: int, seed: int | None = None, channels: int = 0
+        self, params: np.ndarray, shape: policy.NetShape, seed: int | None = None
     ) -> None:
-        """An agent with flat float64 `params` of a `hidden`-unit policy, on the features
-        of a convolutional layer of `channels` for --policy conv (0: the MLP); `seed` seeds
-        the sampling of actions (None: fresh entropy)."""
+        """An agent with flat float64 `params` of a policy of `shape`; `seed` seeds the
+        sampling of actions (None: fresh entropy)."""
         flat = np.asarray(params, dtype=np.float64)
-        self._w1t, self._w2 = policy.split(flat, hidden, channels)
-        self._kernel = policy.conv_kernel(flat, hidden, channels)
-        self.hidden = hidden
+        self._w1t, self._w2 = policy.split(flat, shape)
+        self._kernel = policy.conv_kernel(flat, shape)
+        self.shape = shape
         self._stream = BinaryInputs()  # the stream training uses on RGB frames
         self._rng = np.random.default_rng(seed)
         self._started = False
@@ -110,8 +109,7 @@ class Agent:
         model file (`pong-mp export`); CheckpointError if the file is missing, damaged or not
         pong-mp's."""
         params, config = load_policy(Path(path))
-        channels = stored_conv_channels(config)
-        agent = cls(params, int(config["hidden"]), seed=seed, channels=channels)
+        agent = cls(params, stored_shape(config), seed=seed)
         agent.config = config
         return agent
 

@@ -1,15 +1,14 @@
 """Checkpoints: atomic save (temp file, fsync, rename) and validated load.
 
 A checkpoint is an .npz that loads with allow_pickle=False. It holds W1 and W2 (the keys
-users rely on) and everything exact resume needs: the optimizer's state (RMSProp's cache, or
-Adam's two moments), the update, episode and step counters, the running reward, the wall
-time so far, the run's config as JSON and, with a policy lag L, the float32 weights of the
-L updates before (lag_W1, lag_W2: L x H x 6400 and L x H) that the batches in flight use.
-A run with a value head (--algo ppo) adds it as `value`, with its optimizer state
-(`rmsprop_value`, `adam_m_value`). A
---policy conv run's W1 is H x (19 x 19 x channels), one column per feature of its
-convolutional layer, whose filters are `conv` (8 x 8 x channels), with `rmsprop_conv` and
-`adam_m_conv`; a model file of one holds `conv` too.
+users rely on) and everything exact resume needs: the optimizer's state (`rmsprop_W1`, ...,
+and Adam's `adam_m_W1`, ...), the update, episode and step counters, the running reward, the
+wall time so far, the run's config as JSON and, with a policy lag L, the float32 weights of
+the L updates before (lag_W1, lag_W2: L x H x 6400 and L x H) that the batches in flight use.
+A value head (--algo ppo) is `value` (with `rmsprop_value`, `adam_m_value`). A --policy conv
+run's W1 is H x (19 x 19 x channels), one column per feature of its convolutional layer,
+whose filters are `conv` (8 x 8 x channels; `rmsprop_conv`, `adam_m_conv`); a model file of
+one holds `conv` too.
 """
 
 from __future__ import annotations
@@ -50,7 +49,7 @@ class CheckpointError(ValueError):
 
 MAX_ARRAY_BYTES = max(
     # W1 (and each optimizer state of it) of the widest policy, in float64
-    MAX_HIDDEN * policy.input_rows(MAX_CHANNELS) * 8,
+    MAX_HIDDEN * policy.input_rows(policy.NetShape(MAX_HIDDEN, MAX_CHANNELS)) * 8,
     # the MLP's weights in flight with the longest policy lag, in float32
     MAX_POLICY_LAG * MAX_HIDDEN * policy.INPUT_SIZE * 4,
 )
@@ -65,63 +64,48 @@ the weights in flight, at most."""
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
 
 
-def save(
-    path: Path,
-    state: TrainState,
-    hidden: int,
-    config_json: str,
-    channels: int = 0,
-) -> None:
-    """Write `state` to `path` atomically: a reader sees the old file or the new, never half.
-    `channels` are --policy conv's (0 for the MLP)."""
-    named = [("params", state.params), ("cache", state.cache)]
+def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str) -> None:
+    """Write `state` to `path` atomically: a reader sees the old file or the new, never half."""
+    flats = {"": state.params, "rmsprop_": state.cache}
     if state.momentum is not None:
-        named.append(("momentum", state.momentum))
-    for name, arr in named:
-        if not np.all(np.isfinite(arr)):
+        flats["adam_m_"] = state.momentum
+    for name, flat in zip(("params", "cache", "momentum"), flats.values(), strict=False):
+        if not np.all(np.isfinite(flat)):
             raise CheckpointError(f"refusing to save non-finite {name} to {path}")
-    # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
-    w1t, w2 = policy.split(state.params, hidden, channels)
-    c1t, c2 = policy.split(state.cache, hidden, channels)
-    arrays = {
-        "W1": np.ascontiguousarray(w1t.T),
-        "W2": w2,
-        "rmsprop_W1": np.ascontiguousarray(c1t.T),
-        "rmsprop_W2": c2,
-        "batch": np.int64(state.batch),
-        "episodes": np.int64(state.episodes),
-        "steps": np.int64(state.steps),
-        "elapsed": np.float64(state.elapsed),
-        "optimizer_steps": np.int64(state.optimizer_steps),
-        "running_reward": np.float64(
+    arrays: dict[str, np.ndarray] = {}
+
+    def put(prefix: str) -> None:
+        # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
+        w1t, w2 = policy.split(flats[prefix], shape)
+        arrays[prefix + "W1"], arrays[prefix + "W2"] = np.ascontiguousarray(w1t.T), w2
+
+    put("")
+    put("rmsprop_")
+    arrays.update(
+        batch=np.int64(state.batch),
+        episodes=np.int64(state.episodes),
+        steps=np.int64(state.steps),
+        elapsed=np.float64(state.elapsed),
+        optimizer_steps=np.int64(state.optimizer_steps),
+        running_reward=np.float64(
             np.nan if state.running_reward is None else state.running_reward
         ),
-        "config": np.str_(config_json),
-        "format_version": np.int64(FORMAT_VERSION),
-    }
+        config=np.str_(config_json),
+        format_version=np.int64(FORMAT_VERSION),
+    )
     if state.momentum is not None:
-        m1t, m2 = policy.split(state.momentum, hidden, channels)
-        arrays["adam_m_W1"] = np.ascontiguousarray(m1t.T)
-        arrays["adam_m_W2"] = m2
+        put("adam_m_")
     if state.lagged:
-        views = [policy.split(flat, hidden, channels) for flat in state.lagged]
+        views = [policy.split(flat, shape) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
-    named = {"": state.params, "rmsprop_": state.cache}
-    if state.momentum is not None:
-        named["adam_m_"] = state.momentum
-    if policy.value_head(state.params, hidden, channels) is not None:  # ppo (no policy lag)
-        for prefix, flat in named.items():
-            arrays[prefix + "value"] = policy.value_head(flat, hidden, channels)
-    if channels:  # --policy conv (no policy lag)
-        for prefix, flat in named.items():
-            arrays[prefix + "conv"] = policy.conv_kernel(flat, hidden, channels)
-    _write_npz_atomic(Path(path), arrays)
-
-
-def _write_npz_atomic(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    # A reader sees the old file or the new; RunFileError names the file if it cannot be written.
-    write_atomic(path, lambda fh: np.savez(fh, **arrays))
+    if policy.value_head(state.params, shape) is not None:  # ppo (no policy lag)
+        for prefix, flat in flats.items():
+            arrays[prefix + "value"] = policy.value_head(flat, shape)
+    if shape.channels:  # --policy conv (no policy lag)
+        for prefix, flat in flats.items():
+            arrays[prefix + "conv"] = policy.conv_kernel(flat, shape)
+    write_atomic(Path(path), lambda fh: np.savez(fh, **arrays))
 
 
 def load(path: Path) -> tuple[TrainState, dict]:
@@ -204,10 +188,14 @@ def claims_problem(fh: BinaryIO) -> str | None:
     return None
 
 
-def _check_shapes(w1: np.ndarray, w2: np.ndarray, channels: int = 0) -> None:
-    rows = policy.input_rows(channels)
-    if w1.ndim != 2 or w1.shape[1] != rows or w2.shape != (w1.shape[0],):
+def _shape_of(data: dict[str, np.ndarray]) -> policy.NetShape:
+    # The shape of the policy in W1 and W2, on the channels of the stored config.
+    w1, w2 = data["W1"], data["W2"]
+    shape = policy.NetShape(w1.shape[0] if w1.ndim else 0, _conv_of(data))
+    rows = policy.input_rows(shape)
+    if w1.ndim != 2 or w1.shape[1] != rows or w2.shape != (shape.hidden,):
         raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, {rows})/(H,)")
+    return shape
 
 
 def _conv_of(data: dict[str, np.ndarray]) -> int:
@@ -229,16 +217,16 @@ def _conv_of(data: dict[str, np.ndarray]) -> int:
 
 
 def _filters(
-    data: dict[str, np.ndarray], channels: int, keys: tuple[str, ...], dtype: type
+    data: dict[str, np.ndarray], shape: policy.NetShape, prefixes: tuple[str, ...], dtype: type
 ) -> list[np.ndarray]:
-    # --policy conv's filters (and the optimizer's state for them), one flat vector a key:
-    # [] for the MLP.
-    if not channels:
-        return []
-    shape = policy.kernel_shape(channels)
+    # --policy conv's filters (and the optimizer's state for them), one flat float64 vector
+    # a prefix: empty ones for the MLP.
+    if not shape.channels:
+        return [np.empty(0)] * len(prefixes)
+    kernel, needs = policy.kernel_shape(shape), "this --policy conv run"
     return [
-        _checked(data, key, shape, dtype, "this --policy conv run").ravel().astype(np.float64)
-        for key in keys
+        _checked(data, prefix + "conv", kernel, dtype, needs).ravel().astype(np.float64)
+        for prefix in prefixes
     ]
 
 
@@ -277,17 +265,13 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     missing = [key for key in required if key not in data]
     if missing:
         raise CheckpointError(f"missing {', '.join(missing)}")
-    w1, w2 = data["W1"], data["W2"]
-    channels = _conv_of(data)
-    _check_shapes(w1, w2, channels)
-    hidden = w1.shape[0]
+    shape = _shape_of(data)
     if ("adam_m_W1" in data) != ("adam_m_W2" in data):
         raise CheckpointError("holds only one of adam_m_W1 and adam_m_W2")
-    state_keys = ("rmsprop_W1", "rmsprop_W2")
-    if "adam_m_W1" in data:
-        state_keys += ("adam_m_W1", "adam_m_W2")
+    prefixes = ("", "rmsprop_", "adam_m_") if "adam_m_W1" in data else ("", "rmsprop_")
+    state_keys = tuple(prefix + w for prefix in prefixes[1:] for w in ("W1", "W2"))
     for key in state_keys:
-        like = w1 if key.endswith("W1") else w2
+        like = data[key[-2:]]
         if data[key].shape != like.shape:
             raise CheckpointError(f"{key} has shape {data[key].shape}, not {like.shape}")
     for key in ("W1", "W2", *state_keys):
@@ -303,24 +287,14 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     for key, value in scalars.items():
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
-    _check_config(config, hidden)
-    lagged = _lagged(data, config, w1.shape)
-    heads = _value_heads(data, config, hidden, "adam_m_W1" in data)
-    adam = ("adam_m_conv",) if "adam_m_W1" in data else ()
-    filters = _filters(data, channels, ("conv", "rmsprop_conv", *adam), np.float64)
-    params = policy.join(w1, w2)
-    cache = policy.join(data["rmsprop_W1"], data["rmsprop_W2"])
-    momentum = policy.join(data["adam_m_W1"], data["adam_m_W2"]) if "adam_m_W1" in data else None
-    if heads:
-        params = np.concatenate([params, heads["value"]])
-        cache = np.concatenate([cache, heads["rmsprop_value"]])
-        if momentum is not None:
-            momentum = np.concatenate([momentum, heads["adam_m_value"]])
-    if filters:
-        params = np.concatenate([params, filters[0]])
-        cache = np.concatenate([cache, filters[1]])
-        if momentum is not None:
-            momentum = np.concatenate([momentum, filters[2]])
+    _check_config(config, shape.hidden)
+    lagged = _lagged(data, config, data["W1"].shape)
+    heads = _value_heads(data, config, shape, prefixes)
+    filters = _filters(data, shape, prefixes, np.float64)
+    params, cache, *momentum = (
+        np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), head, kernel])
+        for prefix, head, kernel in zip(prefixes, heads, filters, strict=True)
+    )
     state = TrainState(
         params=params,
         cache=cache,
@@ -329,7 +303,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         steps=int(scalars["steps"]),
         elapsed=float(scalars["elapsed"]),
         running_reward=None if np.isnan(running) else running,
-        momentum=momentum,
+        momentum=momentum[0] if momentum else None,
         lagged=lagged,
         optimizer_steps=_optimizer_steps(data, config, int(scalars["batch"])),
     )
@@ -353,17 +327,14 @@ def _optimizer_steps(data: dict[str, np.ndarray], config: dict, batch: int) -> i
 
 
 def _value_heads(
-    data: dict[str, np.ndarray], config: dict, hidden: int, adam: bool
-) -> dict[str, np.ndarray]:
+    data: dict[str, np.ndarray], config: dict, shape: policy.NetShape, prefixes: tuple[str, ...]
+) -> list[np.ndarray]:
     # A run with a value head (--algo ppo, which has no policy lag): the head and the
-    # optimizer's state for it; {} for a run without one.
+    # optimizer's state for it, one a prefix; empty ones for a run without one.
     if not stored_value_head(config):
-        return {}
-    keys = ("value", "rmsprop_value", *(("adam_m_value",) if adam else ()))
-    return {
-        key: _checked(data, key, (hidden + 1,), np.float64, "a run with a value head")
-        for key in keys
-    }
+        return [np.empty(0)] * len(prefixes)
+    needs = "a run with a value head"
+    return [_checked(data, p + "value", (shape.hidden + 1,), np.float64, needs) for p in prefixes]
 
 
 def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:
@@ -421,8 +392,8 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
             raise CheckpointError(f"{out} is a training checkpoint: refusing to overwrite it")
         if "W1" not in existing:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
-    hidden, channels = int(config["hidden"]), stored_conv_channels(config)
-    w1t, w2 = policy.split(state.params, hidden, channels)
+    shape = stored_shape(config)
+    w1t, w2 = policy.split(state.params, shape)
     run, options = _model_provenance(checkpoint_path, config)
     arrays = {
         "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
@@ -434,10 +405,9 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         "steps": np.int64(state.steps),
         "format_version": np.int64(FORMAT_VERSION),
     }
-    if channels:
-        kernel = policy.conv_kernel(state.params, hidden, channels)
-        arrays["conv"] = kernel.astype(np.float32)
-    _write_npz_atomic(out, arrays)
+    if shape.channels:
+        arrays["conv"] = policy.conv_kernel(state.params, shape).astype(np.float32)
+    write_atomic(out, lambda fh: np.savez(fh, **arrays))
     return out
 
 
@@ -455,11 +425,15 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
             config = parse_json(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
-        channels = _conv_of(data)
-        _check_shapes(w1, w2, channels)
+        shape = _shape_of(data)
         _check_finite(data, ("W1", "W2"))
-        _check_config(config, w1.shape[0])
-        filters = _filters(data, channels, ("conv",), np.float32)
+        _check_config(config, shape.hidden)
+        filters = _filters(data, shape, ("",), np.float32)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
     return np.concatenate([policy.join(w1, w2), *filters]), config
+
+
+def stored_shape(config: dict) -> policy.NetShape:
+    """The policy's shape in a checkpoint's or model's stored config."""
+    return policy.NetShape(int(config["hidden"]), stored_conv_channels(config))

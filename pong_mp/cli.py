@@ -23,7 +23,7 @@ from typing import Any
 import click
 
 from pong_mp.backends import BackendUnavailable, WorkerError
-from pong_mp.checkpoint import CheckpointError, export_model, load_policy
+from pong_mp.checkpoint import CheckpointError, export_model, load_policy, stored_shape
 from pong_mp.config import (
     OPTION_GROUPS,
     PRESETS,
@@ -35,7 +35,6 @@ from pong_mp.config import (
     default_workers,
     parse_json,
     shown,
-    stored_conv_channels,
     stored_option,
 )
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
@@ -533,7 +532,6 @@ def play_command(
             "expect it to play badly",
             err=True,
         )
-    hidden = int(config["hidden"])
     played: list[GameScore] = []
     progress = _RecordingProgress(recorder) if recorder is not None else None
 
@@ -548,7 +546,7 @@ def play_command(
     try:
         scores = play_games(
             params,
-            hidden,
+            stored_shape(config),
             env_id,
             episodes,
             seed=seed,
@@ -556,7 +554,6 @@ def play_command(
             env_kwargs=env_kwargs,
             on_frame=progress.add if progress is not None else None,
             on_game=on_game,
-            channels=stored_conv_channels(config),
         )
         if recorder is not None:
             recorder.close()

@@ -97,10 +97,10 @@ class EpisodeGradient:
         """Working memory for the gradients of policies with `hidden` units. An
         `entropy_bonus` beta > 0 adds beta * sum_t H_t, the policy's entropy at each step, to
         the objective."""
-        self._hidden = hidden
+        self._shape = policy.NetShape(hidden)
         self._block = block
         self._entropy_bonus = entropy_bonus
-        size = policy.param_count(hidden)
+        size = policy.param_count(self._shape)
         # Written through once here, so that the memory is resident from the start and an
         # episode's peak does not depend on what its first rallies touch.
         self._a = np.ones(size)
@@ -141,7 +141,7 @@ class EpisodeGradient:
     @property
     def size(self) -> int:
         """Length of the flat float32 gradient `finish` writes."""
-        return policy.param_count(self._hidden)
+        return policy.param_count(self._shape)
 
     @property
     def buffered(self) -> int:
@@ -155,7 +155,7 @@ class EpisodeGradient:
         self._gamma = gamma
         # `finish` leaves the sums zero; an episode cut short by an error may not have.
         for acc in (self._a, self._b) if self._e is None else (self._a, self._b, self._e):
-            w1t, w2 = policy.split(acc, self._hidden)
+            w1t, w2 = policy.split(acc, self._shape)
             w1t[np.flatnonzero(self._touched)] = 0.0
             w2[:] = 0.0
         self._touched[:] = 0
@@ -196,7 +196,7 @@ class EpisodeGradient:
             self._e *= self._entropy_bonus / scale
             self._a += self._e
             self._e[:] = 0.0
-        n = policy.param_count(self._hidden)
+        n = policy.param_count(self._shape)
         sparse.finish(self._a, self._b, self._touched, mu, scale, out[:n])
         return out
 

@@ -51,73 +51,65 @@ class NetShape:
     @property
     def rows(self) -> int:
         """Rows of W1 transposed (`input_rows`)."""
-        return input_rows(self.channels)
+        return input_rows(self)
 
     def size(self, value: bool) -> int:
         """Scalars in the flat parameters, with a value head or without (`param_count`)."""
-        return param_count(self.hidden, value, self.channels)
+        return param_count(self, value)
 
 
-def input_rows(channels: int = 0) -> int:
-    """Rows of W1 transposed: one per input pixel for the MLP (channels 0), one per feature
-    (position x channel) of the convolutional layer for --policy conv."""
-    if channels == 0:
-        return INPUT_SIZE
-    return CONV_SIDE * CONV_SIDE * channels
+def input_rows(shape: NetShape) -> int:
+    """Rows of W1 transposed: one per input pixel for the MLP, one per feature (position x
+    channel) of the convolutional layer for --policy conv."""
+    return CONV_SIDE * CONV_SIDE * shape.channels if shape.channels else INPUT_SIZE
 
 
-def kernel_shape(channels: int) -> tuple[int, ...]:
+def kernel_shape(shape: NetShape) -> tuple[int, ...]:
     """The shape of the convolutional layer's filters, (CONV_SIZE, CONV_SIZE, channels)."""
-    return (CONV_SIZE, CONV_SIZE, channels)
+    return (CONV_SIZE, CONV_SIZE, shape.channels)
 
 
-def kernel_count(channels: int) -> int:
-    """Scalars in the convolutional layer's filters (none for the MLP, channels 0)."""
-    return CONV_SIZE * CONV_SIZE * channels
+def kernel_count(shape: NetShape) -> int:
+    """Scalars in the convolutional layer's filters (none for the MLP)."""
+    return CONV_SIZE * CONV_SIZE * shape.channels
 
 
-def mlp_count(hidden: int, channels: int = 0) -> int:
+def mlp_count(shape: NetShape) -> int:
     """Scalars in W1 (transposed) and W2: the flat parameters before the value head."""
-    return (input_rows(channels) + 1) * hidden
+    return (input_rows(shape) + 1) * shape.hidden
 
 
-def param_count(hidden: int, value: bool = False, channels: int = 0) -> int:
-    """Number of scalars in a policy with `hidden` hidden units; with `value`, its value
-    head too (hidden weights and a bias, after W2); with `channels`, the convolutional
-    layer's filters last."""
-    return mlp_count(hidden, channels) + (hidden + 1 if value else 0) + kernel_count(channels)
+def param_count(shape: NetShape, value: bool = False) -> int:
+    """Scalars in a policy of `shape`: W1, W2, with `value` a value head (hidden weights and
+    a bias), and the convolutional layer's filters last."""
+    return mlp_count(shape) + (shape.hidden + 1 if value else 0) + kernel_count(shape)
 
 
-def split(
-    params: np.ndarray, hidden: int, channels: int = 0
-) -> tuple[np.ndarray, np.ndarray]:
-    """Views (W1 transposed, shape (rows, hidden); W2, shape (hidden,)) into flat parameters,
-    with or without a value head after them (see `value_head`); rows are `input_rows`."""
-    rows = input_rows(channels)
-    n1 = hidden * rows
-    sizes = (param_count(hidden, False, channels), param_count(hidden, True, channels))
+def split(params: np.ndarray, shape: NetShape) -> tuple[np.ndarray, np.ndarray]:
+    """Views (W1 transposed, (rows, hidden); W2, (hidden,)) into flat parameters, with or
+    without a value head."""
+    rows, hidden = input_rows(shape), shape.hidden
+    sizes = (param_count(shape), param_count(shape, True))
     if params.shape not in ((sizes[0],), (sizes[1],)):
         raise ValueError(f"expected {sizes[0]} parameters, got shape {params.shape}")
-    return params[:n1].reshape(rows, hidden), params[n1 : n1 + hidden]
+    return params[: hidden * rows].reshape(rows, hidden), params[hidden * rows : mlp_count(shape)]
 
 
-def value_head(params: np.ndarray, hidden: int, channels: int = 0) -> np.ndarray | None:
-    """A view of the value head (hidden weights, then the bias) of flat parameters, or None
-    if they have none."""
-    split(params, hidden, channels)  # checks the size
-    if len(params) == param_count(hidden, False, channels):
+def value_head(params: np.ndarray, shape: NetShape) -> np.ndarray | None:
+    """A view of the value head (hidden weights, then the bias) of flat parameters, or None."""
+    split(params, shape)  # checks the size
+    if len(params) == param_count(shape):
         return None
-    start = mlp_count(hidden, channels)
-    return params[start : start + hidden + 1]
+    return params[mlp_count(shape) : mlp_count(shape) + shape.hidden + 1]
 
 
-def conv_kernel(params: np.ndarray, hidden: int, channels: int) -> np.ndarray | None:
-    """A view of the convolutional layer's filters, (CONV_SIZE, CONV_SIZE, channels), of
-    flat parameters: their last scalars; None for the MLP (channels 0)."""
-    split(params, hidden, channels)  # checks the size
-    if channels == 0:
+def conv_kernel(params: np.ndarray, shape: NetShape) -> np.ndarray | None:
+    """A view of the convolutional layer's filters (`kernel_shape`), the last scalars of flat
+    parameters; None for the MLP."""
+    split(params, shape)  # checks the size
+    if shape.channels == 0:
         return None
-    return params[len(params) - kernel_count(channels) :].reshape(kernel_shape(channels))
+    return params[len(params) - kernel_count(shape) :].reshape(kernel_shape(shape))
 
 
 def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
@@ -127,60 +119,50 @@ def join(w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
     )
 
 
-def init_params(hidden: int, seed: int, value: bool = False, channels: int = 0) -> np.ndarray:
-    """Xavier-initialised flat parameters, a pure function of (hidden, seed, channels); a
-    value head starts at zero (so the policy's weights are those of the same seed without
-    one). The convolutional layer's filters are drawn last, with a variance of 1 / 64 (one
-    over the fan-in, 8 x 8)."""
+def init_params(shape: NetShape, seed: int, value: bool = False) -> np.ndarray:
+    """Xavier-initialised flat parameters, a pure function of (shape, seed); a value head
+    starts at zero (the policy's weights are those of the same seed without one); the
+    filters are drawn last, with a variance of 1 / 64 (one over the fan-in, 8 x 8)."""
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    rows = input_rows(channels)
-    w1 = rng.standard_normal((hidden, rows)) / np.sqrt(rows)
-    w2 = rng.standard_normal(hidden) / np.sqrt(hidden)
+    rows = input_rows(shape)
+    w1 = rng.standard_normal((shape.hidden, rows)) / np.sqrt(rows)
+    w2 = rng.standard_normal(shape.hidden) / np.sqrt(shape.hidden)
     flat = join(w1, w2)
-    if channels:
-        fan_in = CONV_SIZE * CONV_SIZE
-        flat = np.concatenate([flat, rng.standard_normal(kernel_count(channels)) / np.sqrt(fan_in)])
-    return with_value_head(flat, hidden, value, channels)
+    if shape.channels:
+        kernel = rng.standard_normal(kernel_count(shape)) / np.sqrt(CONV_SIZE * CONV_SIZE)
+        flat = np.concatenate([flat, kernel])
+    return with_value_head(flat, shape, value)
 
 
-def with_value_head(
-    flat: np.ndarray, hidden: int, value: bool, channels: int = 0
-) -> np.ndarray:
+def with_value_head(flat: np.ndarray, shape: NetShape, value: bool) -> np.ndarray:
     """Flat parameters (or a vector shaped like them) with a value head, a new one of zeros
     if they have none; or, if not `value`, without one."""
-    head = value_head(flat, hidden, channels)
-    if (head is not None) == value:
+    if (value_head(flat, shape) is not None) == value:
         return flat
-    tail = flat[len(flat) - kernel_count(channels) :] if channels else flat[:0]
-    middle = np.zeros(hidden + 1, flat.dtype) if value else flat[:0]
-    return np.concatenate([flat[: mlp_count(hidden, channels)], middle, tail])
+    tail = flat[len(flat) - kernel_count(shape) :]
+    middle = np.zeros(shape.hidden + 1, flat.dtype) if value else flat[:0]
+    return np.concatenate([flat[: mlp_count(shape)], middle, tail])
 
 
 def widened(
-    flat: np.ndarray,
-    hidden: int,
-    new_hidden: int,
-    new_columns: np.ndarray | None = None,
-    channels: int = 0,
+    flat: np.ndarray, shape: NetShape, new_hidden: int, new_columns: np.ndarray | None = None
 ) -> np.ndarray:
     """Flat parameters (or a vector shaped like them) with `new_hidden` hidden units, the
-    first `hidden` of them `flat`'s own. The new units' W1 columns (`input_rows(channels)` x
-    the new units) are `new_columns`, or zeros; their W2 weights and value-head weights are
-    zero, and a convolutional layer's filters are kept, so the widened policy and its value
-    compute what `flat`'s did."""
+    first `shape.hidden` of them `flat`'s own. The new units' W1 columns are `new_columns`
+    (rows x the new units), or zeros; their W2 and value-head weights are zero and the
+    filters are kept, so the widened policy and its value compute what `flat`'s did."""
+    hidden = shape.hidden
     if new_hidden < hidden:
         raise ValueError(f"cannot narrow {hidden} hidden units to {new_hidden}")
-    w1t, w2 = split(flat, hidden, channels)
-    head = value_head(flat, hidden, channels)
-    added = new_hidden - hidden
-    zeros = np.zeros(added, flat.dtype)
-    rows = input_rows(channels)
-    columns = np.zeros((rows, added), flat.dtype) if new_columns is None else new_columns
-    parts = [np.hstack([w1t, columns.astype(flat.dtype)]).ravel(), w2, zeros]
+    w1t, w2 = split(flat, shape)
+    head = value_head(flat, shape)
+    zeros = np.zeros(new_hidden - hidden, flat.dtype)
+    if new_columns is None:
+        new_columns = np.zeros((input_rows(shape), len(zeros)), flat.dtype)
+    parts = [np.hstack([w1t, new_columns.astype(flat.dtype)]).ravel(), w2, zeros]
     if head is not None:
         parts += [head[:hidden], zeros, head[hidden:]]
-    if channels:
-        parts.append(flat[len(flat) - kernel_count(channels) :])
+    parts.append(flat[len(flat) - kernel_count(shape) :])
     return np.concatenate(parts)
 
 
@@ -270,8 +252,7 @@ def backward(
     `xs` (T, 6400) are the inputs, `hs` (T, hidden) the hidden activations and `dlogps` (T,)
     the advantage-weighted (y - p) of each step.
     """
-    hidden = w2.shape[0]
-    dw1t, dw2 = split(out, hidden)
+    dw1t, dw2 = split(out, NetShape(w2.shape[0]))
     np.matmul(hs.T, dlogps, out=dw2)
     dh = np.outer(dlogps, w2)
     dh[hs <= 0] = 0.0  # relu
@@ -312,12 +293,7 @@ class Weights32:
         head if there is one, the filters of a conv layer), as backends receive them."""
         if flat.dtype != np.float32:
             raise ValueError(f"expected float32 weights, got {flat.dtype}")
-        hidden, channels = shape.hidden, shape.channels
-        return cls(
-            *split(flat, hidden, channels),
-            value_head(flat, hidden, channels),
-            conv_kernel(flat, hidden, channels),
-        )
+        return cls(*split(flat, shape), value_head(flat, shape), conv_kernel(flat, shape))
 
 
 def conv_features(kernel: np.ndarray, x: np.ndarray) -> np.ndarray:

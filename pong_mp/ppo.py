@@ -20,7 +20,7 @@ function of (weights, task), so the bytes do not depend on which worker, backend
 computes it.
 
 The policy is the MLP with a value head on its hidden layer (the layout of
-`policy.param_count(hidden, value=True)`); the value loss's gradient reaches the hidden
+`policy.param_count(shape, value=True)`); the value loss's gradient reaches the hidden
 layer's weights too (a shared trunk, as in PPO's Atari
 setting). With --policy conv the hidden layer sees the features of a convolutional layer
 (`sparse.conv_step`) instead of the pixels, and the gradient reaches its filters too
@@ -316,13 +316,12 @@ class PassWork:
 
     def __init__(self, shape: policy.NetShape) -> None:
         """Memory for policies of `shape`."""
-        hidden, channels = shape.hidden, shape.channels
-        self.hidden = hidden
-        self._sum = np.zeros(policy.mlp_count(hidden, channels))
-        self._value = np.zeros(hidden + 1)
-        self._touched = np.zeros(policy.input_rows(channels), np.uint8)
+        self.hidden = shape.hidden
+        self._sum = np.zeros(policy.mlp_count(shape))
+        self._value = np.zeros(shape.hidden + 1)
+        self._touched = np.zeros(policy.input_rows(shape), np.uint8)
         # The filters' gradient (none for the MLP).
-        self._kernel = np.zeros(policy.kernel_shape(channels)) if channels else None
+        self._kernel = np.zeros(policy.kernel_shape(shape)) if shape.channels else None
 
     def gradient(
         self,

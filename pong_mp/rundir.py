@@ -549,12 +549,10 @@ def _prepare_fork(
     _refuse_a_value_its_drop_hides(config, given, state.steps)
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
     if config.hidden != stored.hidden:
-        state = with_hidden(
-            state, stored.hidden, config.hidden, config.seed, config.conv_channels
-        )
+        state = with_hidden(state, stored.shape, config.hidden, config.seed)
     if config.value_head != stored.value_head:
         # A switch of learner: the actor-critic has a value head, Karpathy's learner none.
-        state = with_value_head(state, config.hidden, config.value_head)
+        state = with_value_head(state, config.shape, config.value_head)
     if config.policy_lag != stored.policy_lag:
         state = with_policy_lag(state, config.policy_lag)
     if config.algo != stored.algo:

@@ -50,9 +50,7 @@ class TrainState:
 
 def initial_state(config: TrainConfig) -> TrainState:
     """The state of a new run: weights from its seed, the optimizer's state at zero."""
-    params = policy.init_params(
-        config.hidden, config.seed, config.value_head, config.conv_channels
-    )
+    params = policy.init_params(config.shape, config.seed, config.value_head)
     return TrainState(
         params=params,
         cache=np.zeros_like(params),
@@ -61,27 +59,19 @@ def initial_state(config: TrainConfig) -> TrainState:
 
 
 def with_hidden(
-    state: TrainState,
-    hidden: int,
-    new_hidden: int,
-    seed: int,
-    channels: int = 0,
+    state: TrainState, shape: policy.NetShape, new_hidden: int, seed: int
 ) -> TrainState:
-    """`state` widened to `new_hidden` hidden units that play as `state` did: the new units'
-    W1 rows are those of a new run of `new_hidden` units and `seed`, their outgoing weights
-    zero (so they start to learn from the first update), their optimizer state zero.
-    A convolutional layer (`channels`) keeps its filters and optimizer state."""
-    new = policy.init_params(new_hidden, seed, channels=channels)
-    w1t, _ = policy.split(new, new_hidden, channels)
-    columns = w1t[:, hidden:]
-
-    def weights(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, columns, channels)
-
-    def zeros(flat: np.ndarray) -> np.ndarray:
-        return policy.widened(flat, hidden, new_hidden, channels=channels)
-
-    return _reshaped(state, weights, zeros)
+    """`state` (a policy of `shape`) widened to `new_hidden` hidden units that play as it did:
+    the new units' W1 rows are those of a new run of `new_hidden` units and `seed`, their
+    outgoing weights and optimizer state zero (so they learn from the first update); a
+    convolutional layer keeps its filters and optimizer state."""
+    wide = dataclasses.replace(shape, hidden=new_hidden)
+    columns = policy.split(policy.init_params(wide, seed), wide)[0][:, shape.hidden :]
+    return _reshaped(
+        state,
+        lambda flat: policy.widened(flat, shape, new_hidden, columns),
+        lambda flat: policy.widened(flat, shape, new_hidden),
+    )
 
 
 def with_new_optimizer_state(state: TrainState) -> TrainState:
@@ -93,12 +83,12 @@ def with_new_optimizer_state(state: TrainState) -> TrainState:
     )
 
 
-def with_value_head(state: TrainState, hidden: int, value: bool) -> TrainState:
+def with_value_head(state: TrainState, shape: policy.NetShape, value: bool) -> TrainState:
     """`state` with a new value head (zeros, and zero optimizer state) added to every
     parameter-sized vector, or with its value head dropped."""
 
     def reshaped(flat: np.ndarray) -> np.ndarray:
-        return policy.with_value_head(flat, hidden, value)
+        return policy.with_value_head(flat, shape, value)
 
     return _reshaped(state, reshaped, reshaped)
 

@@ -265,9 +265,7 @@ def _record(
 
 
 def _save(run_dir: Path, state: TrainState, config: TrainConfig) -> None:
-    checkpoint.save(
-        run_dir / CHECKPOINT_FILE, state, config.hidden, config.to_json(), config.conv_channels
-    )
+    checkpoint.save(run_dir / CHECKPOINT_FILE, state, config.shape, config.to_json())
 
 
 def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:

@@ -117,18 +117,18 @@ def checkpoint_weights(run_dir: Path) -> bytes:
 
 # -- backends ------------------------------------------------------------------------------------
 
-SPEC_HIDDEN = 16
-"""Hidden units of `fake_spec`'s policy."""
+SPEC_SHAPE = policy.NetShape(16)
+"""The shape of `fake_spec`'s policy: 16 hidden units on the pixels."""
 
 
 def fake_spec(env_id: str = "FakePong-v0", workers: int = 2, **kwargs: Any) -> RolloutSpec:
-    """A rollout spec of 2-point games and SPEC_HIDDEN units for pg's workers (unless
+    """A rollout spec of 2-point games and a SPEC_SHAPE policy for pg's workers (unless
     `kwargs` give a `learner`); `kwargs` go to RolloutSpec, and its env_kwargs add to the
     game's."""
     env_kwargs = {"points_to_win": 2, **kwargs.pop("env_kwargs", {})}
     return RolloutSpec(
         env_id=env_id,
-        shape=policy.NetShape(SPEC_HIDDEN),
+        shape=SPEC_SHAPE,
         learner=kwargs.pop("learner", PGWork(0.99)),
         workers=workers,
         env_kwargs=env_kwargs,
@@ -166,7 +166,7 @@ def sum_batch(
 ) -> tuple[bytes, Episodes]:
     """What play_batch gives, from the items a backend's run_batch yielded for `tasks`.
     Items kept in a list must stay valid: Ray's do, the local backend's gradients do not."""
-    summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(SPEC_HIDDEN)))
+    summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(SPEC_SHAPE)))
     episodes = []
     for item in items:
         summed.add(item)
@@ -187,7 +187,7 @@ def play_batches(
         out = []
         for b in range(batches):
             tasks = make_tasks(1, b * batch_size, batch_size)
-            out.append(play_batch(backend, policy.init_params(SPEC_HIDDEN, b), tasks))
+            out.append(play_batch(backend, policy.init_params(SPEC_SHAPE, b), tasks))
             assert [e[0] for e in out[-1][1]] == [t.index for t in tasks]
         return out
     finally:
@@ -200,17 +200,16 @@ def play_batches(
 def assert_agent_acts_as(
     agent: Any,
     params: np.ndarray,
-    hidden: int,
+    shape: policy.NetShape,
     steps: int,
-    channels: int = 0,
 ) -> list[int]:
     """Play `steps` steps of FakePong with `agent` (greedy) and check each action is the one
-    the dense reference policy of flat `params` (--policy conv's with `channels`) takes on
+    the dense reference policy of flat `params` of `shape` takes on
     the frame difference; return the actions."""
     from pong_mp.envs import make_env
 
-    w1t, w2 = policy.split(params, hidden, channels)
-    kernel = policy.conv_kernel(params, hidden, channels)
+    w1t, w2 = policy.split(params, shape)
+    kernel = policy.conv_kernel(params, shape)
     env = make_env("FakePong-v0", points_to_win=1)
     obs, _ = env.reset(seed=3)
     agent.reset()

@@ -128,14 +128,15 @@ def shipped() -> Path:
 def test_agent_acts_like_the_training_policy(fake_checkpoint: Path) -> None:
     agent = pong_mp.Agent.load(fake_checkpoint, seed=0)
     params, config = checkpoint.load_policy(fake_checkpoint)
-    assert_agent_acts_as(agent, params, config["hidden"], 50)
+    assert_agent_acts_as(agent, params, checkpoint.stored_shape(config), 50)
     assert agent.config["env"] == "FakePong-v0"
 
 
 def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> None:
-    params = policy.init_params(8, 0)
-    policy.split(params, 8)[1][:] = 0.0  # p(UP) = 0.5 on every frame
-    agent = pong_mp.Agent(params, 8, seed=1)
+    shape = policy.NetShape(8)
+    params = policy.init_params(shape, 0)
+    policy.split(params, shape)[1][:] = 0.0  # p(UP) = 0.5 on every frame
+    agent = pong_mp.Agent(params, shape, seed=1)
     frame = np.zeros((210, 160, 3), np.uint8)
     assert {agent.act(frame) for _ in range(50)} == {policy.UP, policy.DOWN}
     with pytest.raises(checkpoint.CheckpointError, match="no such checkpoint"):

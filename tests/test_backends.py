@@ -18,7 +18,7 @@ from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.episode import make_tasks
 from tests.fault_envs import CRASHING_PONG, SLOW_PONG
 from tests.helpers import (
-    SPEC_HIDDEN,
+    SPEC_SHAPE,
     episode_stats,
     fake_spec,
     new_backend,
@@ -74,7 +74,7 @@ def test_a_killed_worker_is_replaced_and_its_episode_replayed(
         for b in range(2):
             if b == 0:
                 threading.Thread(target=kill_one_mid_episode).start()
-            params = policy.init_params(SPEC_HIDDEN, b)
+            params = policy.init_params(SPEC_SHAPE, b)
             out.append(play_batch(backend, params, make_tasks(1, b * 5, 5)))
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
@@ -138,7 +138,7 @@ def test_a_replacement_that_does_not_start_is_replaced_in_turn(
     monkeypatch.setattr(local, "_START_SECONDS", 1.0)  # replacements now start too slowly
     try:
         with pytest.raises(WorkerError, match=r"episode 2 lost its worker 2 times \(last: did"):
-            list(backend.run_batch(policy.init_params(SPEC_HIDDEN, 0), make_tasks(1, 0, 4)))
+            list(backend.run_batch(policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 4)))
     finally:
         backend.close()
 
@@ -155,7 +155,7 @@ def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_sys
     backend.start()
     try:
         with pytest.raises(WorkerError, match=r"episode \d+ failed 3 times") as info:
-            list(backend.run_batch(policy.init_params(SPEC_HIDDEN, 0), make_tasks(1, 0, 4)))
+            list(backend.run_batch(policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 4)))
     finally:
         backend.close()
     cause = info.value.__cause__
@@ -182,7 +182,7 @@ def test_close_twice_is_harmless(clean_system) -> None:
 
 def test_a_batch_left_unfinished_leaves_nothing_for_the_next(clean_system) -> None:
     spec = fake_spec(SLOW_PONG, workers=2, env_kwargs={"delay": 0.001})
-    params = policy.init_params(SPEC_HIDDEN, 0)
+    params = policy.init_params(SPEC_SHAPE, 0)
     with make_backend("serial", spec) as serial:
         expected = play_batch(serial, params, make_tasks(1, 10, 4))
     with make_backend("local", spec) as backend:
@@ -204,7 +204,7 @@ def _play_in_flight(backend, batches, kill_after: int | None = None):
         backend.submit(version, tasks)
     by_first = {tasks[0].index: [] for _, _, tasks in batches}
     size = len(batches[0][2])
-    width = policy.param_count(SPEC_HIDDEN)
+    width = policy.param_count(SPEC_SHAPE)
     summed = {first: BatchSum(first, size, np.empty(width)) for first in by_first}
     for count, item in enumerate(backend.results(), 1):
         if isinstance(item, GroupSum):
@@ -236,7 +236,7 @@ def test_batches_in_flight_play_with_their_own_weights(
     # The reference batches, played one at a time with weights 0 then 1, submitted at once
     # with a lag of 1: each with its own weights version, whoever plays it, a killed
     # worker included.
-    batches = [(v, policy.init_params(SPEC_HIDDEN, v), make_tasks(1, v * 5, 5)) for v in (0, 1)]
+    batches = [(v, policy.init_params(SPEC_SHAPE, v), make_tasks(1, v * 5, 5)) for v in (0, 1)]
     spec = fake_spec(SLOW_PONG, workers=3, lag=1, env_kwargs={"delay": 0.001})
     with new_backend(name, spec) as backend:
         assert _play_in_flight(backend, batches, kill_after) == reference
@@ -247,7 +247,7 @@ def test_batches_in_flight_play_with_their_own_weights(
 def test_a_lag_keeps_only_its_versions() -> None:
     spec = fake_spec(lag=1)
     with make_backend("local", spec) as backend:
-        params = policy.init_params(SPEC_HIDDEN, 0).astype(np.float32)
+        params = policy.init_params(SPEC_SHAPE, 0).astype(np.float32)
         for version in range(3):
             backend.publish(version, params)
         with pytest.raises(ValueError, match="version 0 was not published"):
@@ -260,7 +260,7 @@ def test_a_local_worker_goes_on_with_the_next_batch(clean_system) -> None:
     # Two workers, a batch of three episodes, then another: the worker that is free while
     # the first batch's last episode plays takes the second batch's first.
     spec = fake_spec(SLOW_PONG, workers=2, lag=1, env_kwargs={"delay": 0.001})
-    params = policy.init_params(SPEC_HIDDEN, 0).astype(np.float32)
+    params = policy.init_params(SPEC_SHAPE, 0).astype(np.float32)
     with make_backend("local", spec) as backend:
         sent: list[int] = []
         send = backend._send

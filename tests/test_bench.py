@@ -342,7 +342,7 @@ def test_bench_trains_with_the_defaults_of_train_the_actor_critic_on_conv(
     original = trainer.updates
 
     def spy(config, state, backend):
-        head = policy.value_head(state.params, config.hidden, config.conv_channels)
+        head = policy.value_head(state.params, config.shape)
         seen.append(
             (
                 config.algo, config.optimizer, config.policy, head is not None,

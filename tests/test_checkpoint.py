@@ -14,11 +14,12 @@ from pong_mp.checkpoint import CheckpointError
 from pong_mp.state import TrainState
 
 HIDDEN = 4
+SHAPE = policy.NetShape(HIDDEN)
 CONFIG = json.dumps({"hidden": HIDDEN, "env": "FakePong-v0"})
 
 
 def _state() -> TrainState:
-    params = policy.init_params(HIDDEN, 0)
+    params = policy.init_params(SHAPE, 0)
     return TrainState(
         params=params,
         cache=np.abs(params) / 7,
@@ -34,11 +35,11 @@ def _state() -> TrainState:
 def test_round_trip_is_exact_and_plain_numpy(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.npz"
     state = _state()
-    checkpoint.save(path, state, HIDDEN, CONFIG)
+    checkpoint.save(path, state, SHAPE, CONFIG)
     with np.load(path, allow_pickle=False) as npz:
         assert npz["W1"].shape == (HIDDEN, 6400) and npz["W2"].shape == (HIDDEN,)
     with np.load(path, allow_pickle=False) as npz:  # files hold W1 as H x 6400
-        np.testing.assert_array_equal(npz["W1"], policy.split(state.params, HIDDEN)[0].T)
+        np.testing.assert_array_equal(npz["W1"], policy.split(state.params, SHAPE)[0].T)
     loaded, config = checkpoint.load(path)
     assert loaded.params.tobytes() == state.params.tobytes()
     assert loaded.cache.tobytes() == state.cache.tobytes()
@@ -52,18 +53,18 @@ def test_round_trip_is_exact_and_plain_numpy(tmp_path: Path) -> None:
 def test_running_reward_none_survives(tmp_path: Path) -> None:
     state = _state()
     state.running_reward = None
-    checkpoint.save(tmp_path / "c.npz", state, HIDDEN, CONFIG)
+    checkpoint.save(tmp_path / "c.npz", state, SHAPE, CONFIG)
     assert checkpoint.load(tmp_path / "c.npz")[0].running_reward is None
 
 
 def test_a_failed_save_keeps_the_old_checkpoint(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.npz"
-    checkpoint.save(path, _state(), HIDDEN, CONFIG)
+    checkpoint.save(path, _state(), SHAPE, CONFIG)
     before = path.read_bytes()
     bad = _state()
     bad.params[5] = np.nan
     with pytest.raises(CheckpointError, match="non-finite params"):
-        checkpoint.save(path, bad, HIDDEN, CONFIG)
+        checkpoint.save(path, bad, SHAPE, CONFIG)
     assert path.read_bytes() == before
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]
 
@@ -72,7 +73,7 @@ def test_missing_truncated_and_garbage_files_are_named(tmp_path: Path) -> None:
     path = tmp_path / "checkpoint.npz"
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         checkpoint.load(path)
-    checkpoint.save(path, _state(), HIDDEN, CONFIG)
+    checkpoint.save(path, _state(), SHAPE, CONFIG)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(CheckpointError, match=r"checkpoint.npz: damaged checkpoint"):
@@ -84,8 +85,8 @@ def test_missing_truncated_and_garbage_files_are_named(tmp_path: Path) -> None:
 
 def _save_raw(path: Path, **overrides: object) -> None:
     state = _state()
-    w1t, w2 = policy.split(state.params, HIDDEN)
-    c1t, c2 = policy.split(state.cache, HIDDEN)
+    w1t, w2 = policy.split(state.params, SHAPE)
+    c1t, c2 = policy.split(state.cache, SHAPE)
     arrays = dict(
         W1=w1t.T.copy(),
         W2=w2,
@@ -140,7 +141,7 @@ def test_array_headers_are_held_to_what_a_policy_can_need(
     # file of gigabytes) is refused all the same beyond what pong-mp's limits let a policy
     # hold, an array at a time and in all.
     path = tmp_path / "c.npz"
-    checkpoint.save(path, _state(), HIDDEN, CONFIG)
+    checkpoint.save(path, _state(), SHAPE, CONFIG)
     assert checkpoint.MAX_ARRAY_BYTES == 8 * 4096 * 6400 * 4  # --policy-lag 8's, at --hidden 4096
     w1 = HIDDEN * 6400 * 8
     monkeypatch.setattr(checkpoint, "MAX_ARRAY_BYTES", w1 - 1)
@@ -179,9 +180,9 @@ def test_a_checkpoint_without_its_optimizer_steps_counts_them_from_its_updates(
 ) -> None:
     # Written before the state counted them: one step an update, or one a minibatch.
     path = tmp_path / "c.npz"
-    params = policy.init_params(HIDDEN, 0, value=config.get("algo") == "ppo")
+    params = policy.init_params(SHAPE, 0, value=config.get("algo") == "ppo")
     state = TrainState(params=params, cache=np.zeros_like(params), batch=2)
-    checkpoint.save(path, state, HIDDEN, json.dumps(config))
+    checkpoint.save(path, state, SHAPE, json.dumps(config))
     with np.load(path, allow_pickle=False) as npz:
         arrays = {key: npz[key] for key in npz.files if key != "optimizer_steps"}
     np.savez(path, **arrays)
@@ -211,7 +212,7 @@ def test_an_exported_model_names_its_run_and_holds_no_path(tmp_path: Path) -> No
         "fork_from": str(tmp_path / "runs" / "base"),
         "ray_address": "10.0.0.1:6379",
     }
-    checkpoint.save(run_dir / "checkpoint.npz", _state(), HIDDEN, json.dumps(config))
+    checkpoint.save(run_dir / "checkpoint.npz", _state(), SHAPE, json.dumps(config))
     for source in (run_dir, run_dir / "checkpoint.npz"):
         model = checkpoint.export_model(source, tmp_path / "model.npz")
         with np.load(model, allow_pickle=False) as npz:

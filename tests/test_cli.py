@@ -38,7 +38,7 @@ def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:
         assert set(r) >= METRIC_FIELDS | ppo_fields
         assert r["entropy_bonus"] == 0.01
     with np.load(run_dir / "checkpoint.npz", allow_pickle=False) as npz:
-        assert npz["W1"].shape == (200, policy.input_rows(16)) and npz["W2"].shape == (200,)
+        assert npz["W1"].shape == (200, policy.NetShape(200, 16).rows) and npz["W2"].shape == (200,)
         assert npz["conv"].shape == (policy.CONV_SIZE, policy.CONV_SIZE, 16)
         for key in ("W1", "W2", "conv", "value"):
             assert np.all(np.isfinite(npz[key])), key

@@ -14,6 +14,7 @@ from pong_mp.pg import play_episode
 from tests.fault_envs import CRASHING_PONG
 
 HIDDEN = 16
+SHAPE = policy.NetShape(HIDDEN)
 
 
 def _play(env_and_inputs, weights, task, work=None):
@@ -31,7 +32,7 @@ def test_episode_seeds_are_a_function_of_run_seed_and_index() -> None:
 
 
 def test_same_task_same_bytes_whatever_the_env_did_before() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), policy.NetShape(HIDDEN))
+    weights = policy.Weights32.from_params(policy.init_params(SHAPE, 0), SHAPE)
     task = EpisodeTask(index=3, seed=episode_seed(1, 3))
     env_a = make_training_env("FakePong-v0", points_to_win=2)
     env_b = make_training_env("FakePong-v0", points_to_win=2)
@@ -46,9 +47,9 @@ def test_same_task_same_bytes_whatever_the_env_did_before() -> None:
 
 
 def test_result_is_a_finite_gradient_of_the_right_size() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), policy.NetShape(HIDDEN))
+    weights = policy.Weights32.from_params(policy.init_params(SHAPE, 0), SHAPE)
     result = _play(make_training_env("FakePong-v0", points_to_win=2), weights, EpisodeTask(0, 1))
-    assert result.grad.shape == (policy.param_count(HIDDEN),)
+    assert result.grad.shape == (policy.param_count(SHAPE),)
     assert result.grad.dtype == np.float32
     assert np.all(np.isfinite(result.grad)) and np.any(result.grad != 0)
     assert result.stats.steps > 10 and result.stats.reward_sum in {-2.0, -1.0, 0.0, 1.0, 2.0}
@@ -87,7 +88,7 @@ def _dense_gradient(
     dlogps = np.array([step[2] for step in log])
     rewards = np.array([step[3] for step in log])
     advantages = policy.standardize(policy.discount_rewards(rewards, gamma))
-    w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), hidden)
+    w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), policy.NetShape(hidden))
     steps = [policy.forward(w1t, w2, x) for x in xs]
     hs = np.vstack([h for _, h in steps])
     # H = -p log p - (1-p) log(1-p); dH/dlogit = -logit p (1-p), logit = log(p / (1-p))
@@ -109,8 +110,8 @@ def _dense_gradient(
 def test_episode_gradient_matches_the_dense_reference(
     block: int, entries: int, max_steps: int
 ) -> None:
-    params = policy.init_params(HIDDEN, 2) * 3  # larger weights: many active units
-    weights = policy.Weights32.from_params(params, policy.NetShape(HIDDEN))
+    params = policy.init_params(SHAPE, 2) * 3  # larger weights: many active units
+    weights = policy.Weights32.from_params(params, SHAPE)
     env = make_training_env("FakePong-v0", points_to_win=3, max_steps=max_steps)
     work = _Recording(HIDDEN, block, entries)
     result = _play(env, weights, EpisodeTask(0, 5), work)
@@ -127,8 +128,8 @@ def test_episode_gradient_matches_the_dense_reference(
 
 @pytest.mark.parametrize("block", [1024, 16, 7])
 def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -> None:
-    params = policy.init_params(HIDDEN, 2) * 3
-    weights = policy.Weights32.from_params(params, policy.NetShape(HIDDEN))
+    params = policy.init_params(SHAPE, 2) * 3
+    weights = policy.Weights32.from_params(params, SHAPE)
     env = make_training_env("FakePong-v0", points_to_win=3, max_steps=300 if block == 7 else 27_000)
     work = _Recording(HIDDEN, block, EpisodeGradient.ENTRIES, entropy_bonus=0.3)
     result = _play(env, weights, EpisodeTask(0, 5), work)
@@ -138,7 +139,7 @@ def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -
     without = _dense_gradient(work.log, params, HIDDEN, 0.99)
     assert np.abs(without - dense).max() > scale * 1e-2  # the bonus changes the gradient
     # The episode's entropy, reported with or without a bonus, is that of its steps' P(UP).
-    w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), HIDDEN)
+    w1t, w2 = policy.split(params.astype(np.float32).astype(np.float64), SHAPE)
     ps = []
     for idx, vals, _, _ in work.log:
         x = np.zeros(policy.INPUT_SIZE)
@@ -151,7 +152,7 @@ def test_an_entropy_bonus_adds_its_gradient_to_the_dense_reference(block: int) -
 
 
 def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(HIDDEN, 0), policy.NetShape(HIDDEN))
+    weights = policy.Weights32.from_params(policy.init_params(SHAPE, 0), SHAPE)
     env = make_training_env("FakePong-v0", points_to_win=2)
     work = EpisodeGradient(HIDDEN)
     _play(env, weights, EpisodeTask(0, 11), work)  # leaves its sums in the workspace
@@ -164,8 +165,8 @@ def test_a_reused_workspace_gives_the_same_bytes_as_a_new_one() -> None:
 def test_a_workspace_left_by_a_failed_episode_gives_the_same_bytes_as_a_new_one(
     entropy_bonus: float,
 ) -> None:
-    params = policy.init_params(HIDDEN, 0)
-    weights = policy.Weights32.from_params(params, policy.NetShape(HIDDEN))
+    params = policy.init_params(SHAPE, 0)
+    weights = policy.Weights32.from_params(params, SHAPE)
     crashing = make_training_env(
         CRASHING_PONG, crash_episodes=(0,), crash_at_step=60, points_to_win=2
     )

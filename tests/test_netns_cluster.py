@@ -112,7 +112,7 @@ def test_the_cluster_gives_local_bytes_and_the_driver_gets_group_sums(
     assert checkpoint_weights(tmp_path / "ray") == _reference(tmp_path / "serial", batches)
     # Per update the driver fetches one float64 sum per group and the episodes' small
     # results: not one float32 gradient per episode (BATCH times more bytes).
-    params = policy.param_count(HIDDEN)
+    params = policy.param_count(policy.NetShape(HIDDEN))
     promised = group_count(BATCH) * 8 * params
     per_update = received / batches
     assert promised <= per_update < 1.5 * promised

@@ -18,15 +18,16 @@ from tests.fault_envs import SLOW_PONG
 from tests.helpers import SignalsWhenDropped, pong_mp, signal_self
 
 GAME = {"points_to_win": 3}
+SHAPE = policy.NetShape(8)
 
 
 def test_games_are_full_and_repeatable() -> None:
-    params = policy.init_params(8, 0)
-    a = play_games(params, 8, "FakePong-v0", 3, seed=4, env_kwargs=GAME)
-    b = play_games(params, 8, "FakePong-v0", 3, seed=4, env_kwargs=GAME)
+    params = policy.init_params(SHAPE, 0)
+    a = play_games(params, SHAPE, "FakePong-v0", 3, seed=4, env_kwargs=GAME)
+    b = play_games(params, SHAPE, "FakePong-v0", 3, seed=4, env_kwargs=GAME)
     assert a == b and len(a) == 3
     assert all(max(s.agent, s.opponent) == 3 and s.steps > 0 for s in a)
-    assert play_games(params, 8, "FakePong-v0", 3, seed=5, env_kwargs=GAME) != a
+    assert play_games(params, SHAPE, "FakePong-v0", 3, seed=5, env_kwargs=GAME) != a
 
 
 def test_a_stop_python_only_printed_ends_the_games_after_the_game_it_came_in() -> None:
@@ -37,8 +38,9 @@ def test_a_stop_python_only_printed_ends_the_games_after_the_game_it_came_in() -
         if len(played) == 1:
             SignalsWhenDropped(signal.SIGINT)  # a Ctrl-C handled inside a finalizer
 
+    params = policy.init_params(SHAPE, 0)
     with pytest.raises(Interrupted), stop_signals_raise():
-        play_games(policy.init_params(8, 0), 8, "FakePong-v0", 4, env_kwargs=GAME, on_game=on_game)
+        play_games(params, SHAPE, "FakePong-v0", 4, env_kwargs=GAME, on_game=on_game)
     assert len(played) == 1
 
 
@@ -53,7 +55,7 @@ def test_a_stop_signal_ends_the_game_it_comes_in() -> None:
     long_game = {"points_to_win": 1000}
     with pytest.raises(Interrupted) as stop, stop_signals_raise():
         play_games(
-            policy.init_params(8, 0), 8, "FakePong-v0", 1, env_kwargs=long_game,
+            policy.init_params(SHAPE, 0), SHAPE, "FakePong-v0", 1, env_kwargs=long_game,
             on_frame=on_frame, on_game=lambda score: pytest.fail("the game went on"),
         )  # fmt: skip
     assert stop.value.signum == signal.SIGTERM and len(frames) <= 6
@@ -75,14 +77,14 @@ class _Recorder(gym.Wrapper):
 def test_greedy_takes_the_likelier_action_and_sampling_both(
     monkeypatch: pytest.MonkeyPatch, greedy: bool, expected: set[int]
 ) -> None:
-    params = policy.init_params(8, 0)
-    policy.split(params, 8)[1][:] = 0.0  # W2 = 0: p(UP) is exactly 0.5 on every frame
+    params = policy.init_params(SHAPE, 0)
+    policy.split(params, SHAPE)[1][:] = 0.0  # W2 = 0: p(UP) is exactly 0.5 on every frame
     monkeypatch.setattr(
         "pong_mp.tools.play.make_training_env",
         lambda *a, **k: (lambda env, inputs: (_Recorder(env), inputs))(*make_training_env(*a, **k)),
     )
     _Recorder.actions = []
-    play_games(params, 8, "FakePong-v0", 1, seed=0, greedy=greedy, env_kwargs=GAME)
+    play_games(params, SHAPE, "FakePong-v0", 1, seed=0, greedy=greedy, env_kwargs=GAME)
     assert len(_Recorder.actions) > 20 and set(_Recorder.actions) == expected
 
 

@@ -78,9 +78,10 @@ def test_standardize() -> None:
 
 
 def test_init_is_xavier_and_a_function_of_the_seed() -> None:
-    a, b, c = policy.init_params(50, 1), policy.init_params(50, 1), policy.init_params(50, 2)
-    assert a.tobytes() == b.tobytes() and a.tobytes() != c.tobytes()
-    w1t, w2 = policy.split(a, 50)  # W1 is kept transposed: one row per input pixel
+    shape = policy.NetShape(50)
+    a, b = policy.init_params(shape, 1), policy.init_params(shape, 1)
+    assert a.tobytes() == b.tobytes() and a.tobytes() != policy.init_params(shape, 2).tobytes()
+    w1t, w2 = policy.split(a, shape)  # W1 is kept transposed: one row per input pixel
     assert w1t.shape == (6400, 50) and w2.shape == (50,)
     assert abs(w1t.std() - 1 / np.sqrt(6400)) < 0.05 / np.sqrt(6400)
     assert abs(w2.std() - 1 / np.sqrt(50)) < 0.3 / np.sqrt(50)
@@ -90,71 +91,74 @@ def test_init_is_xavier_and_a_function_of_the_seed() -> None:
 
 def test_widened_units_change_nothing_until_they_learn() -> None:
     rng = np.random.default_rng(1)
-    params = policy.with_value_head(policy.init_params(6, 3), 6, True)
+    narrow, wider = policy.NetShape(6), policy.NetShape(10)
+    params = policy.with_value_head(policy.init_params(narrow, 3), narrow, True)
     params[-7:] = rng.standard_normal(7)  # a learned value head: 6 weights and a bias
     columns = rng.standard_normal((6400, 4))
-    wide = policy.widened(params, 6, 10, columns)
-    assert wide.shape == (policy.param_count(10, value=True),)
-    w1t, w2 = policy.split(wide, 10)
+    wide = policy.widened(params, narrow, 10, columns)
+    assert wide.shape == (policy.param_count(wider, value=True),)
+    w1t, w2 = policy.split(wide, wider)
     np.testing.assert_array_equal(w1t[:, 6:], columns)
-    assert not w2[6:].any() and not policy.value_head(wide, 10)[6:10].any()
+    assert not w2[6:].any() and not policy.value_head(wide, wider)[6:10].any()
     x = rng.choice([-1.0, 0.0, 1.0], size=6400, p=[0.02, 0.96, 0.02])
-    p_old, h_old = policy.forward(*policy.split(params, 6), x)
+    p_old, h_old = policy.forward(*policy.split(params, narrow), x)
     p_new, h_new = policy.forward(w1t, w2, x)
     assert p_new == pytest.approx(p_old, rel=1e-12) and h_new[6:].any()  # the new units see x
     np.testing.assert_allclose(h_new[:6], h_old, rtol=1e-12)  # BLAS may sum in another order
-    old, new = policy.value_head(params, 6), policy.value_head(wide, 10)
+    old, new = policy.value_head(params, narrow), policy.value_head(wide, wider)
     assert h_new @ new[:-1] + new[-1] == pytest.approx(h_old @ old[:-1] + old[-1], rel=1e-12)
-    zeros = policy.widened(params, 6, 10)  # the optimizer's state: zero for the new units
-    assert not policy.split(zeros, 10)[0][:, 6:].any()
-    assert policy.widened(params[: policy.param_count(6)], 6, 10).shape == (policy.param_count(10),)
+    zeros = policy.widened(params, narrow, 10)  # the optimizer's state: zero for the new units
+    assert not policy.split(zeros, wider)[0][:, 6:].any()
+    without_head = params[: policy.param_count(narrow)]
+    assert policy.widened(without_head, narrow, 10).shape == (policy.param_count(wider),)
     with pytest.raises(ValueError, match="cannot narrow 6 hidden units to 4"):
-        policy.widened(params, 6, 4)
+        policy.widened(params, narrow, 4)
 
 
 def test_a_conv_policy_widens_with_its_filters_kept() -> None:
     rng = np.random.default_rng(2)
-    channels = 3
-    params = policy.with_value_head(policy.init_params(6, 3, channels=channels), 6, True, 3)
-    params[-policy.kernel_count(channels) - 7 : -policy.kernel_count(channels)] = (
+    narrow, wider = policy.NetShape(6, 3), policy.NetShape(10, 3)
+    params = policy.with_value_head(policy.init_params(narrow, 3), narrow, True)
+    params[-policy.kernel_count(narrow) - 7 : -policy.kernel_count(narrow)] = (
         rng.standard_normal(7)  # a learned value head, before the filters
     )
-    columns = rng.standard_normal((policy.input_rows(channels), 4))
-    wide = policy.widened(params, 6, 10, columns, channels)
-    assert wide.shape == (policy.param_count(10, True, channels),)
-    kernel = policy.conv_kernel(wide, 10, channels)
-    np.testing.assert_array_equal(kernel, policy.conv_kernel(params, 6, channels))
-    w1t, w2 = policy.split(wide, 10, channels)
+    columns = rng.standard_normal((policy.input_rows(narrow), 4))
+    wide = policy.widened(params, narrow, 10, columns)
+    assert wide.shape == (policy.param_count(wider, True),)
+    kernel = policy.conv_kernel(wide, wider)
+    np.testing.assert_array_equal(kernel, policy.conv_kernel(params, narrow))
+    w1t, w2 = policy.split(wide, wider)
     np.testing.assert_array_equal(w1t[:, 6:], columns)
-    assert not w2[6:].any() and not policy.value_head(wide, 10, channels)[6:10].any()
+    assert not w2[6:].any() and not policy.value_head(wide, wider)[6:10].any()
     x = rng.choice([-1.0, 0.0, 1.0], size=6400, p=[0.02, 0.96, 0.02])
     features = policy.conv_features(kernel, x)
-    p_old, h_old = policy.forward(*policy.split(params, 6, channels), features)
+    p_old, h_old = policy.forward(*policy.split(params, narrow), features)
     p_new, h_new = policy.forward(w1t, w2, features)
     assert p_new == pytest.approx(p_old, rel=1e-12)
     np.testing.assert_allclose(h_new[:6], h_old, rtol=1e-12)
-    old, new = policy.value_head(params, 6, channels), policy.value_head(wide, 10, channels)
+    old, new = policy.value_head(params, narrow), policy.value_head(wide, wider)
     assert h_new @ new[:-1] + new[-1] == pytest.approx(h_old @ old[:-1] + old[-1], rel=1e-12)
 
 
 def test_backward_matches_finite_differences() -> None:
     rng = np.random.default_rng(0)
     hidden, steps = 6, 5
-    params = policy.init_params(hidden, 7) * 5
+    shape = policy.NetShape(hidden)
+    params = policy.init_params(shape, 7) * 5
     xs = rng.choice([-1.0, 0.0, 1.0], size=(steps, 6400), p=[0.01, 0.98, 0.01])
     adv = rng.standard_normal(steps)
     ys = rng.integers(0, 2, steps).astype(float)
 
     def objective(p: np.ndarray) -> float:
         # sum_t adv_t * log pi(a_t | x_t): what the gradient of an episode ascends.
-        w1, w2 = policy.split(p, hidden)
+        w1, w2 = policy.split(p, shape)
         total = 0.0
         for x, y, a in zip(xs, ys, adv, strict=True):
             prob, _ = policy.forward(w1, w2, x)
             total += a * np.log(prob if y else 1 - prob)
         return total
 
-    w1, w2 = policy.split(params, hidden)
+    w1, w2 = policy.split(params, shape)
     hs, dlogps = [], []
     for x, y in zip(xs, ys, strict=True):
         prob, h = policy.forward(w1, w2, x)

@@ -84,14 +84,15 @@ def test_the_dealing_is_pinned_to_the_projects_own_hash() -> None:
 
 def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32]:
     rng = np.random.default_rng(seed)
-    params = policy.init_params(HIDDEN, seed, value=True, channels=channels)
+    shape = policy.NetShape(HIDDEN, channels)
+    params = policy.init_params(shape, seed, value=True)
     # A value head that is not zero, so that its share of the gradient shows.
-    head = policy.value_head(params, HIDDEN, channels)
+    head = policy.value_head(params, shape)
     head[:] = rng.standard_normal(HIDDEN + 1) * 0.5
     # Hidden units of size ~1 for sparse inputs.
-    params[: policy.input_rows(channels) * HIDDEN] *= 40.0 if channels else 8.0
+    params[: policy.input_rows(shape) * HIDDEN] *= 40.0 if channels else 8.0
     params = params.astype(np.float32).astype(np.float64)
-    return params, policy.Weights32.from_params(params, policy.NetShape(HIDDEN, channels))
+    return params, policy.Weights32.from_params(params, shape)
 
 
 def _record(weights: policy.Weights32, steps: int, seed: int) -> ppo.Trajectory:
@@ -117,8 +118,8 @@ def test_the_recorded_trajectory_keeps_the_inputs_and_the_playing_policy() -> No
     trajectory = _record(weights, 40, seed=1)
     assert trajectory.steps == 40
     rng = np.random.default_rng(1)
-    w1t, w2 = policy.split(params, HIDDEN)
-    head = policy.value_head(params, HIDDEN)
+    w1t, w2 = policy.split(params, policy.NetShape(HIDDEN))
+    head = policy.value_head(params, policy.NetShape(HIDDEN))
     for t in range(40):
         n = int(rng.integers(0, 12))
         idx = np.sort(rng.choice(INPUT_SIZE, n, replace=False))
@@ -147,9 +148,10 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
                mean: float, scale: float, entropy_coef: float, settings: ppo.PPOSettings,
                channels: int) -> float:
     # The dense float64 definition of what the gradient is of.
-    w1t, w2 = policy.split(params, HIDDEN, channels)
-    head = policy.value_head(params, HIDDEN, channels)
-    kernel = policy.conv_kernel(params, HIDDEN, channels)
+    shape = policy.NetShape(HIDDEN, channels)
+    w1t, w2 = policy.split(params, shape)
+    head = policy.value_head(params, shape)
+    kernel = policy.conv_kernel(params, shape)
     total = 0.0
     for t in steps:
         idx, vals, _ = trajectory.inputs(np.array([t]))
@@ -185,8 +187,8 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -
     steps = ppo.minibatch_steps(5, 0, trajectory.steps, 2, 0)
     mean, scale, beta = 0.1, 1.7, 0.01
     out = np.empty(len(params), np.float32)
-    work = ppo.PassWork(policy.NetShape(HIDDEN, channels))
-    moved_weights = policy.Weights32.from_params(new, policy.NetShape(HIDDEN, channels))
+    work = ppo.PassWork(weights.shape)
+    moved_weights = policy.Weights32.from_params(new, weights.shape)
     stats = work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, out)
     # The reused working memory was left clear: a second pass gives the same bytes.
     again = np.empty_like(out)
@@ -198,7 +200,7 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -
     touched = np.flatnonzero(out)
     assert len(touched) > 3 * HIDDEN
     check = rng.choice(touched, 40, replace=False)
-    w2_start = policy.input_rows(channels) * HIDDEN
+    w2_start = policy.input_rows(weights.shape) * HIDDEN
     check = np.concatenate([check, np.arange(w2_start, w2_start + 2 * HIDDEN + 1)])
     if channels:  # and the filters' taps
         filters = touched[touched >= w2_start + 2 * HIDDEN + 1]
@@ -280,7 +282,7 @@ def test_the_actor_critic_learns_a_value_and_logs_its_passes(
         assert math.isfinite(record["approx_kl"])
     # The value head starts at zero and moves; the weights differ from pg's on the same seed.
     state = train(fake_config(tmp_path, backend="serial", **PPO), log=_quiet)
-    head = policy.value_head(state.params, 16)
+    head = policy.value_head(state.params, policy.NetShape(16))
     assert head is not None and np.any(head != 0)
     pg = train(fake_config(tmp_path / "pg", backend="serial"), log=_quiet)
     assert not np.array_equal(pg.params, state.params[: len(pg.params)])
@@ -359,10 +361,10 @@ def _summed(items, episodes: int, size: int) -> bytes:
 def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> None:
     # The local backend's; Ray's replaces an actor whatever the task it held (test_backends).
     # A light pass (its trajectory kept by the worker) is played again whole elsewhere.
-    hidden = 200
-    spec = RolloutSpec("FakePong-v0", policy.NetShape(hidden), ppo.PPOWork(0.99), workers=2)
-    params = policy.init_params(hidden, 3, value=True)
-    params[policy.param_count(hidden) :] = 0.01
+    shape = policy.NetShape(200)
+    spec = RolloutSpec("FakePong-v0", shape, ppo.PPOWork(0.99), workers=2)
+    params = policy.init_params(shape, 3, value=True)
+    params[policy.param_count(shape) :] = 0.01
     tasks = [
         ppo.EpochTask(i, 100 + i, _synthetic(40_000, i), 0, 0, 1, 0.1, 0.9, 0.01)
         for i in range(4)
@@ -404,7 +406,7 @@ def test_a_worker_killed_with_a_pass_queued_changes_no_bit(clean_system) -> None
     spec = RolloutSpec(
         "FakePong-v0", policy.NetShape(hidden), ppo.PPOWork(0.99), workers=1, max_retries=1
     )
-    params = policy.init_params(hidden, 3, value=True)
+    params = policy.init_params(policy.NetShape(hidden), 3, value=True)
     tasks = [
         ppo.EpochTask(i, 100 + i, _synthetic(40_000, i), 0, 0, 1, 0.1, 0.9, 0.01)
         for i in range(3)
@@ -428,8 +430,8 @@ def test_a_worker_killed_with_a_pass_queued_changes_no_bit(clean_system) -> None
 def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[bytes]:
     # A batch of 6 FakePong episodes, then 2 epochs of 2 minibatches over it: the summed
     # gradient of each pass, as the trainer would step with.
-    params = policy.init_params(HIDDEN, 5, value=True)
-    params[policy.param_count(HIDDEN) :] = 0.01
+    params = policy.init_params(policy.NetShape(HIDDEN), 5, value=True)
+    params[policy.param_count(policy.NetShape(HIDDEN)) :] = 0.01
     tasks = make_tasks(11, 0, 6, gradient=False)
     trajectories = {
         item.stats.index: item.stats.data for item in backend.run_batch(params, tasks)
@@ -480,10 +482,10 @@ def test_a_pg_run_forks_into_the_actor_critic(tmp_path: Path, clean_system) -> N
     given = {"fork_from": str(tmp_path / "pg"), "backend": "serial", **learner}
     config, state = prepare_run(tmp_path / "ppo", False, given)
     assert config.algo == "ppo" and state.batch == 2
-    assert np.all(policy.value_head(state.params, 16) == 0)  # a new head
+    assert np.all(policy.value_head(state.params, policy.NetShape(16)) == 0)  # a new head
     assert not np.any(state.cache)  # and the optimizer's state anew
     fork = train(fake_config(tmp_path / "ppo", batches=3, **given), log=_quiet)
-    assert np.any(policy.value_head(fork.params, 16) != 0)  # which learned
+    assert np.any(policy.value_head(fork.params, policy.NetShape(16)) != 0)  # which learned
     # The fork's first batch is played with the run's weights: the same games as pg's third.
     pg_on = train(fake_config(tmp_path / "pg", backend="serial", batches=3), resume=True,
                   log=_quiet)
@@ -552,10 +554,11 @@ def test_an_actor_critic_agent_loads_from_its_checkpoint_or_model_and_plays(
     assert config["algo"] == "ppo"
     # The model holds the policy: the actor-critic's weights without its value head (W1,
     # W2 and, with --policy conv, the filters).
-    without_head = policy.with_value_head(state.params, 16, False, channels)
+    shape = policy.NetShape(16, channels)
+    without_head = policy.with_value_head(state.params, shape, False)
     assert np.array_equal(params.astype(np.float32), without_head.astype(np.float32))
     for path in (tmp_path / "run" / "checkpoint.npz", tmp_path / "model.npz"):
-        actions = assert_agent_acts_as(Agent.load(path, seed=0), params, 16, 30, channels)
+        actions = assert_agent_acts_as(Agent.load(path, seed=0), params, shape, 30)
         assert {policy.UP, policy.DOWN} == set(actions)
     done = pong_mp("play", str(tmp_path / "model.npz"), "--episodes", "2", "--json")
     assert done.returncode == 0, done.stderr
@@ -597,9 +600,10 @@ def test_the_conv_policy_resumes_bit_for_bit_and_learns_its_filters(
     with np.load(tmp_path / "checkpoint.npz") as npz:
         assert npz["W1"].shape == (16, 19 * 19 * 3) and npz["conv"].shape == (8, 8, 3)
         assert npz["adam_m_conv"].any()
-    first = policy.init_params(16, 4, value=True, channels=3)
+    shape = policy.NetShape(16, 3)
+    first = policy.conv_kernel(policy.init_params(shape, 4, value=True), shape)
     with np.load(tmp_path / "checkpoint.npz") as npz:
-        assert not np.array_equal(npz["conv"].ravel(), policy.conv_kernel(first, 16, 3).ravel())
+        assert not np.array_equal(npz["conv"].ravel(), first.ravel())
 
 
 DROP = {**CONV, "entropy_bonus": 0.3, "entropy_drop_at": 400.0, "entropy_drop_to": -0.3}
@@ -712,7 +716,7 @@ def test_a_conv_run_forks_with_its_policy(tmp_path: Path, clean_system) -> None:
     widen = pong_mp(*base, "--hidden", "32", "--batches", "2", "--run-dir", str(tmp_path / "w"))
     assert widen.returncode == 0, widen.stderr
     with np.load(tmp_path / "w" / "checkpoint.npz") as wide:
-        assert wide["W1"].shape == (32, policy.input_rows(CONV["channels"]))
+        assert wide["W1"].shape == (32, policy.input_rows(policy.NetShape(32, CONV["channels"])))
         assert np.isfinite(wide["conv"]).all() and np.isfinite(wide["W1"]).all()
     mlp = pong_mp(*base, "--policy", "mlp", "--run-dir", str(tmp_path / "mlp"))
     assert mlp.returncode == 2 and "a fork keeps the --policy" in mlp.stderr

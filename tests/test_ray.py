@@ -19,7 +19,7 @@ from pong_mp import policy
 from pong_mp.backends import make_backend
 from pong_mp.batch_sum import GROUP, GroupSum
 from pong_mp.episode import EpisodeStats, make_tasks
-from tests.helpers import SPEC_HIDDEN, fake_config, fake_spec, play_batch, pong_mp, sum_batch
+from tests.helpers import SPEC_SHAPE, fake_config, fake_spec, play_batch, pong_mp, sum_batch
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
@@ -38,7 +38,7 @@ def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> Non
         try:
             assert len(set(backend.actor_nodes())) == 2  # one actor on each node
             out = [
-                play_batch(backend, policy.init_params(SPEC_HIDDEN, b), make_tasks(1, b * 5, 5))
+                play_batch(backend, policy.init_params(SPEC_SHAPE, b), make_tasks(1, b * 5, 5))
                 for b in range(2)
             ]
         finally:
@@ -56,7 +56,7 @@ def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> N
     count = 2 * GROUP + 3
     spec = fake_spec(workers=2, env_kwargs={"points_to_win": 1})
     tasks = make_tasks(3, 7, count)
-    params = policy.init_params(SPEC_HIDDEN, 4)
+    params = policy.init_params(SPEC_SHAPE, 4)
     local = make_backend("local", spec)
     local.start()
     try:
@@ -88,10 +88,10 @@ def test_a_lost_group_sum_is_played_again(reference, clean_system, caplog) -> No
     backend = make_backend("ray", fake_spec(workers=2))
     backend.start()
     try:
-        first = play_batch(backend, policy.init_params(SPEC_HIDDEN, 0), make_tasks(1, 0, 5))
+        first = play_batch(backend, policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 5))
         for summer in backend._summers.values():  # as if its node had gone
             ray.kill(summer)
-        second = play_batch(backend, policy.init_params(SPEC_HIDDEN, 1), make_tasks(1, 5, 5))
+        second = play_batch(backend, policy.init_params(SPEC_SHAPE, 1), make_tasks(1, 5, 5))
     finally:
         backend.close()
     assert [first, second] == reference
@@ -184,10 +184,7 @@ def test_the_actor_critic_puts_each_trajectory_in_the_store_once_an_update(
 
     # 2 updates of 3 episodes, each with 2 passes of 2 minibatches: 12 passes an update.
     config = fake_config(tmp_path, algo="ppo", optimizer="adam", epochs=2, minibatches=2)
-    params = policy.with_value_head(
-        policy.init_params(config.hidden, 0, channels=config.conv_channels),
-        config.hidden, True, config.conv_channels,
-    )
+    params = policy.with_value_head(policy.init_params(config.shape, 0), config.shape, True)
     zeros = np.zeros_like(params)
     state = TrainState(params=params, cache=zeros, momentum=zeros.copy())
     backend = make_backend("ray", rollout_spec(config))

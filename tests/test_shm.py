@@ -39,7 +39,7 @@ def test_weights_keep_the_last_versions_written_and_workers_read_them_unchanged(
 ) -> None:
     hidden = 8
     shape = BlockShape(policy.NetShape(hidden), width=2, value=value)
-    params = {v: policy.init_params(hidden, v, value) for v in (5, 6, 7)}
+    params = {v: policy.init_params(shape.net, v, value) for v in (5, 6, 7)}
     if value:
         for version, flat in params.items():
             flat[-(hidden + 1) :] = version  # a head that is not the initial zeros
@@ -82,7 +82,7 @@ def test_a_gradient_slot_holds_one_gradient_both_sides_see(
             assert len(owner.slots) == len(worker.slots) == width
             for slot in range(width):
                 mine, theirs = owner.slots[slot], worker.slots[slot]
-                assert len(mine) == len(theirs) == policy.param_count(8, value)
+                assert len(mine) == len(theirs) == policy.param_count(policy.NetShape(8), value)
                 theirs[:] = np.arange(len(theirs), dtype=np.float32) + slot
                 assert np.array_equal(mine, np.arange(len(mine), dtype=np.float32) + slot)
             # Each slot is its own: writing the last left the others as they were.

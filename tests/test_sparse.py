@@ -31,9 +31,10 @@ def _csr(xs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def test_forward_matches_the_dense_reference() -> None:
-    params = policy.init_params(50, 3) * 3  # larger weights: some units are cut by the relu
-    w1t, w2 = policy.split(params, 50)
-    weights = policy.Weights32.from_params(params, policy.NetShape(50))
+    shape = policy.NetShape(50)
+    params = policy.init_params(shape, 3) * 3  # larger weights: some units are cut by the relu
+    w1t, w2 = policy.split(params, shape)
+    weights = policy.Weights32.from_params(params, shape)
     xs, _ = _sparse_episode(200, 1)
     h = np.empty(50, dtype=np.float32)
     cut = 0
@@ -52,9 +53,10 @@ def test_forward_matches_the_dense_reference() -> None:
 
 def test_accumulate_matches_the_dense_reference() -> None:
     hidden = 24
-    params = policy.init_params(hidden, 5) * 4  # larger weights: many active units
-    w1t, w2 = policy.split(params, hidden)
-    weights = policy.Weights32.from_params(params, policy.NetShape(hidden))
+    shape = policy.NetShape(hidden)
+    params = policy.init_params(shape, 5) * 4  # larger weights: many active units
+    w1t, w2 = policy.split(params, shape)
+    weights = policy.Weights32.from_params(params, shape)
     xs, dlogps = _sparse_episode(3000, 2)
     hs = np.vstack([policy.forward(w1t, w2, x)[1] for x in xs])
     dense = policy.backward(w2, xs, hs, dlogps, np.empty_like(params))
@@ -78,7 +80,7 @@ def test_accumulate_matches_the_dense_reference() -> None:
 
 def test_finish_writes_every_row_and_clears_the_sums() -> None:
     hidden = 3
-    size = policy.param_count(hidden)
+    size = policy.param_count(policy.NetShape(hidden))
     rng = np.random.default_rng(0)
     touched = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
     touched[[0, 17, 6399]] = 1
@@ -111,14 +113,15 @@ def test_palette_diff_finds_changed_colours_and_stops_at_unseen_pairs() -> None:
 
 
 def test_bad_arrays_raise_instead_of_reading_out_of_bounds() -> None:
-    weights = policy.Weights32.from_params(policy.init_params(4, 0), policy.NetShape(4))
+    shape = policy.NetShape(4)
+    weights = policy.Weights32.from_params(policy.init_params(shape, 0), shape)
     h = np.empty(4, dtype=np.float32)
     one = np.ones(1, dtype=np.float32)
     with pytest.raises(IndexError):
         sparse.forward(weights.w1t, weights.w2, np.array([6400], dtype=np.int32), one, h)
     with pytest.raises(ValueError):
         sparse.forward(weights.w1t, weights.w2, np.array([0], dtype=np.int32), one, h[:3])
-    size = policy.param_count(4)
+    size = policy.param_count(shape)
     sums = np.zeros(size), np.zeros(size)
     touched = np.zeros(policy.INPUT_SIZE, dtype=np.uint8)
     hs = np.zeros((2, 4), dtype=np.float32)
@@ -152,7 +155,7 @@ def test_conv_features_match_the_dense_reference() -> None:
     channels = 5
     kernel = np.random.default_rng(0).standard_normal((8, 8, channels)).astype(np.float32)
     xs = _clustered_inputs(60, 1)
-    rows = policy.input_rows(channels)
+    rows = policy.input_rows(policy.NetShape(1, channels))
     out_idx, out_vals = np.empty(rows, np.int32), np.empty(rows, np.float32)
     pre, seen = np.zeros(rows, np.float32), np.zeros(19 * 19, np.uint8)
     idx, vals, indptr = _csr(xs)
@@ -178,7 +181,7 @@ def test_conv_features_match_the_dense_reference() -> None:
 
 def test_conv_loops_refuse_bad_arrays() -> None:
     kernel = np.ones((8, 8, 2), np.float32)
-    rows = policy.input_rows(2)
+    rows = policy.input_rows(policy.NetShape(1, 2))
     room = np.empty(rows, np.int32), np.empty(rows, np.float32)
     scratch = np.zeros(rows, np.float32), np.zeros(19 * 19, np.uint8)
     one = np.ones(1, np.float32)

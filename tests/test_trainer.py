@@ -600,11 +600,12 @@ def test_a_fork_may_widen_the_hidden_layer(tmp_path: Path, clean_system) -> None
     before, _ = checkpoint.load(source / "checkpoint.npz")
     config, state = prepare_run(tmp_path / "wide", False, {"fork_from": str(source), "hidden": 24})
     assert config.hidden == 24
-    new_rows = policy.split(policy.init_params(24, 4), 24)[0][:, 16:]  # a new run's, seed 4
+    narrow, wide_shape = policy.NetShape(16), policy.NetShape(24)
+    new_rows = policy.split(policy.init_params(wide_shape, 4), wide_shape)[0][:, 16:]  # seed 4's
     for old, new, kind in ((before.params, state.params, "weights"),
                            (before.lagged[0], state.lagged[0], "weights"),
                            (before.cache, state.cache, "zeros")):
-        (old_w1t, old_w2), (w1t, w2) = policy.split(old, 16), policy.split(new, 24)
+        (old_w1t, old_w2), (w1t, w2) = policy.split(old, narrow), policy.split(new, wide_shape)
         assert new.dtype == old.dtype and w1t[:, :16].tobytes() == old_w1t.tobytes()
         assert w2[:16].tobytes() == old_w2.tobytes() and not w2[16:].any()
         added = new_rows.astype(old.dtype) if kind == "weights" else 0
@@ -617,7 +618,7 @@ def test_a_fork_may_widen_the_hidden_layer(tmp_path: Path, clean_system) -> None
         train(dataclasses.replace(run, batches=5), resume=True, log=_quiet)
     assert wide["serial"] == wide["local"]
     learned, _ = checkpoint.load(tmp_path / "serial" / "checkpoint.npz")
-    assert policy.split(learned.params, 24)[1][16:].any()  # the new units learn from the start
+    assert policy.split(learned.params, wide_shape)[1][16:].any()  # the new units learn at once
     # They play as the run did until they have learned: batches 3 and 4 (update 1's and 2's
     # weights, with lag 1) are the games the run itself would play.
     train(fake_config(tmp_path / "same", fork_from=str(source), batches=4, backend="serial"),

@@ -42,8 +42,7 @@ from threadpoolctl import threadpool_limits
 from pong_mp import policy, ppo
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
-from pong_mp.checkpoint import load_policy
-from pong_mp.config import stored_conv_channels
+from pong_mp.checkpoint import load_policy, stored_shape
 from pong_mp.episode import make_tasks
 from pong_mp.gradient import Moments
 
@@ -59,15 +58,15 @@ PLAY_STEPS = 2000
 """Steps of batch-1 forward passes timed for play."""
 
 
-def load_weights(model: str, seed: int = 0) -> tuple[policy.Weights32, int, int]:
+def load_weights(model: str, seed: int = 0) -> policy.Weights32:
     """The float32 weights of a conv policy's model file or checkpoint, with a value head
-    drawn from `seed` (an exported agent has none), and its hidden units and channels."""
+    drawn from `seed` (an exported agent has none)."""
     params, config = load_policy(Path(model))
-    hidden, channels = int(config["hidden"]), stored_conv_channels(config)
-    flat = policy.with_value_head(params, hidden, True, channels)
-    head = policy.value_head(flat, hidden, channels)
-    head[:] = np.random.default_rng(seed).normal(0.0, 0.05, hidden + 1)
-    return policy.Weights32.from_params(flat, policy.NetShape(hidden, channels)), hidden, channels
+    shape = stored_shape(config)
+    flat = policy.with_value_head(params, shape, True)
+    head = policy.value_head(flat, shape)
+    head[:] = np.random.default_rng(seed).normal(0.0, 0.05, shape.hidden + 1)
+    return policy.Weights32.from_params(flat, shape)
 
 
 class TorchPolicy(torch.nn.Module):
@@ -132,9 +131,9 @@ def objective(
 def main(model: str) -> None:
     """Play the games, check the gradients agree, time both sides; print one JSON object."""
     torch.set_num_threads(1)
-    weights, hidden, channels = load_weights(model)
+    weights = load_weights(model)
     settings = ppo.PPOSettings()
-    shape = policy.NetShape(hidden, channels)
+    shape = weights.shape
     spec = RolloutSpec("ALE/Pong-v5", shape, ppo.PPOWork(policy.GAMMA, settings))
     worker = EpisodeWorker(spec)
     worker.open()
@@ -150,7 +149,7 @@ def main(model: str) -> None:
     mean, scale = moments.mean, moments.standardizing_scale
     steps_total = sum(t.steps for _, _, t in episodes)
     work = ppo.PassWork(shape)
-    out = np.empty(policy.param_count(hidden, True, channels), np.float32)
+    out = np.empty(policy.param_count(shape, True), np.float32)
     net = TorchPolicy(weights)
 
     def task(index: int, seed: int, trajectory: ppo.Trajectory, part: int) -> ppo.EpochTask:

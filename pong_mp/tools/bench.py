@@ -102,9 +102,10 @@ def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> floa
     backward."""
     from threadpoolctl import threadpool_limits
 
+    shape = policy.NetShape(hidden)
     with threadpool_limits(limits=1):
         env = make_env(env_id)
-        w1t, w2 = policy.split(policy.init_params(hidden, 0), hidden)
+        w1t, w2 = policy.split(policy.init_params(shape, 0), shape)
         rng = np.random.default_rng(0)
         steps = 0
         start = time.perf_counter()
@@ -136,7 +137,7 @@ def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> floa
                     np.vstack(xs),
                     np.vstack(hs),
                     np.array(dlogps) * adv,
-                    np.empty(policy.param_count(hidden)),
+                    np.empty(policy.param_count(shape)),
                 )
         finally:
             env.close()
@@ -228,11 +229,9 @@ def training_config(
     config = TrainConfig(env=env_id, workers=workers, env_kwargs=env_kwargs or {}, **options)
     config.validate()
     if params is None:
-        params = policy.init_params(config.hidden, 0, channels=config.conv_channels)
+        params = policy.init_params(config.shape, 0)
     # A model has no value head: the runs add a new one, as a fork does.
-    return config, policy.with_value_head(
-        params, config.hidden, config.value_head, config.conv_channels
-    )
+    return config, policy.with_value_head(params, config.shape, config.value_head)
 
 
 def training_rate(
@@ -313,8 +312,8 @@ def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[floa
     spec = RolloutSpec("FakePong-v0", policy.NetShape(hidden), work, env_kwargs=game)
     worker = EpisodeWorker(spec)
     worker.open()
-    weights = policy.Weights32.from_params(policy.init_params(hidden, 0), spec.shape)
-    grad = np.ones(policy.param_count(hidden), dtype=np.float32)
+    weights = policy.Weights32.from_params(policy.init_params(spec.shape, 0), spec.shape)
+    grad = np.ones(policy.param_count(spec.shape), dtype=np.float32)
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.
     Path("/proc/self/clear_refs").write_text("5")
@@ -587,7 +586,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     from pong_mp.batch_sum import BatchSum, GroupSum
     from pong_mp.episode import EpisodeResult, EpisodeStats
 
-    size = policy.param_count(hidden)
+    size = policy.param_count(policy.NetShape(hidden))
     # Object stores big enough for the update (Ray's test nodes get ~150 MB by default, and
     # spilling to disk would be measured instead).
     per_node = max(int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5), 80 * 2**20)

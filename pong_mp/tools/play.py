@@ -29,7 +29,7 @@ class GameScore:
 
 def play_games(
     params: np.ndarray,
-    hidden: int,
+    shape: policy.NetShape,
     env_id: str,
     games: int,
     seed: int = 0,
@@ -37,18 +37,11 @@ def play_games(
     env_kwargs: dict[str, Any] | None = None,
     on_frame: Callable[[np.ndarray], None] | None = None,
     on_game: Callable[[GameScore], None] | None = None,
-    channels: int = 0,
 ) -> list[GameScore]:
-    """Play `games` full games; game i is seeded from (seed, i), so results repeat.
-
-    `channels` (--policy conv's; 0 for the MLP) must be what the policy was trained with:
-    a model's config says.
-
-    The policy samples its actions as in training, or takes the likelier one if `greedy`.
-    `on_frame`, if given, receives the RGB frame after every step (for recording), and
-    `on_game` each game's score as soon as the game ends.
-    """
-    shape = policy.NetShape(hidden, channels)
+    """Play `games` full games with a policy of `shape`; game i is seeded from (seed, i), so
+    results repeat. The policy samples its actions as in training, or takes the likelier one
+    if `greedy`. `on_frame`, if given, receives the RGB frame after every step (for
+    recording), and `on_game` each game's score as soon as the game ends."""
     weights = policy.Weights32.from_params(params, shape)
     forward = policy.SparseForward(shape)
     kwargs = dict(env_kwargs or {})

@@ -139,7 +139,7 @@ def measure_costs(
     worker = EpisodeWorker(spec)
     worker.open()
     weights = policy.Weights32.from_params(params, spec.shape)
-    grad = np.empty(policy.param_count(hidden), dtype=np.float32)
+    grad = np.empty(policy.param_count(spec.shape), dtype=np.float32)
     steps, seconds = [], 0.0
     try:
         for task in make_tasks(0, 0, episodes):
