@@ -39,13 +39,12 @@ def train(
     """Train (or with `resume=True` continue) the run in `run_dir`; returns its final state
     (`.batch`, `.episodes`, `.steps`, `.running_reward`, ...).
 
-    Options are the fields of `TrainConfig`, which are `pong-mp train`'s long options with
-    underscores (`batch_size`, `lr_drop_at`, ...; `pong_mp.config.TrainConfig` lists them);
-    `env_arg` is a dict of env arguments and `preset` a preset's name. On resume, only the
-    options given here change the stored run (and only those that may change); with
-    `fork_from="runs/a"`, a new run starts from that run's checkpoint, with its algorithm
-    options except those given here. A progress
-    bar (tqdm.auto: a widget in Jupyter) shows unless `progress=False`.
+    Options are the fields of `TrainConfig`: `pong-mp train`'s long options with underscores
+    (`batch_size`, `lr_drop_at`, ...); `env_arg` is a dict of env arguments and `preset` a
+    preset's name. On resume, only the options given here change the stored run (and only
+    those that may change); with `fork_from="runs/a"`, a new run starts from that run's
+    checkpoint, with its algorithm options except those given here. A progress bar
+    (tqdm.auto: a widget in Jupyter) shows unless `progress=False`.
 
     Ctrl-C (KeyboardInterrupt in a notebook) saves the checkpoint and raises
     KeyboardInterrupt; `train(run_dir, resume=True)` continues. Bad options raise
@@ -105,9 +104,8 @@ class Agent:
 
     @classmethod
     def load(cls, path: str | Path, seed: int | None = None) -> Agent:
-        """The agent of a checkpoint (`checkpoint.npz`, or a run directory holding one) or
-        model file (`pong-mp export`); CheckpointError if the file is missing, damaged or not
-        pong-mp's."""
+        """The agent of a checkpoint (or a run directory holding one) or model file
+        (`pong-mp export`); CheckpointError if it is missing, damaged or not pong-mp's."""
         params, config = load_policy(Path(path))
         agent = cls(params, stored_shape(config), seed=seed)
         agent.config = config

@@ -140,27 +140,23 @@ def _read(path: Path) -> dict[str, np.ndarray]:
         # in between must not be loaded unchecked.
         with open(path, "rb") as fh:
             problem = claims_problem(fh)
-            if problem is not None:
-                raise CheckpointError(f"{path}: damaged checkpoint ({problem})")
-            fh.seek(0)
-            with np.load(fh, allow_pickle=False) as npz:
-                return {key: npz[key] for key in npz.files}
-    except CheckpointError:
-        raise
+            if problem is None:
+                fh.seek(0)
+                with np.load(fh, allow_pickle=False) as npz:
+                    return {key: npz[key] for key in npz.files}
     except (
         OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError,
         NotImplementedError, RuntimeError,  # zipfile's: a compression it lacks, encryption
     ) as exc:  # fmt: skip
-        raise CheckpointError(f"{path}: damaged checkpoint ({exc})") from None
+        problem = str(exc)
+    raise CheckpointError(f"{path}: damaged checkpoint ({problem})")
 
 
 def claims_problem(fh: BinaryIO) -> str | None:
     """What is wrong with the sizes an open .npz's arrays claim in their headers (None:
-    nothing), read before anything is loaded: numpy allocates a whole array before it reads
-    a byte of it, so a header of a few bytes claiming petabytes would end in a MemoryError.
-    A claim is refused beyond what its zip member holds, and beyond pong-mp's limits
-    (MAX_ARRAY_BYTES an array, MAX_FILE_BYTES in all). Raises ValueError or
-    zipfile.BadZipFile for a file that is not an .npz of arrays."""
+    nothing), read before numpy allocates them (a few bytes may claim petabytes): a claim
+    beyond what its zip member holds, or beyond MAX_ARRAY_BYTES an array, MAX_FILE_BYTES in
+    all. Raises ValueError or zipfile.BadZipFile for a file that is not an .npz of arrays."""
     total = 0
     with zipfile.ZipFile(fh) as archive:
         for member in archive.infolist():
@@ -356,12 +352,8 @@ _MACHINE_FIELDS = ("run_dir", "ray_address")
 
 
 def _model_provenance(checkpoint_path: Path, config: dict) -> tuple[str, dict]:
-    """(the run's name, its options) as a model file records them: names, not paths.
-
-    The run's name is that of the directory holding the checkpoint (the directory itself
-    when given one); `fork_from` keeps only the name of the run forked from; where the run
-    lived (`run_dir`, `ray_address`) is left out.
-    """
+    """(the run's name, its options) as a model file records them: names, not paths (the
+    name of the checkpoint's directory, `fork_from`'s last part, not where the run lived)."""
     path = Path(checkpoint_path).resolve()
     run = path.name if path.is_dir() else path.parent.name
     options = {key: value for key, value in config.items() if key not in _MACHINE_FIELDS}
@@ -371,12 +363,9 @@ def _model_provenance(checkpoint_path: Path, config: dict) -> tuple[str, dict]:
 
 
 def export_model(checkpoint_path: Path, out: Path) -> Path:
-    """Write the policy of a checkpoint as a small float32 model file: W1, W2 and where they
-    come from (the run's name, its update, episodes, env steps and options; no path).
-
-    A model file plays (`pong-mp play`) but cannot resume training: it has no optimizer
-    state. Written atomically, like checkpoints.
-    """
+    """Write the policy of a checkpoint atomically as a small float32 model file: W1, W2 (and
+    the filters) and where they come from (the run's name, its update, episodes, env steps
+    and options; no path). It plays but cannot resume training: it has no optimizer state."""
     out = Path(out)
     if out.exists() and Path(checkpoint_path).exists() and out.samefile(checkpoint_path):
         raise CheckpointError(f"{out} is the checkpoint itself: name another model file")

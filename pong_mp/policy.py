@@ -1,14 +1,14 @@
 """The policy network of "Pong from Pixels": preprocessing, forward and backward passes.
 
 All parameters live in one flat float64 vector so that the optimizer, the broadcast, the
-gradient sum and the checkpoint each handle a single array. Its layout is W1 *transposed*
-(6400 x H: one contiguous row of H weights per input pixel) followed by W2 (H): a frame
-difference has ~30 non-zero pixels, and the sparse forward and backward passes of episodes
-(`sparse.pyx`) touch only their rows. Checkpoints store W1 in the usual H x 6400 orientation.
+gradient sum and the checkpoint each handle a single array, laid out as its `NetShape` says:
+W1 *transposed* (6400 x H: one contiguous row of H weights per input pixel), W2 (H), then a
+value head and a conv layer's filters if any. A frame difference has ~30 non-zero pixels,
+and the sparse passes of `sparse.pyx` touch only their rows. Checkpoints store W1 as H x 6400.
 
 The math here is the dense float64 reference (`preprocess`, `forward`, `backward`), line
-for line Karpathy's: the readable definition. Episodes compute with `Weights32`, a float32
-copy, through the compiled sparse loops of `sparse.pyx`; tests check those against this.
+for line Karpathy's. Episodes compute with `Weights32`, a float32 copy, through the compiled
+sparse loops of `sparse.pyx`; tests check those against this.
 """
 
 from __future__ import annotations
@@ -39,14 +39,12 @@ CONV_SIDE = (80 - CONV_SIZE) // CONV_STRIDE + 1
 
 @dataclass(frozen=True)
 class NetShape:
-    """The shape of a policy network, one value wherever one is built: what the layout of
-    its flat parameters (`param_count`, `split`, ...) follows."""
+    """The shape of a policy network: what the layout of its flat parameters follows."""
 
     hidden: int
     """Hidden units."""
     channels: int = 0
-    """Filters of the convolutional layer under the hidden layer (--policy conv); 0: the
-    MLP, whose hidden layer sees the pixels."""
+    """Filters of the conv layer under the hidden layer (--policy conv); 0: the MLP."""
 
     @property
     def rows(self) -> int:
@@ -147,10 +145,9 @@ def with_value_head(flat: np.ndarray, shape: NetShape, value: bool) -> np.ndarra
 def widened(
     flat: np.ndarray, shape: NetShape, new_hidden: int, new_columns: np.ndarray | None = None
 ) -> np.ndarray:
-    """Flat parameters (or a vector shaped like them) with `new_hidden` hidden units, the
-    first `shape.hidden` of them `flat`'s own. The new units' W1 columns are `new_columns`
-    (rows x the new units), or zeros; their W2 and value-head weights are zero and the
-    filters are kept, so the widened policy and its value compute what `flat`'s did."""
+    """Flat parameters (or a vector shaped like them) with `new_hidden` hidden units: the new
+    units' W1 columns are `new_columns` (or zeros), their W2 and value-head weights zero and
+    the filters kept, so the widened policy and its value compute what `flat`'s did."""
     hidden = shape.hidden
     if new_hidden < hidden:
         raise ValueError(f"cannot narrow {hidden} hidden units to {new_hidden}")
@@ -172,8 +169,8 @@ def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
 
 
 def entropy(p_up: float) -> float:
-    """The entropy in nats of the policy's two actions with P(UP) = `p_up`: ln 2 at 1/2, 0
-    for a certain action (scalar `math`, the same bits on every machine)."""
+    """The entropy in nats of the two actions with P(UP) = `p_up` (scalar `math`: the same
+    bits on every machine)."""
     q = 1.0 - p_up
     if p_up <= 0.0 or q <= 0.0:
         return 0.0
@@ -181,12 +178,8 @@ def entropy(p_up: float) -> float:
 
 
 def entropy_slope(p_up: float) -> float:
-    """d H / d logit for the policy's two actions with P(UP) = `p_up`: -logit * p * (1 - p).
-
-    The entropy H = -p log p - (1 - p) log(1 - p) is largest at p = 1/2, where this slope is
-    0; it is 0 too where p is exactly 0 or 1 (a saturated logit). Scalar `math`, not numpy, so
-    that every machine computes the same bits.
-    """
+    """d H / d logit of the two actions with P(UP) = `p_up`: -logit * p * (1 - p), 0 where p
+    is exactly 0 or 1 (scalar `math`: the same bits on every machine)."""
     q = 1.0 - p_up
     if p_up <= 0.0 or q <= 0.0:
         return 0.0
@@ -247,11 +240,8 @@ def forward(w1t: np.ndarray, w2: np.ndarray, x: np.ndarray) -> tuple[float, np.n
 def backward(
     w2: np.ndarray, xs: np.ndarray, hs: np.ndarray, dlogps: np.ndarray, out: np.ndarray
 ) -> np.ndarray:
-    """Gradient of sum_t dlogps[t] * logit_t w.r.t. (W1, W2), written into the flat `out`.
-
-    `xs` (T, 6400) are the inputs, `hs` (T, hidden) the hidden activations and `dlogps` (T,)
-    the advantage-weighted (y - p) of each step.
-    """
+    """Gradient of sum_t dlogps[t] * logit_t w.r.t. (W1, W2), written into the flat `out`:
+    `xs` (T, 6400) inputs, `hs` (T, hidden) activations, `dlogps` (T,) weighted (y - p)."""
     dw1t, dw2 = split(out, NetShape(w2.shape[0]))
     np.matmul(hs.T, dlogps, out=dw2)
     dh = np.outer(dlogps, w2)
@@ -274,8 +264,7 @@ class Weights32:
     value: np.ndarray | None = None
     """The value head, (hidden + 1,) float32 (weights, then the bias), or None."""
     kernel: np.ndarray | None = None
-    """--policy conv: the filters, (CONV_SIZE, CONV_SIZE, channels) float32; None for the
-    MLP."""
+    """--policy conv: the filters, (CONV_SIZE, CONV_SIZE, channels) float32, or None."""
 
     @property
     def shape(self) -> NetShape:
@@ -289,28 +278,24 @@ class Weights32:
 
     @classmethod
     def from_flat32(cls, flat: np.ndarray, shape: NetShape) -> Weights32:
-        """Views of flat float32 weights of a network of `shape` (W1 transposed, W2, a value
-        head if there is one, the filters of a conv layer), as backends receive them."""
+        """Views of flat float32 weights of a network of `shape`, as backends receive them."""
         if flat.dtype != np.float32:
             raise ValueError(f"expected float32 weights, got {flat.dtype}")
         return cls(*split(flat, shape), value_head(flat, shape), conv_kernel(flat, shape))
 
 
 def conv_features(kernel: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """The dense float64 reference of --policy conv's first layer: the relu of the
-    convolution of the 80x80 input `x` (6400 values) with `kernel` (CONV_SIZE, CONV_SIZE,
-    channels), stride CONV_STRIDE, no padding and no bias; flat, feature
-    (row * CONV_SIDE + column) * channels + channel. With no bias an empty window gives 0,
-    so the features of a sparse input are sparse too."""
+    """The dense float64 reference of --policy conv's first layer: relu of the 80x80 input
+    `x` convolved with `kernel`, stride CONV_STRIDE, no padding, no bias (a sparse input
+    gives sparse features); flat, feature (row * CONV_SIDE + column) * channels + channel."""
     windows = np.lib.stride_tricks.sliding_window_view(x.reshape(80, 80), kernel.shape[:2])
     windows = windows[::CONV_STRIDE, ::CONV_STRIDE]
     return np.maximum(np.einsum("ijyx,yxc->ijc", windows, kernel), 0.0).ravel()
 
 
 class SparseForward:
-    """P(UP) of sparse inputs with `Weights32`, through the compiled loops (`sparse.pyx`):
-    the MLP on the pixels, or --policy conv's hidden layer on the features of its
-    convolutional layer. Holds the working memory, reused step after step."""
+    """P(UP) of sparse inputs with `Weights32` through the compiled loops (`sparse.pyx`), on
+    the pixels or on conv features; holds the working memory, reused step after step."""
 
     def __init__(self, shape: NetShape) -> None:
         """Memory for a policy of `shape`."""
@@ -333,13 +318,11 @@ class SparseForward:
         return self._features[:count], self._values[:count]
 
     def logit(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
-        """The logit of P(UP) for the input with values `vals` (float32) at pixels `idx`
-        (int32)."""
+        """The logit of P(UP) for values `vals` (float32) at pixels `idx` (int32)."""
         rows, values = self._inputs(weights, idx, vals)
         return sparse.forward_logit(weights.w1t, weights.w2, rows, values, self.h)
 
     def p_up(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
-        """P(UP) for the input with values `vals` (float32) at pixels `idx` (int32): the
-        sigmoid of `logit`."""
+        """P(UP) for values `vals` (float32) at pixels `idx` (int32): sigmoid of `logit`."""
         rows, values = self._inputs(weights, idx, vals)
         return sparse.forward(weights.w1t, weights.w2, rows, values, self.h)

@@ -9,6 +9,7 @@ another policy lag, and the optimizer's state anew for another learner).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,8 +24,7 @@ class TrainState:
     """Everything that changes during training; what a checkpoint stores."""
 
     params: np.ndarray
-    """Flat policy parameters (W1 then W2, then the value head with --algo ppo),
-    float64."""
+    """Flat float64 policy parameters, laid out as their `policy.NetShape` says."""
     cache: np.ndarray
     """Mean of squared gradients, same shape as params: RMSProp's cache, Adam's v."""
     batch: int = 0
@@ -86,10 +86,7 @@ def with_new_optimizer_state(state: TrainState) -> TrainState:
 def with_value_head(state: TrainState, shape: policy.NetShape, value: bool) -> TrainState:
     """`state` with a new value head (zeros, and zero optimizer state) added to every
     parameter-sized vector, or with its value head dropped."""
-
-    def reshaped(flat: np.ndarray) -> np.ndarray:
-        return policy.with_value_head(flat, shape, value)
-
+    reshaped = functools.partial(policy.with_value_head, shape=shape, value=value)
     return _reshaped(state, reshaped, reshaped)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,7 @@ def play_games(
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"
     env, stream = make_training_env(env_id, **kwargs)
-
-    def p_up(idx: np.ndarray, vals: np.ndarray) -> float:
-        return forward.p_up(weights, idx, vals)
-
+    p_up = functools.partial(forward.p_up, weights)
     game = {"agent": 0, "opponent": 0, "steps": 0}
 
     def on_step(action: int, p: float, reward: float) -> None:
