@@ -41,7 +41,7 @@ from pong_mp.episode import (
 from pong_mp.frames import InputStream
 from pong_mp.gradient import EpisodeGradient
 from pong_mp.learner import NonFiniteError, Schedule, Stats, l2_norm, running_reward
-from pong_mp.optim import Optimizer
+from pong_mp.optim import MeanStep
 from pong_mp.signals import check_stop
 from pong_mp.state import TrainState, with_policy_lag
 
@@ -173,16 +173,11 @@ def with_lagged(state: TrainState, lag: int) -> TrainState:
 
 
 class PGLearner:
-    """Karpathy's learner on a backend (`learner.Learner`).
-
-    Asking for the next update means the caller took the last one: the optimizer reuses the
-    arrays of the states before it (see optim.Optimizer).
-    """
+    """Karpathy's learner on a backend (`learner.Learner`)."""
 
     def __init__(self, settings: PGLearning) -> None:
         """A learner with `settings`; `start` readies it for a run's state."""
         self.settings = settings
-        self.optimizer = Optimizer(settings.optimizer, settings.lr.value, settings.decay_rate)
         self._in_flight: dict[int, BatchSum] = {}  # by the batch's first episode
         self._sums: list[np.ndarray] = []
         self._submitted = 0
@@ -275,20 +270,18 @@ class PGLearner:
                 )
             # The rate at the env steps played before this batch: update 1 uses --lr itself.
             lr = self.settings.lr(state.steps)
-            params, cache, momentum = self.optimizer.step(
-                state.params, state.cache, state.momentum, grad, state.optimizer_steps + 1, lr
-            )
-            if not np.isfinite(params.sum()):
-                raise NonFiniteError(
-                    f"update {state.batch + 1}: the new weights would not be finite"
-                )
+        # The summed gradient itself (divisor and scale 1 are exact): Karpathy's step.
+        stepper = MeanStep(self.settings.optimizer, self.settings.decay_rate)
+        stepper.load(state.params, state.cache, state.momentum)
+        if not stepper.step(grad, 1.0, 1.0, state.optimizer_steps + 1, lr):
+            raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
         new_state = dataclasses.replace(
             state,
-            params=params,
+            params=stepper.params,
             # The weights that batches in flight are played with move on by one update.
             lagged=(*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else (),
-            cache=cache,
-            momentum=momentum,
+            cache=stepper.cache,
+            momentum=stepper.momentum,
             batch=state.batch + 1,
             episodes=state.episodes + summed.count,
             steps=state.steps + summed.steps,

@@ -792,64 +792,6 @@ def conv_backward(
 # same order (so the same bits), in one pass over memory instead of one per operation.
 
 
-cdef extern from *:
-    """
-    /* The optimizers' loops in plain C, their arrays marked restrict (none overlaps
-       another; the callers check) and built with -fno-math-errno (setup.py), so that the
-       compiler vectorizes them: each lane does the scalar loop's operations in its order,
-       so the bits are the same. */
-    static void pong_mp_rmsprop(
-        const double *restrict params, const double *restrict cache,
-        const double *restrict grad, double lr, double decay, double eps,
-        double *restrict new_params, double *restrict new_cache, Py_ssize_t n)
-    {
-        double keep = 1.0 - decay;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            double g = grad[i];
-            double c = cache[i] * decay + (g * g) * keep;
-            new_cache[i] = c;
-            new_params[i] = params[i] + (g / (sqrt(c) + eps)) * lr;
-        }
-    }
-    static void pong_mp_adam(
-        const double *restrict params, const double *restrict momentum,
-        const double *restrict cache, const double *restrict grad, double lr, double beta1,
-        double beta2, double eps, double correction1, double correction2,
-        double *restrict new_params, double *restrict new_momentum,
-        double *restrict new_cache, Py_ssize_t n)
-    {
-        double keep1 = 1.0 - beta1, keep2 = 1.0 - beta2;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            double g = grad[i];
-            double m = momentum[i] * beta1 + keep1 * g;
-            double v = cache[i] * beta2 + keep2 * (g * g);
-            new_momentum[i] = m;
-            new_cache[i] = v;
-            new_params[i] = ((m / correction1) / (sqrt(v / correction2) + eps)) * lr + params[i];
-        }
-    }
-    """
-    void pong_mp_rmsprop(const double* params, const double* cache, const double* grad,
-                         double lr, double decay, double eps, double* new_params,
-                         double* new_cache, Py_ssize_t n) nogil
-    void pong_mp_adam(const double* params, const double* momentum, const double* cache,
-                      const double* grad, double lr, double beta1, double beta2, double eps,
-                      double correction1, double correction2, double* new_params,
-                      double* new_momentum, double* new_cache, Py_ssize_t n) nogil
-
-
-def _overlap(outputs, inputs) -> bool:
-    # restrict: an output may share no memory with another array of the call.
-    import numpy as np
-    arrays = [np.asarray(a) for a in (*outputs, *inputs)]
-    return any(
-        np.may_share_memory(arrays[i], arrays[j])
-        for i in range(len(outputs))
-        for j in range(len(arrays))
-        if j != i
-    )
-
-
 def add_float32(double[::1] total, const float[::1] grad) -> None:
     """total += grad, a float32 gradient into a float64 sum, as numpy's `+=` adds it (each
     float32 widened exactly, then one float64 addition): the batch sum's step
@@ -859,60 +801,6 @@ def add_float32(double[::1] total, const float[::1] grad) -> None:
         raise ValueError("add_float32: arrays of mismatched sizes")
     for i in range(n):
         total[i] = total[i] + <double>grad[i]
-
-
-def rmsprop(
-    const double[::1] params,
-    const double[::1] cache,
-    const double[::1] grad,
-    double lr,
-    double decay,
-    double eps,
-    double[::1] new_params,
-    double[::1] new_cache,
-) -> None:
-    """cache' = decay * cache + (1 - decay) * grad^2;
-    params' = params + lr * grad / (sqrt(cache') + eps), as `optim.rmsprop_step`'s numpy."""
-    cdef Py_ssize_t n = params.shape[0]
-    if not (cache.shape[0] == n and grad.shape[0] == n and new_params.shape[0] == n
-            and new_cache.shape[0] == n):
-        raise ValueError("rmsprop: arrays of mismatched sizes")
-    if _overlap((new_params, new_cache), (params, cache, grad)):
-        raise ValueError("rmsprop: the new arrays overlap each other or the inputs")
-    if n == 0:
-        return
-    pong_mp_rmsprop(&params[0], &cache[0], &grad[0], lr, decay, eps, &new_params[0],
-                    &new_cache[0], n)
-
-
-def adam(
-    const double[::1] params,
-    const double[::1] momentum,
-    const double[::1] cache,
-    const double[::1] grad,
-    double lr,
-    double beta1,
-    double beta2,
-    double eps,
-    double correction1,
-    double correction2,
-    double[::1] new_params,
-    double[::1] new_momentum,
-    double[::1] new_cache,
-) -> None:
-    """Adam's step as `optim.adam_step`'s numpy writes it, with correction1 = 1 - beta1^step
-    and correction2 = 1 - beta2^step."""
-    cdef Py_ssize_t n = params.shape[0]
-    if not (momentum.shape[0] == n and cache.shape[0] == n and grad.shape[0] == n
-            and new_params.shape[0] == n and new_momentum.shape[0] == n
-            and new_cache.shape[0] == n):
-        raise ValueError("adam: arrays of mismatched sizes")
-    if _overlap((new_params, new_momentum, new_cache), (params, momentum, cache, grad)):
-        raise ValueError("adam: the new arrays overlap each other or the inputs")
-    if n == 0:
-        return
-    pong_mp_adam(&params[0], &momentum[0], &cache[0], &grad[0], lr, beta1, beta2, eps,
-                 correction1, correction2, &new_params[0], &new_momentum[0], &new_cache[0], n)
 
 
 # -- the actor-critic's step, in ranges that threads share (optim.MeanStep) ---------------------
@@ -955,8 +843,8 @@ cdef extern from *:
         }
     }
 
-    /* Adam's step in place over [start, stop): pong_mp_adam's operations on the gradient
-       (total / divisor) * scale, which numpy's `grad = total / divisor; grad *= scale`
+    /* Adam's step in place over [start, stop) (optim.py writes the formula), on the
+       gradient (total / divisor) * scale, which numpy's `grad = total / divisor; grad *= scale`
        gives (the product only where scale is not 1); the new weights also written as
        float32. Returns whether one is not finite. */
     PONG_MP_WIDE static int pong_mp_adam_range(
@@ -983,8 +871,7 @@ cdef extern from *:
         return bad;
     }
 
-    /* RMSProp's step in place over [start, stop): pong_mp_rmsprop's operations on the
-       same gradient, as above. */
+    /* RMSProp's step in place over [start, stop), on the same gradient, as above. */
     PONG_MP_WIDE static int pong_mp_rmsprop_range(
         double *restrict params, double *restrict cache, const double *restrict total,
         double divisor, double scale, double lr, double decay, double eps,
@@ -1068,7 +955,7 @@ def adam_range(
     Py_ssize_t start,
     Py_ssize_t stop,
 ) -> bool:
-    """`adam` in place over elements start..stop-1, on the gradient (total / divisor) *
+    """Adam's step in place over elements start..stop-1, on the gradient (total / divisor) *
     scale, the new weights also written as float32 into `weights`, with the GIL released;
     whether a new weight is not finite."""
     cdef int bad
@@ -1095,7 +982,7 @@ def rmsprop_range(
     Py_ssize_t start,
     Py_ssize_t stop,
 ) -> bool:
-    """`rmsprop` in place over elements start..stop-1, as `adam_range`."""
+    """RMSProp's step in place over elements start..stop-1, as `adam_range`."""
     cdef int bad
     _check_range("rmsprop_range", (params, cache, total, weights), start, stop)
     if start == stop:

@@ -1,4 +1,4 @@
-"""RMSProp and Adam against hand computations."""
+"""RMSProp and Adam against hand computations and numpy's bits."""
 
 from __future__ import annotations
 
@@ -7,14 +7,23 @@ import math
 import numpy as np
 import pytest
 
-from pong_mp.optim import STEP_BLOCK, MeanStep, Optimizer, adam_step, dropped, rmsprop_step
+from pong_mp import sparse
+from pong_mp.optim import STEP_BLOCK, MeanStep, dropped
+
+
+def _step(name, params, cache, momentum, grad, step=1, lr=0.1, decay=0.9):
+    # One step on `grad` itself (divisor and scale 1, as Karpathy's learner steps).
+    with MeanStep(name, decay) as stepper:
+        stepper.load(params, cache, momentum if name == "adam" else None)
+        assert stepper.step(grad, 1.0, 1.0, step, lr)
+        return stepper.params, stepper.cache, stepper.momentum
 
 
 def test_one_step_by_hand() -> None:
     params = np.array([1.0, -2.0, 0.5])
     cache = np.array([0.0, 4.0, 1.0])
     grad = np.array([2.0, -1.0, 0.0])
-    new_params, new_cache = rmsprop_step(params, cache, grad, lr=0.1, decay=0.9, eps=1e-5)
+    new_params, new_cache, _ = _step("rmsprop", params, cache, None, grad, lr=0.1, decay=0.9)
     # cache' = 0.9 cache + 0.1 g^2 ; p' = p + lr g / (sqrt(cache') + eps)   (ascent)
     expected_cache = [0.4, 3.7, 0.9]
     expected_params = [
@@ -24,14 +33,14 @@ def test_one_step_by_hand() -> None:
     ]
     np.testing.assert_allclose(new_cache, expected_cache, rtol=1e-15)
     np.testing.assert_allclose(new_params, expected_params, rtol=1e-15)
-    # The inputs are untouched, so a caller can swap both results in at once.
+    # The inputs are untouched: the caller's state stays as it was.
     np.testing.assert_array_equal(params, [1.0, -2.0, 0.5])
     np.testing.assert_array_equal(cache, [0.0, 4.0, 1.0])
 
 
 def test_first_step_from_zero_cache_moves_by_lr_over_sqrt_one_minus_decay() -> None:
-    new_params, _ = rmsprop_step(
-        np.zeros(2), np.zeros(2), np.array([3.0, -0.01]), lr=1e-4, decay=0.99
+    new_params, _, _ = _step(
+        "rmsprop", np.zeros(2), np.zeros(2), None, np.array([3.0, -0.01]), lr=1e-4, decay=0.99
     )
     # With a zero cache the step is lr * sign(g) / sqrt(1 - decay) (eps aside).
     np.testing.assert_allclose(new_params, [1e-3, -1e-3], rtol=1e-2)
@@ -40,25 +49,25 @@ def test_first_step_from_zero_cache_moves_by_lr_over_sqrt_one_minus_decay() -> N
 def test_adam_two_steps_by_hand() -> None:
     params = np.array([1.0, -2.0])
     grads = [np.array([2.0, -1.0]), np.array([-1.0, 3.0])]
-    m = v = np.zeros(2)
-    p = params
-    for step, grad in enumerate(grads, 1):
-        p, m, v = adam_step(p, m, v, grad, step=step, lr=0.1, beta1=0.5, beta2=0.75, eps=1e-3)
-    # By hand: m1 = 0.5 g1, v1 = 0.25 g1^2; m2 = 0.5 m1 + 0.5 g2, v2 = 0.75 v1 + 0.25 g2^2,
+    with MeanStep("adam", 0.9) as stepper:
+        stepper.load(params, np.zeros(2), np.zeros(2))
+        for step, grad in enumerate(grads, 1):
+            assert stepper.step(grad, 1.0, 1.0, step, 0.1)
+    # By hand: m1 = 0.1 g1, v1 = 0.001 g1^2; m2 = 0.9 m1 + 0.1 g2, v2 = 0.999 v1 + 0.001 g2^2,
     # each step p += lr * (m / (1 - b1^t)) / (sqrt(v / (1 - b2^t)) + eps).
     g1, g2 = grads
-    m1, v1 = 0.5 * g1, 0.25 * g1**2
-    p1 = params + 0.1 * (m1 / 0.5) / (np.sqrt(v1 / 0.25) + 1e-3)
-    m2, v2 = 0.5 * m1 + 0.5 * g2, 0.75 * v1 + 0.25 * g2**2
-    p2 = p1 + 0.1 * (m2 / 0.75) / (np.sqrt(v2 / (1 - 0.75**2)) + 1e-3)
-    np.testing.assert_allclose(m, m2, rtol=1e-15)
-    np.testing.assert_allclose(v, v2, rtol=1e-15)
-    np.testing.assert_allclose(p, p2, rtol=1e-14)
+    m1, v1 = 0.1 * g1, 0.001 * g1**2
+    p1 = params + 0.1 * (m1 / 0.1) / (np.sqrt(v1 / 0.001) + 1e-8)
+    m2, v2 = 0.9 * m1 + 0.1 * g2, 0.999 * v1 + 0.001 * g2**2
+    p2 = p1 + 0.1 * (m2 / (1 - 0.9**2)) / (np.sqrt(v2 / (1 - 0.999**2)) + 1e-8)
+    np.testing.assert_allclose(stepper.momentum, m2, rtol=1e-14)
+    np.testing.assert_allclose(stepper.cache, v2, rtol=1e-14)
+    np.testing.assert_allclose(stepper.params, p2, rtol=1e-14)
 
 
 def test_adam_first_step_moves_every_weight_by_lr_and_leaves_its_inputs() -> None:
     params, zeros = np.zeros(3), np.zeros(3)
-    new_params, _, _ = adam_step(params, zeros, zeros, np.array([5.0, -1e-3, 0.0]), step=1, lr=0.01)
+    new_params, _, _ = _step("adam", params, zeros, zeros, np.array([5.0, -1e-3, 0.0]), lr=0.01)
     # Bias correction makes the first step lr * sign(g), however large or small g is.
     np.testing.assert_allclose(new_params, [0.01, -0.01, 0.0], rtol=1e-4)
     np.testing.assert_array_equal(params, 0.0)
@@ -67,34 +76,12 @@ def test_adam_first_step_moves_every_weight_by_lr_and_leaves_its_inputs() -> Non
 
 def test_adam_refuses_step_zero() -> None:
     with pytest.raises(ValueError, match="counts from 1"):
-        adam_step(np.zeros(1), np.zeros(1), np.zeros(1), np.ones(1), step=0, lr=0.1)
-
-
-@pytest.mark.parametrize("name", ["rmsprop", "adam"])
-def test_the_optimizer_object_steps_like_the_functions_and_keeps_the_last_state(
-    name: str,
-) -> None:
-    rng = np.random.default_rng(0)
-    opt = Optimizer(name, lr=0.01, decay=0.9)
-    params, cache, momentum = np.ones(5), np.zeros(5), np.zeros(5)
-    live = (params, cache, momentum if name == "adam" else None)  # the arrays the caller holds
-    for step in range(1, 5):
-        grad = rng.standard_normal(5)
-        if name == "adam":
-            p2, _, c2 = adam_step(live[0], live[2], live[1], grad, step=step, lr=0.01)
-        else:
-            p2, c2 = rmsprop_step(live[0], live[1], grad, lr=0.01, decay=0.9)
-        before = (live[0].copy(), live[1].copy())
-        new = opt.step(*live, grad, step)
-        assert np.array_equal(new[0], p2) and np.array_equal(new[1], c2)
-        # The state the caller still holds is not touched by the step that replaces it.
-        assert np.array_equal(live[0], before[0]) and np.array_equal(live[1], before[1])
-        live = new
+        _step("adam", np.zeros(1), np.zeros(1), np.zeros(1), np.ones(1), step=0)
 
 
 def test_an_unknown_optimizer_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown optimizer 'sgd'"):
-        Optimizer("sgd", lr=0.1, decay=0.9)
+        MeanStep("sgd", 0.9)
 
 
 def test_a_drop_replaces_the_rate_from_its_step_on() -> None:
@@ -111,20 +98,6 @@ def test_a_drop_replaces_the_rate_from_its_step_on() -> None:
 )  # fmt: skip
 def test_each_point_of_a_drop_gives_its_value_from_its_step_on(steps: int, value: float) -> None:
     assert dropped(0.01, steps, (4e6, 6.3e6), (-0.03, 0.0)) == value
-
-
-@pytest.mark.parametrize("name", ["rmsprop", "adam"])
-def test_a_rate_given_to_a_step_replaces_the_optimizer_own(name: str) -> None:
-    grad = np.array([1.0, -2.0, 0.5])
-    stepped = [
-        Optimizer(name, lr=lr, decay=0.9).step(np.ones(3), np.zeros(3), np.zeros(3), grad, 1)
-        for lr in (0.01, 0.02)
-    ]
-    given = Optimizer(name, lr=0.01, decay=0.9).step(
-        np.ones(3), np.zeros(3), np.zeros(3), grad, 1, lr=0.02
-    )
-    assert np.array_equal(given[0], stepped[1][0])
-    assert not np.array_equal(given[0], stepped[0][0])
 
 
 def _numpy_rmsprop(params, cache, grad, lr, decay, eps):
@@ -158,26 +131,21 @@ def test_the_compiled_steps_keep_numpy_bits() -> None:
     rng = np.random.default_rng(0)
     params, grad = rng.standard_normal(10_001), rng.standard_normal(10_001) * 1e-3
     cache, momentum = rng.random(10_001) * 1e-4, rng.standard_normal(10_001) * 1e-3
-    got = rmsprop_step(params, cache, grad, lr=1e-3, decay=0.99)
+    got = _step("rmsprop", params, cache, None, grad, lr=1e-3, decay=0.99)[:2]
     want = _numpy_rmsprop(params, cache, grad, 1e-3, 0.99, 1e-5)
     assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
     for step in (1, 7, 1000):
-        got = adam_step(params, momentum, cache, grad, step=step, lr=3e-4)
+        p, v, m = _step("adam", params, cache, momentum, grad, step=step, lr=3e-4)
         want = _numpy_adam(params, momentum, cache, grad, step, 3e-4)
-        assert all(g.tobytes() == w.tobytes() for g, w in zip(got, want, strict=True))
+        assert all(g.tobytes() == w.tobytes() for g, w in zip((p, m, v), want, strict=True))
 
 
-@pytest.mark.parametrize("name", ["rmsprop", "adam"])
-def test_a_step_refuses_new_arrays_that_overlap_its_inputs(name: str) -> None:
+def test_a_step_refuses_arrays_that_overlap() -> None:
     # The compiled loops take their arrays as distinct memory (so that they vectorize): a
-    # step written over its own input is refused, not computed wrongly.
-    params, cache, momentum, grad = (np.ones(8) for _ in range(4))
+    # step over arrays that share memory is refused, not computed wrongly.
+    params, grad, weights = np.ones(8), np.ones(8), np.empty(8, np.float32)
     with pytest.raises(ValueError, match="overlap"):
-        if name == "adam":
-            adam_step(params, momentum, cache, grad, step=1, lr=0.1,
-                      out=(params, np.empty(8), np.empty(8)))
-        else:
-            rmsprop_step(params, cache, grad, lr=0.1, decay=0.9, out=(np.empty(8), cache))
+        sparse.rmsprop_range(params, params, grad, 1.0, 1.0, 0.1, 0.9, 1e-5, weights, 0, 8)
 
 
 # -- the actor-critic's step (MeanStep) -------------------------------------------------------
@@ -194,7 +162,7 @@ def _state(n: int, seed: int = 0) -> tuple[np.ndarray, ...]:
 
 @pytest.mark.parametrize("name", ["adam", "rmsprop"])
 @pytest.mark.parametrize("threads", [1, 2, 3])
-def test_the_mean_step_gives_the_bits_of_the_optimizers_step(name: str, threads: int) -> None:
+def test_the_mean_step_gives_numpys_bits_on_any_thread_count(name: str, threads: int) -> None:
     # More than one block, the last one cut short: every way of sharing them out.
     n = 3 * STEP_BLOCK + 5
     params, cache, momentum, total = _state(n)
@@ -208,9 +176,12 @@ def test_the_mean_step_gives_the_bits_of_the_optimizers_step(name: str, threads:
             grad = total / 80.0
             if scale != 1.0:
                 grad *= scale
-            params, cache, momentum_or_none = Optimizer(name, 1e-3, 0.99).step(
-                params, cache, momentum_or_none, grad, step
-            )
+            if name == "adam":
+                params, momentum_or_none, cache = _numpy_adam(
+                    params, momentum_or_none, cache, grad, step, 1e-3
+                )
+            else:
+                params, cache = _numpy_rmsprop(params, cache, grad, 1e-3, 0.99, 1e-5)
             np.testing.assert_array_equal(stepper.params, params)
             np.testing.assert_array_equal(stepper.cache, cache)
             if name == "adam":
