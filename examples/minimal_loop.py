@@ -34,7 +34,7 @@ from pong_mp.backends import RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.batch_sum import BatchSum
 from pong_mp.episode import make_tasks
-from pong_mp.optim import Optimizer
+from pong_mp.optim import MeanStep
 from pong_mp.pg import PGWork
 
 RUNNING_DECAY = 0.99  # the running reward's memory, one episode at a time (Karpathy's)
@@ -54,8 +54,8 @@ def train(
     """Train from new weights for `updates` updates (forever if None); the flat weights."""
     shape = policy.NetShape(hidden)
     params = policy.init_params(shape, seed)  # W1 (transposed) then W2, float64
-    cache = np.zeros_like(params)  # RMSProp's mean of squared gradients
-    optimizer = Optimizer("rmsprop", lr, decay)
+    optimizer = MeanStep("rmsprop", decay)
+    optimizer.load(params, np.zeros_like(params), None)  # RMSProp's cache starts at zero
     # What the worker runs: Karpathy's learner's side, an episode played into its gradient.
     spec = RolloutSpec(env_id, shape, PGWork(gamma), env_kwargs=env_kwargs or {})
     worker = EpisodeWorker(spec)
@@ -65,14 +65,16 @@ def train(
         while updates is None or update < updates:
             start = time.perf_counter()
             # Episodes are played with float32 weights; the optimizer keeps float64 ones.
-            weights = policy.Weights32.from_flat32(params.astype(np.float32), shape)
-            summed = BatchSum(episodes, batch_size, np.empty(len(params)))
+            weights = policy.Weights32.from_flat32(optimizer.params.astype(np.float32), shape)
+            summed = BatchSum(episodes, batch_size, np.empty(len(optimizer.params)))
             for task in make_tasks(seed, episodes, batch_size):
                 with threadpool_limits(limits=1):  # BLAS on one thread: the same bits anywhere
                     result = worker.play(weights, task)
                 summed.add(result)  # into its place in the fixed order of additions
             update += 1
-            params, cache, _ = optimizer.step(params, cache, None, summed.total, update)
+            # Karpathy's step: on the summed gradient itself (divisor and scale 1).
+            if not optimizer.step(summed.total, 1.0, 1.0, update, lr):
+                raise FloatingPointError(f"update {update}: the new weights are not finite")
             for reward in summed.episode_rewards:  # in episode order
                 running = reward if running is None else (
                     running * RUNNING_DECAY + reward * (1 - RUNNING_DECAY)
@@ -87,7 +89,7 @@ def train(
             )
     finally:
         worker.close()
-    return params
+    return optimizer.params
 
 
 def main() -> None:
