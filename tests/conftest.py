@@ -31,6 +31,14 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (bin/test runs two test processes), the tests that start Ray all
+    run in one of them: one Ray instance at a time."""
+    for item in items:
+        if item.get_closest_marker("ray"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 @pytest.fixture(autouse=True)
 def no_command_left_running() -> Iterator[None]:
     """Kills the commands a test started in the background and left running (it failed

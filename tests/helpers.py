@@ -275,13 +275,21 @@ def _runs_pong_mp(pid: int) -> bool:
         return False
 
 
+def _sibling(pid: int) -> bool:
+    # Another child of this process's parent, as pytest-xdist starts its test processes:
+    # the workers it starts are another test's, not orphans.
+    return pid != os.getpid() and os.getppid() > 1 and _parent(pid) == os.getppid()
+
+
 def stray_workers() -> set[int]:
     """Workers that nothing will clean up: children of this test process, or orphans (their
-    parent is not a pong-mp coordinator). Workers of other pong-mp runs are not counted."""
+    parent is not a pong-mp coordinator). Workers of other pong-mp runs, and of tests run
+    beside this one, are not counted."""
     return {
         pid
         for pid in pong_processes()
-        if _parent(pid) == os.getpid() or not _runs_pong_mp(_parent(pid))
+        if _parent(pid) == os.getpid()
+        or not (_runs_pong_mp(_parent(pid)) or _sibling(_parent(pid)))
     }
 
 

@@ -126,9 +126,26 @@ import os, signal, sys
 from pong_mp.backends.shm import BlockShape, SharedWeights
 from pong_mp.policy import NetShape
 block = SharedWeights.create(BlockShape(NetShape(16), 2))
-print(block.name, flush=True)
+print(block.name, os.getpgid(0), flush=True)
 os.killpg(0, signal.SIGKILL)  # the run and its resource tracker, at once
 """
+
+
+def _group_gone(group: int, timeout: float = 10.0) -> bool:
+    # Whether process group `group` has no live process left (zombies aside) within timeout.
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        live = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            live = live or (int(fields[2]) == group and fields[0] != "Z")
+        if not live:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 @needs_linux_shm
@@ -142,11 +159,12 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
         start_new_session=True,
         timeout=60,
     )
-    name = killed.stdout.strip()
+    name, _, group = killed.stdout.strip().partition(" ")
     try:
         assert killed.returncode == -9 and name.startswith(NAME_PREFIX), killed.stderr
-        time.sleep(0.5)  # a tracker that outlived the kill would have unlinked it by now
-        assert name in pong_shm_blocks(), "the kill left nothing to clean up"
+        # The kill took the run's resource tracker too, so only a pong-mp start can remove
+        # the block now: this test's, or that of a test run beside it (pytest-xdist).
+        assert _group_gone(int(group)), "the run's resource tracker outlived the kill"
 
         spec = RolloutSpec(
             env_id="FakePong-v0",
