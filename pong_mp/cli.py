@@ -88,8 +88,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 """Bad input: an option, the run directory or a checkpoint."""
 EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
-"""Standard output was closed under a command (`pong-mp train | head -1`): what death by
-SIGPIPE gives, after the command's cleanup (a run's checkpoint saved)."""
+"""Standard output was closed (`| head -1`): SIGPIPE's status, after the command's cleanup."""
 
 
 def _say(line: str) -> None:
@@ -337,9 +336,7 @@ def _field_option(f: dataclasses.Field) -> Callable[[Callable[..., Any]], Any]:
     help="A named set of algorithm options; options given beside it win. karpathy: "
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
     "(the defaults before the actor-critic); ppo: the actor-critic on the MLP (Adam, lr "
-    "1e-3, entropy 0.01 throughout, 4 passes of 4 minibatches). The defaults are ppo on "
-    "--policy conv with --minibatches 16, --entropy-drop-at 4e6,6.3e6,1e7 --entropy-drop-to "
-    "-0.03,0,-0.1 and --lr-drop-at 8e6 --lr-drop-to 3e-4.",
+    "1e-3, entropy 0.01 throughout, 4 passes of 4 minibatches).",
 )
 @_config_options()
 @click.option(
@@ -373,8 +370,7 @@ def train_command(
       pong-mp train --env FakePong-v0 --batches 50 --run-dir runs/fake   # seconds
     """
     options["env_kwargs"] = _parse_env_args(env_args)
-    # Only options the user typed count on --resume (the rest come from the stored run) and
-    # for a fork (the rest: the algorithm of the run it starts from, or the defaults).
+    # On --resume and for a fork, only typed options count (the rest come from the run).
     given = {
         name: value
         for name, value in options.items()
@@ -402,8 +398,7 @@ def train_command(
     except (ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
     except Interrupted as exc:
-        # Everything is saved and closed: a further Ctrl-C must not turn this clean exit
-        # into a death by signal.
+        # All is saved: a further Ctrl-C must not turn this clean exit into a death by signal.
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         # Named from the disk: a second Ctrl-C may have cut the last save short, and a stop
@@ -595,8 +590,7 @@ def play_command(
 @click.argument("out", metavar="MODEL.npz", type=click.Path(path_type=Path))
 @_stoppable
 def export_command(checkpoint_path: Path, out: Path) -> None:
-    """Write a checkpoint's policy (or a run directory's) as a small float32 model file, for
-    `pong-mp play`."""
+    """Write a checkpoint's (or run directory's) policy as a float32 model file for play."""
     try:
         if out.is_dir():
             raise FileError(f"{out} is a directory; name the model file to write")
@@ -622,44 +616,40 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     is_flag=True,
     help="Also print when the running reward first reached "
     + ", ".join(f"{t:+g}" if t else "0" for t in THRESHOLDS)
-    + ", for each run "
-    "(and, for several runs, per setting over its seeds); with --after-update or a step range, "
-    "also the mean reward per update within it; with --after-update and several runs, also "
-    "each one's difference from the first, update by update (forks against their control).",
+    + ", for each run and setting; with --after-update or a step range, the mean reward per "
+    "update within it; with --after-update and several runs, each one's difference from "
+    "the first, update by update.",
 )
 @click.option(
     "--rate",
     type=_FiniteRange(min=0, min_open=True),
     default=None,
     metavar="STEPS_PER_SEC",
-    help="With --milestones, also convert env steps to wall time at this training rate (the "
-    "steps/s that `pong-mp bench` measures), for runs made with fewer processes or on a busy "
-    "machine.",
+    help="With --milestones, also convert env steps to wall time at this training rate "
+    "(steps/s, as `pong-mp bench` measures it).",
 )
 @click.option(
     "--min-steps",
     type=_FiniteRange(min=0),
     default=None,
     metavar="STEPS",
-    help="Draw only the updates from this many env steps on (e.g. 21e6: the part of a run "
-    "after a fork). Milestones still cover whole runs; --milestones adds a table of the "
-    "drawn updates.",
+    help="Draw only the updates from this many env steps on (e.g. 21e6: after a fork); "
+    "--milestones adds a table of them (the milestones still cover whole runs).",
 )
 @click.option(
     "--max-steps",
     type=_FiniteRange(min=0, min_open=True),
     default=None,
     metavar="STEPS",
-    help="Draw only the updates up to this many env steps (to compare runs of different "
-    "lengths on one scale).",
+    help="Draw only the updates up to this many env steps.",
 )
 @click.option(
     "--after-update",
     type=click.IntRange(min=0),
     default=None,
     metavar="N",
-    help="Draw only the updates after update N (e.g. the checkpoint that forks started "
-    "from); --milestones adds a table of the drawn updates, as with --min-steps.",
+    help="Draw only the updates after update N (e.g. the forks' checkpoint); --milestones "
+    "adds a table of them, as with --min-steps.",
 )
 @_stoppable
 def plot_command(
@@ -671,8 +661,8 @@ def plot_command(
     max_steps: float | None,
     after_update: int | None,
 ) -> None:
-    """Plot a run's learning curve and speed, or compare several runs (seeds of one setting
-    become a mean curve with its spread). Works while runs are still going."""
+    """Plot a run's learning curve and speed, or compare several runs (a setting's seeds as a
+    mean curve with its spread), even while they run."""
     if output is None:
         output = Path(run_dirs[0]) / "learning.png" if len(run_dirs) == 1 else Path("compare.png")
     if min_steps is not None and max_steps is not None and min_steps >= max_steps:
@@ -684,8 +674,7 @@ def plot_command(
         for run_dir, records in runs:
             nulls = sum(r["running_reward"] is None for r in records)
             if nulls:
-                # A valid record (no episode had finished yet), but no trainer writes one
-                # today: worth a word, not a refusal.
+                # Valid, but no trainer writes one today: worth a word, not a refusal.
                 _say(
                     f"pong-mp: note: {run_dir}: {nulls} update{'s' * (nulls != 1)} with a null "
                     "running reward (no episode finished yet), drawn as a gap"
@@ -807,9 +796,8 @@ def bench_command(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Measure training speed against the emulator's raw speed, overhead and memory. The
-    training runs take `pong-mp train`'s options of the learner, the policy and the
-    schedules, with its defaults."""
+    """Measure training speed against the emulator's raw speed, overhead and memory (training
+    with `pong-mp train`'s learner, policy and schedule options)."""
 
     def report(results: Any, format_results: Callable[[Any], str]) -> None:
         click.echo(json.dumps(results, indent=2) if as_json else format_results(results))

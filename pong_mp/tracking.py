@@ -32,9 +32,6 @@ SCALARS = {
 }
 """TensorBoard tag -> metrics field, for each update."""
 
-EVENTS_PREFIX = "events.out.tfevents."
-"""How TensorBoard recognises an event file."""
-
 
 class TensorBoardLog:
     """Appends one event per update to a new event file in `run_dir`."""
@@ -46,9 +43,9 @@ class TensorBoardLog:
         from tensorboardX.record_writer import RecordWriter
 
         self._event = Event
-        # Nanoseconds: a resume within the same second must not overwrite the last file, and
-        # TensorBoard reads a directory's event files in the order of their names.
-        name = f"{EVENTS_PREFIX}{time.time_ns()}.{socket.gethostname()}.pong-mp"
+        # TensorBoard's prefix; nanoseconds, lest a resume within a second overwrite the last
+        # file (TensorBoard reads event files in the order of their names).
+        name = f"events.out.tfevents.{time.time_ns()}.{socket.gethostname()}.pong-mp"
         self.path = Path(run_dir) / name
         try:
             self._writer = RecordWriter(str(self.path))

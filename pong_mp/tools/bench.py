@@ -169,6 +169,13 @@ class TrainingSetup:
         self.model = model
         self.options: dict[str, Any] = {**_DEFAULTS, **options}
 
+    def __getattr__(self, name: str) -> Any:
+        # An option by its name (setup.algo), as TrainConfig has it.
+        options = self.__dict__.get("options", {})
+        if name in options:
+            return options[name]
+        raise AttributeError(name)
+
     def describe(self) -> dict[str, Any]:
         """The setup as JSON fields of the results: every option (None where unused), and the
         model."""
@@ -248,9 +255,8 @@ def training_rate(
     wall = sum(r["seconds"] for r in records)
     # From each batch's last result until the new weights and the next episodes are out.
     coordinator = sum(r["update_seconds"] for r in records)
-    # Episodes still playing at either end of the window make these approximate, by at
-    # most one episode per worker; where the parts then add up to more than the idle time
-    # the episodes' own clocks leave, they are the idle time.
+    # Approximate by up to one episode per worker at either end of the window: where the
+    # parts add up to more than the idle time the episodes' clocks leave, they are it.
     parts = {
         "barrier": spent["barrier_seconds"],
         "coordinator": spent["coordinator_seconds"],
@@ -266,8 +272,7 @@ def training_rate(
         "workers_busy": spent["busy_seconds"] / (workers * wall),
         "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
-        # The actor-critic's passes that went without their trajectory (None with pg): the
-        # episode's data was kept by the worker that took the pass.
+        # Actor-critic passes taken by the worker that kept the episode's data (None: pg).
         "passes_light_share": spent["light_passes"] / passes if passes else None,
     }
 
@@ -335,8 +340,8 @@ def run_bench(
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
     reference = dense_reference_rate(env_id, seconds)
-    short = episode_memory(1_000, entropy_bonus=setup.options["entropy_bonus"])
-    long = episode_memory(10_000, entropy_bonus=setup.options["entropy_bonus"])
+    short = episode_memory(1_000, entropy_bonus=setup.entropy_bonus)
+    long = episode_memory(10_000, entropy_bonus=setup.entropy_bonus)
     return {
         "env": env_id,
         "workers": workers,
@@ -439,10 +444,6 @@ def run_scaling(
     return rows
 
 
-SIMULATED_ENV_ARGS = {"points_to_win": 3}
-"""FakePong-v0's arguments in `run_simulation`: games of ~300 steps, updates of seconds."""
-
-
 def simulated_counts(max_workers: int) -> list[int]:
     """The worker counts `run_simulation` measures: 1, 2, 4, ... and `max_workers`."""
     counts = [1]
@@ -460,7 +461,8 @@ def run_simulation(
     from pong_mp.rundir import code_commit
 
     setup = setup or TrainingSetup()
-    env_kwargs = {**SIMULATED_ENV_ARGS, "step_seconds": step_seconds}
+    # Games of ~300 steps: one worker's update takes seconds, not minutes.
+    env_kwargs = {"points_to_win": 3, "step_seconds": step_seconds}
     commit = code_commit()  # the code measured: a record stays remakeable
     rows: list[dict[str, Any]] = []
     for workers in simulated_counts(max_workers):
@@ -548,8 +550,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     from pong_mp.episode import EpisodeResult, EpisodeStats
 
     size = policy.param_count(hidden)
-    # Object stores big enough for the update (Ray's test nodes get ~150 MB by default, and
-    # spilling to disk would be measured instead).
+    # Object stores big enough for the update, lest spilling to disk be measured instead.
     per_node = max(int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5), 80 * 2**20)
     cluster = Cluster(
         initialize_head=True,
@@ -591,9 +592,8 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
 
         # One sum per group, made on the group's node.
         start = time.perf_counter()
-        sums = []
-        for first in range(0, episodes, GROUP):
-            sums.append(summers[owner[first]].sum.remote(refs[first : first + GROUP]))
+        groups = range(0, episodes, GROUP)
+        sums = [summers[owner[i]].sum.remote(refs[i : i + GROUP]) for i in groups]
         summed = BatchSum(0, episodes, np.empty(size))
         for i in range(episodes):
             summed.add(EpisodeStats(i, 0.0, 0, 0.0))

@@ -200,10 +200,9 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
     }
     for run_dir, records in runs:
         stored = read_config(run_dir)
-        # A config written before an option existed ran as older runs did.
+        # A config written before an option existed ran as older runs did; an option pong-mp
+        # no longer has sets a run apart only at another value than the one it now has.
         stored = {**defaults, **OLDER_RUN_DEFAULTS, **stored} if stored else {}
-        # An option pong-mp no longer has sets a run apart only at another value than the
-        # one it now always has.
         stored = {k: v for k, v in stored.items() if k not in REMOVED} | removed_values(stored)
         stored.update(drop_options(stored))  # a drop stored as one number or as a list
         for name in idle_drop_values(stored):
@@ -234,8 +233,7 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
 def _on_grid(
     curves: list[tuple[np.ndarray, np.ndarray]], points: int = 400
 ) -> tuple[np.ndarray, np.ndarray]:
-    # Every curve sampled on one grid up to where the shortest one ends, so that a mean and
-    # a spread compare like with like.
+    # Every curve on one grid up to where the shortest ends: a mean compares like with like.
     end = min(float(np.nanmax(x)) for x, _ in curves)
     start = max(float(np.nanmin(x)) for x, _ in curves)
     grid = np.linspace(start, end, points)
@@ -304,17 +302,11 @@ def milestones(
     records: list[dict[str, Any]], thresholds: tuple[float, ...] = THRESHOLDS
 ) -> list[dict[str, Any]]:
     """For each threshold, the first update whose running reward reached it (or None)."""
-    steps = _steps(records)
+    steps, running = _steps(records), _running(records)
     rows = []
     for threshold in thresholds:
-        at = next(
-            (
-                i
-                for i, r in enumerate(records)
-                if r["running_reward"] is not None and r["running_reward"] >= threshold
-            ),
-            None,
-        )
+        reached = np.flatnonzero(running >= threshold)  # never where it is null (nan)
+        at = int(reached[0]) if len(reached) else None
         hit = records[at] if at is not None else {}
         rows.append(
             {
