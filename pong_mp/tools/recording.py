@@ -90,34 +90,30 @@ class VideoRecorder:
 
     def close(self) -> None:
         """Finish the file and move it into place (once; later calls do nothing)."""
-        if self._done:
-            return
-        self._done = True
-        try:
-            self._close_writer()
-            os.replace(self._tmp, self.path)
-        finally:
-            self._tmp.unlink(missing_ok=True)
-
-    def _close_writer(self) -> None:
-        if self._gif_file is not None:
-            try:
-                if self._gif is not None:
-                    self._gif.close()
-            finally:
-                self._gif_file.close()
-        else:
-            self._writer.close()
+        self._finish(keep=True)
 
     def abort(self) -> None:
         """Drop the recording, writing nothing to the target (once; then close does nothing)."""
+        self._finish(keep=False)
+
+    def _finish(self, keep: bool) -> None:
         if self._done:
             return
         self._done = True
         try:
-            self._close_writer()
-        except Exception:  # the writer failed already; its file is dropped either way
-            pass
+            if self._gif_file is None:
+                self._writer.close()
+            else:
+                try:
+                    if self._gif is not None:
+                        self._gif.close()
+                finally:
+                    self._gif_file.close()
+            if keep:
+                os.replace(self._tmp, self.path)
+        except Exception:
+            if keep:  # an abort drops the file anyway, whatever its writer says
+                raise
         finally:
             self._tmp.unlink(missing_ok=True)
 
