@@ -374,8 +374,7 @@ def train_command(
     given = {
         name: value
         for name, value in options.items()
-        if name == "env_kwargs"
-        or ctx.get_parameter_source(name) is not _DEFAULT
+        if name == "env_kwargs" or ctx.get_parameter_source(name) is not _DEFAULT
     }
     typed_only = resume or options["fork_from"] is not None
     if typed_only and not env_args:
@@ -404,8 +403,8 @@ def train_command(
         # Named from the disk: a second Ctrl-C may have cut the last save short, and a stop
         # while the workers start has saved nothing.
         where, resumable = where_it_stands(run_dir, exc.reached)
-        resume = ", continue with --resume" * resumable
-        _exit_stopped(f"pong-mp: stopped by {exc}; {where}{resume}", exc.exit_code)
+        hint = ", continue with --resume" * resumable
+        _exit_stopped(f"pong-mp: stopped by {exc}; {where}{hint}", exc.exit_code)
     except (WorkerError, NonFiniteError) as exc:
         cause = f"\n{exc.__cause__}" if exc.__cause__ is not None else ""
         _say(f"pong-mp: error: {exc}; {_kept(run_dir)}{cause}")

@@ -168,13 +168,7 @@ class TrainingSetup:
             raise TypeError(f"not options of bench's training runs: {', '.join(unknown)}")
         self.model = model
         self.options: dict[str, Any] = {**_DEFAULTS, **options}
-
-    def __getattr__(self, name: str) -> Any:
-        # An option by its name (setup.algo), as TrainConfig has it.
-        options = self.__dict__.get("options", {})
-        if name in options:
-            return options[name]
-        raise AttributeError(name)
+        vars(self).update(self.options)  # each also by its name (setup.algo), as in TrainConfig
 
     def describe(self) -> dict[str, Any]:
         """The setup as JSON fields of the results: every option (None where unused), and the
