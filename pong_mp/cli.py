@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import functools
 import json
 import logging
@@ -40,7 +39,7 @@ from pong_mp.config import (
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.learner import NonFiniteError
-from pong_mp.progress import make_reporter
+from pong_mp.progress import make_reporter, output_gone
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.signals import (
     STOP_SIGNALS,
@@ -88,8 +87,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 """Bad input: an option, the run directory or a checkpoint."""
 EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
-"""Standard output was closed under a command (`pong-mp train | head -1`): what death by
-SIGPIPE gives, after the command's cleanup (a run's checkpoint saved)."""
+"""Standard output was closed (`| head -1`): SIGPIPE's status, after the command's cleanup."""
 
 
 def _say(line: str) -> None:
@@ -104,22 +102,17 @@ def _fail(message: str, code: int) -> None:
 
 
 def _echo_or_stop(text: str) -> None:
-    """Print `text` on stdout; a closed stdout (its reader gone, or the terminal hung up)
-    stops the command as it stops `train`: Interrupted as SIGPIPE (exit 141), so that the
-    command cleans up, and says so on stderr, before it exits."""
+    """Print `text` on stdout; a closed stdout stops the command as SIGPIPE stops `train`."""
     try:
         click.echo(text)
-    except (BrokenPipeError, ConnectionResetError):
-        raise output_closed() from None
     except OSError as exc:
-        if exc.errno != errno.EIO:  # EIO: a terminal that hung up
+        if not output_gone(exc):
             raise
         raise output_closed() from None
 
 
 def _detach_stdout() -> None:
-    """Point stdout at /dev/null: the reader is gone, and what Python still holds for it
-    would fail again, with a warning, when the interpreter flushes it on exit."""
+    """Point stdout at /dev/null: what Python still holds for it would fail again on exit."""
     with contextlib.suppress(OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
@@ -137,10 +130,17 @@ class _FiniteRange(click.FloatRange):
         return super().convert(number, param, ctx)
 
 
+def _exit_stopped(line: str, code: int) -> None:
+    # The last words of a command stopped by a signal or a closed stdout.
+    _say(line)
+    if code == EXIT_OUTPUT_CLOSED:
+        _detach_stdout()
+    sys.exit(code)
+
+
 def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
-    """Run a command with SIGINT and SIGTERM raised as Interrupted, so that its cleanup (a
-    recording's temp file, a bench's workers and shared memory) runs before it exits 130 or
-    143 with one line. Without it SIGTERM kills at once and leaves a half-written file."""
+    """Run a command with stop signals raised as Interrupted, so that its cleanup (a
+    recording's temp file, a bench's workers) runs before it exits with one line."""
 
     @functools.wraps(command)
     def stoppable(*args: Any, **kwargs: Any) -> None:
@@ -148,10 +148,7 @@ def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
             with stop_signals_raise():
                 command(*args, **kwargs)
         except Interrupted as exc:
-            click.echo(f"pong-mp: stopped by {exc}", err=True)
-            if exc.exit_code == EXIT_OUTPUT_CLOSED:
-                _detach_stdout()
-            sys.exit(exc.exit_code)
+            _exit_stopped(f"pong-mp: stopped by {exc}", exc.exit_code)
 
     return stoppable
 
@@ -180,8 +177,7 @@ class _OneLineErrors(click.Group):
 
 
 def _removed(exc: click.UsageError) -> str | None:
-    """The error of an option pong-mp no longer has, naming the commit whose code has it;
-    None for any other usage error."""
+    """The error of an option pong-mp no longer has (naming its commit); else None."""
     if isinstance(exc, click.NoSuchOption):
         name = exc.option_name.removeprefix("--").replace("-", "_")
         if name in REMOVED:
@@ -280,41 +276,31 @@ _DEFAULT = click.core.ParameterSource.DEFAULT
 def _config_options(
     groups: tuple[str, ...] = OPTION_GROUPS,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A decorator that adds one option per TrainConfig field of `groups`: its name, type,
-    default, help and group all come from the field (config.option), so that none of them
-    is written twice (`train` takes every group, `bench` those of its training runs)."""
+    """A decorator adding an option for each TrainConfig field of `groups` (config.option)."""
 
     def add(command: Callable[..., Any]) -> Callable[..., Any]:
         for f in reversed(dataclasses.fields(TrainConfig)):
             if f.metadata["group"] in groups:
-                command = click.option(*_option_decls(f), **_option_kwargs(f))(command)
+                command = _field_option(f)(command)
         return command
 
     return add
 
 
-def _option_decls(f: dataclasses.Field) -> list[str]:
-    # The flags of field `f`'s option (and its parameter's name where it differs).
-    name = f.name.replace("_", "-")
-    flag = f.metadata.get("flag", f"--{name}")
-    if f.name == "env_kwargs":  # KEY=VALUE pairs, parsed by _parse_env_args
-        return [flag, "env_args"]
-    if f.type == "bool":
-        return [f"{flag}/--no-{name}"]
-    return [flag]
-
-
-def _option_kwargs(f: dataclasses.Field) -> dict[str, Any]:
-    # click's settings for field `f`'s option: its type, default, help and group.
+def _field_option(f: dataclasses.Field) -> Callable[[Callable[..., Any]], Any]:
+    # The click option of field `f`: its flags, type, default, help and group.
     kinds = {"int": int, "float": float, "str": str, "tuple[float, ...]": _Numbers()}
     meta = dict(f.metadata)
-    meta.pop("flag", None)
+    name = f.name.replace("_", "-")
+    decls = [meta.pop("flag", f"--{name}")]
     kwargs: dict[str, Any] = {
         "help": meta.pop("help"), "cls": _GroupedOption, "group": meta.pop("group")
     }
-    if f.name == "env_kwargs":
+    if f.name == "env_kwargs":  # KEY=VALUE pairs, parsed by _parse_env_args
+        decls.append("env_args")
         kwargs.update(multiple=True, metavar=meta.pop("metavar"))
     elif f.type == "bool":
+        decls = [f"{decls[0]}/--no-{name}"]
         kwargs.update(default=f.default, show_default=True)
     else:
         kind = str(f.type).removesuffix(" | None")
@@ -329,7 +315,7 @@ def _option_kwargs(f: dataclasses.Field) -> dict[str, Any]:
             kwargs["default"] = f.default_factory
             kwargs["show_default"] = meta.pop("show_default")
         kwargs.update(meta)
-    return kwargs
+    return click.option(*decls, **kwargs)
 
 
 @main.command("train", cls=_GroupedCommand)
@@ -349,9 +335,7 @@ def _option_kwargs(f: dataclasses.Field) -> dict[str, Any]:
     help="A named set of algorithm options; options given beside it win. karpathy: "
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
     "(the defaults before the actor-critic); ppo: the actor-critic on the MLP (Adam, lr "
-    "1e-3, entropy 0.01 throughout, 4 passes of 4 minibatches). The defaults are ppo on "
-    "--policy conv with --minibatches 16, --entropy-drop-at 4e6,6.3e6,1e7 --entropy-drop-to "
-    "-0.03,0,-0.1 and --lr-drop-at 8e6 --lr-drop-to 3e-4.",
+    "1e-3, entropy 0.01 throughout, 4 passes of 4 minibatches).",
 )
 @_config_options()
 @click.option(
@@ -385,13 +369,11 @@ def train_command(
       pong-mp train --env FakePong-v0 --batches 50 --run-dir runs/fake   # seconds
     """
     options["env_kwargs"] = _parse_env_args(env_args)
-    # Only options the user typed count on --resume (the rest come from the stored run) and
-    # for a fork (the rest: the algorithm of the run it starts from, or the defaults).
+    # On --resume and for a fork, only typed options count (the rest come from the run).
     given = {
         name: value
         for name, value in options.items()
-        if name == "env_kwargs"
-        or ctx.get_parameter_source(name) is not _DEFAULT
+        if name == "env_kwargs" or ctx.get_parameter_source(name) is not _DEFAULT
     }
     typed_only = resume or options["fork_from"] is not None
     if typed_only and not env_args:
@@ -414,17 +396,14 @@ def train_command(
     except (ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
     except Interrupted as exc:
-        # Everything is saved and closed: a further Ctrl-C must not turn this clean exit
-        # into a death by signal.
+        # All is saved: a further Ctrl-C must not turn this clean exit into a death by signal.
         for signum in STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         # Named from the disk: a second Ctrl-C may have cut the last save short, and a stop
         # while the workers start has saved nothing.
         where, resumable = where_it_stands(run_dir, exc.reached)
-        _say(f"pong-mp: stopped by {exc}; {where}{', continue with --resume' * resumable}")
-        if exc.exit_code == EXIT_OUTPUT_CLOSED:
-            _detach_stdout()
-        sys.exit(exc.exit_code)
+        hint = ", continue with --resume" * resumable
+        _exit_stopped(f"pong-mp: stopped by {exc}; {where}{hint}", exc.exit_code)
     except (WorkerError, NonFiniteError) as exc:
         cause = f"\n{exc.__cause__}" if exc.__cause__ is not None else ""
         _say(f"pong-mp: error: {exc}; {_kept(run_dir)}{cause}")
@@ -533,7 +512,25 @@ def play_command(
             err=True,
         )
     played: list[GameScore] = []
-    progress = _RecordingProgress(recorder) if recorder is not None else None
+    progress = None
+    if recorder is not None:
+        from tqdm import tqdm
+
+        # Recorded frames counted on stderr while a terminal watches (nothing in a pipe).
+        progress = tqdm(
+            total=recorder.max_frames,
+            unit=" frames",
+            file=sys.stderr,
+            leave=False,
+            desc=f"recording {recorder.path.name}",
+            disable=not sys.stderr.isatty(),
+        )
+
+    def on_frame(frame: Any) -> None:
+        before = recorder.frames
+        recorder.add(frame)
+        if recorder.frames > before:
+            progress.update(1)
 
     def on_game(score: GameScore) -> None:
         played.append(score)
@@ -552,7 +549,7 @@ def play_command(
             seed=seed,
             greedy=greedy,
             env_kwargs=env_kwargs,
-            on_frame=progress.add if progress is not None else None,
+            on_frame=on_frame if recorder is not None else None,
             on_game=on_game,
         )
         if recorder is not None:
@@ -584,41 +581,12 @@ def play_command(
         _echo_or_stop(f"recorded {recorder.frames:,} frames to {record}")
 
 
-class _RecordingProgress:
-    """Counts recorded frames on stderr while a terminal watches (nothing in a pipe)."""
-
-    def __init__(self, recorder: VideoRecorder) -> None:
-        self._recorder = recorder
-        self._bar = None
-        if sys.stderr.isatty():
-            from tqdm import tqdm
-
-            self._bar = tqdm(
-                total=recorder.max_frames,
-                unit=" frames",
-                file=sys.stderr,
-                leave=False,
-                desc=f"recording {recorder.path.name}",
-            )
-
-    def add(self, frame: Any) -> None:
-        before = self._recorder.frames
-        self._recorder.add(frame)
-        if self._bar is not None and self._recorder.frames > before:
-            self._bar.update(1)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.close()
-
-
 @main.command("export")
 @click.argument("checkpoint_path", metavar="CHECKPOINT|RUN_DIR", type=click.Path(path_type=Path))
 @click.argument("out", metavar="MODEL.npz", type=click.Path(path_type=Path))
 @_stoppable
 def export_command(checkpoint_path: Path, out: Path) -> None:
-    """Write a checkpoint's policy (or a run directory's) as a small float32 model file, for
-    `pong-mp play`."""
+    """Write a checkpoint's (or run directory's) policy as a float32 model file for play."""
     try:
         if out.is_dir():
             raise FileError(f"{out} is a directory; name the model file to write")
@@ -644,44 +612,40 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     is_flag=True,
     help="Also print when the running reward first reached "
     + ", ".join(f"{t:+g}" if t else "0" for t in THRESHOLDS)
-    + ", for each run "
-    "(and, for several runs, per setting over its seeds); with --after-update or a step range, "
-    "also the mean reward per update within it; with --after-update and several runs, also "
-    "each one's difference from the first, update by update (forks against their control).",
+    + ", for each run and setting; with --after-update or a step range, the mean reward per "
+    "update within it; with --after-update and several runs, each one's difference from "
+    "the first, update by update.",
 )
 @click.option(
     "--rate",
     type=_FiniteRange(min=0, min_open=True),
     default=None,
     metavar="STEPS_PER_SEC",
-    help="With --milestones, also convert env steps to wall time at this training rate (the "
-    "steps/s that `pong-mp bench` measures), for runs made with fewer processes or on a busy "
-    "machine.",
+    help="With --milestones, also convert env steps to wall time at this training rate "
+    "(steps/s, as `pong-mp bench` measures it).",
 )
 @click.option(
     "--min-steps",
     type=_FiniteRange(min=0),
     default=None,
     metavar="STEPS",
-    help="Draw only the updates from this many env steps on (e.g. 21e6: the part of a run "
-    "after a fork). Milestones still cover whole runs; --milestones adds a table of the "
-    "drawn updates.",
+    help="Draw only the updates from this many env steps on (e.g. 21e6: after a fork); "
+    "--milestones adds a table of them (the milestones still cover whole runs).",
 )
 @click.option(
     "--max-steps",
     type=_FiniteRange(min=0, min_open=True),
     default=None,
     metavar="STEPS",
-    help="Draw only the updates up to this many env steps (to compare runs of different "
-    "lengths on one scale).",
+    help="Draw only the updates up to this many env steps.",
 )
 @click.option(
     "--after-update",
     type=click.IntRange(min=0),
     default=None,
     metavar="N",
-    help="Draw only the updates after update N (e.g. the checkpoint that forks started "
-    "from); --milestones adds a table of the drawn updates, as with --min-steps.",
+    help="Draw only the updates after update N (e.g. the forks' checkpoint); --milestones "
+    "adds a table of them, as with --min-steps.",
 )
 @_stoppable
 def plot_command(
@@ -693,8 +657,8 @@ def plot_command(
     max_steps: float | None,
     after_update: int | None,
 ) -> None:
-    """Plot a run's learning curve and speed, or compare several runs (seeds of one setting
-    become a mean curve with its spread). Works while runs are still going."""
+    """Plot a run's learning curve and speed, or compare several runs (a setting's seeds as a
+    mean curve with its spread), even while they run."""
     if output is None:
         output = Path(run_dirs[0]) / "learning.png" if len(run_dirs) == 1 else Path("compare.png")
     if min_steps is not None and max_steps is not None and min_steps >= max_steps:
@@ -706,8 +670,7 @@ def plot_command(
         for run_dir, records in runs:
             nulls = sum(r["running_reward"] is None for r in records)
             if nulls:
-                # A valid record (no episode had finished yet), but no trainer writes one
-                # today: worth a word, not a refusal.
+                # Valid, but no trainer writes one today: worth a word, not a refusal.
                 _say(
                     f"pong-mp: note: {run_dir}: {nulls} update{'s' * (nulls != 1)} with a null "
                     "running reward (no episode finished yet), drawn as a gap"
@@ -829,15 +792,18 @@ def bench_command(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Measure training speed against the emulator's raw speed, overhead and memory. The
-    training runs take `pong-mp train`'s options of the learner, the policy and the
-    schedules, with its defaults."""
+    """Measure training speed against the emulator's raw speed, overhead and memory (training
+    with `pong-mp train`'s learner, policy and schedule options)."""
+
+    def report(results: Any, format_results: Callable[[Any], str]) -> None:
+        click.echo(json.dumps(results, indent=2) if as_json else format_results(results))
+
     if ray_driver:
         try:
             cost = ray_driver_cost()
         except ImportError:
             _fail("--ray-driver needs Ray: pip install 'pong-mp[ray]'", EXIT_USAGE)
-        click.echo(json.dumps(cost, indent=2) if as_json else format_ray_driver_cost(cost))
+        report(cost, format_ray_driver_cost)
         return
     try:
         check_env(env, {})
@@ -848,8 +814,7 @@ def bench_command(
     if compare_envs_only:
         if env == FAKE_PONG_ID:
             _fail("--compare-envs measures FakePong-v0 against --env: name another", EXIT_USAGE)
-        rates = compare_envs((env, FAKE_PONG_ID), seconds, rounds)
-        click.echo(json.dumps(rates, indent=2) if as_json else format_env_comparison(rates))
+        report(compare_envs((env, FAKE_PONG_ID), seconds, rounds), format_env_comparison)
         return
     if project:
         if model is None:
@@ -862,11 +827,8 @@ def bench_command(
             )
         costs = measure_costs(model, env)
         rows = run_projection(costs)
-        click.echo(
-            json.dumps({"costs": dataclasses.asdict(costs), "rows": rows}, indent=2)
-            if as_json
-            else format_projection(costs, rows)
-        )
+        results = {"costs": dataclasses.asdict(costs), "rows": rows}
+        report(results, lambda _: format_projection(costs, rows))
         return
     given = {name for name in options if ctx.get_parameter_source(name) is not _DEFAULT}
     setup = TrainingSetup(model, **apply_preset(preset, options, explicit=given))
@@ -875,12 +837,8 @@ def bench_command(
     except ConfigError as exc:
         _fail(str(exc), EXIT_USAGE)
     if simulate is not None:
-        rows = run_simulation(workers, seconds, simulate, setup)
-        click.echo(json.dumps(rows, indent=2) if as_json else format_simulation(rows))
-        return
-    if scaling:
-        rows = run_scaling(workers, seconds, env, setup)
-        click.echo(json.dumps(rows, indent=2) if as_json else format_scaling(rows))
-        return
-    results = run_bench(workers, seconds, env, setup)
-    click.echo(json.dumps(results, indent=2) if as_json else format_bench(results))
+        report(run_simulation(workers, seconds, simulate, setup), format_simulation)
+    elif scaling:
+        report(run_scaling(workers, seconds, env, setup), format_scaling)
+    else:
+        report(run_bench(workers, seconds, env, setup), format_bench)

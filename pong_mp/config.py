@@ -33,16 +33,11 @@ ALGOS = ("pg", "ppo")
 """Learners: Karpathy's policy gradient, or an actor-critic with PPO's clipped surrogate."""
 
 POLICIES = ("mlp", "conv")
-"""Policy networks: a hidden layer on the pixels (Karpathy's), or on the features of a
-convolutional layer."""
-
+"""Policy networks: a hidden layer on the pixels (Karpathy's), or on a conv layer's features."""
 
 
 OPTION_GROUPS = ("run", "learner", "policy", "schedule", "cluster")
-"""The groups of `pong-mp train`'s options, in the order its help shows them: what to train
-where and when to stop, the learner, the policy network, the schedules by env steps, and
-where episodes are played. Each group's options come in the order of their TrainConfig
-fields, the everyday ones first."""
+"""The groups of `pong-mp train`'s options in its help; within each, TrainConfig's order."""
 
 
 def option(
@@ -53,12 +48,8 @@ def option(
     factory: Callable[[], Any] | None = None,
     **cli: Any,
 ) -> Any:
-    """A TrainConfig field with its `pong-mp train` help, its `group` (OPTION_GROUPS) and
-    click settings in `cli`: the field is the one source of the option's name, type,
-    default, help and place in the help. `factory` makes the default anew for each config
-    (a dict, the CPU count)."""
-    if group not in OPTION_GROUPS:
-        raise ValueError(f"unknown option group {group!r}")
+    """A TrainConfig field and its `pong-mp train` option: help, `group` and click settings
+    in `cli`; `factory` makes the default anew for each config."""
     metadata = {"help": help, "group": group, **cli}
     if factory is not None:
         return field(default_factory=factory, metadata=metadata)
@@ -67,8 +58,8 @@ def option(
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a training run. Each field is a `pong-mp train` option of
-    the same name (underscores become dashes) and a keyword of `pong_mp.train`."""
+    """Everything that defines a training run: each field is a `pong-mp train` option (with
+    dashes) and a keyword of `pong_mp.train`."""
 
     run_dir: str = option(
         "runs/pong", "Where config.json, metrics.jsonl and checkpoint.npz live.", group="run"
@@ -156,9 +147,8 @@ class TrainConfig:
     entropy_bonus: float = option(
         0.01,
         "Add BETA times the policy's entropy at every step to the objective, which keeps the "
-        "policy from settling early (0: none, Karpathy's); below 0 it is a penalty, which "
-        "makes a trained policy commit to its likelier actions (late in a run). "
-        "--entropy-drop-at replaces it from its points on (by default at 4 M env steps).",
+        "policy from settling early (0: none, Karpathy's); below 0, a penalty that makes it "
+        "commit to its likelier actions. --entropy-drop-at replaces it from its points on.",
         metavar="BETA",
         group="schedule",
     )
@@ -166,10 +156,8 @@ class TrainConfig:
         (4e6, 6.3e6, 1e7),
         "From STEPS env steps on, weigh the entropy by --entropy-drop-to instead of "
         "--entropy-bonus (0: never; --algo ppo); several points, comma-separated and "
-        "increasing, each takes its own --entropy-drop-to value. The default, a penalty of "
-        "0.03 from 4 M steps, no entropy term from 6.3 M and a penalty of 0.1 from 10 M, "
-        "makes the policy commit to its likelier actions once it wins, lets it settle, then "
-        "commits it harder.",
+        "increasing, each takes its own --entropy-drop-to value. The default commits the "
+        "policy to its likelier actions once it wins, lets it settle, then commits it harder.",
         metavar="STEPS[,STEPS...]",
         group="schedule",
     )
@@ -183,8 +171,8 @@ class TrainConfig:
     lr_drop_at: tuple[float, ...] = option(
         (8e6,),
         "From STEPS env steps on, train at --lr-drop-to instead of --lr (0: never); several "
-        "points, comma-separated and increasing, each takes its own --lr-drop-to value. A "
-        "lower rate late lifts the level a run settles at (by default 3e-4 from 8 M steps).",
+        "points, comma-separated and increasing, each takes its own --lr-drop-to value (a "
+        "lower rate late lifts the level a run settles at).",
         metavar="STEPS[,STEPS...]",
         group="schedule",
     )
@@ -210,8 +198,7 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        # A drop's points and values as tuples, however given: one number (older configs,
-        # keyword arguments) or a list (config.json).
+        # A drop as tuples, given as one number (older configs, keywords) or a list.
         for name, value in drop_options(vars(self)).items():
             setattr(self, name, value)
 
@@ -227,8 +214,7 @@ class TrainConfig:
 
     @property
     def shape(self) -> NetShape:
-        """The policy network's shape: --hidden units on --policy conv's --channels, or on
-        the pixels."""
+        """The policy network's shape: --hidden units on the conv layer or the pixels."""
         return NetShape(self.hidden, self.conv_channels)
 
     def validate(self) -> None:
@@ -347,8 +333,8 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: object) -> TrainConfig:
-        """A config from a dict such as config.json's, its types and values checked;
-        unknown keys are an error, and options it lacks take the defaults of older runs."""
+        """A checked config from a dict such as config.json's; missing options take
+        OLDER_RUN_DEFAULTS, unknown keys are an error."""
         if not isinstance(data, dict):
             raise ConfigError(f"a config is a JSON object, not {type(data).__name__}")
         data = {k: v for k, v in without_removed(data).items() if k not in RECORD_KEYS}
@@ -363,31 +349,24 @@ class TrainConfig:
 
 
 def max_local_workers() -> int:
-    """The most worker processes the local backend starts: 4 per usable CPU, at least 64.
-    More only wait for a core, and each costs ~100 MB of memory."""
+    """The most local worker processes: 4 per CPU, at least 64 (each costs ~100 MB)."""
     return max(64, 4 * default_workers())
 
 
 MAX_BATCH_SIZE = 10_000
-"""The most episodes in one update: each is 1,000 to 6,000 env steps of real Pong, so one
-update of 10,000 already takes hours on a few cores, with no progress shown meanwhile (and
-the coordinator holds every episode's task)."""
+"""The most episodes in one update: 10,000 of real Pong take hours with no progress shown."""
 
 MIN_EPISODE_TIMEOUT = 1.0
-"""The shortest --episode-timeout: the worker's answer needs a pipe and a poll (up to 1 s
-apart), so anything shorter would kill healthy workers."""
+"""The shortest --episode-timeout: a worker's answer may take a poll of up to 1 s."""
 
 MAX_LR = 1.0
-"""The largest learning rate: RMSProp and Adam move each weight by about lr per update, and
-the weights are about 0.01; far larger steps overflow (1e308 does at once)."""
+"""The largest learning rate: weights are about 0.01, and far larger steps overflow them."""
 
 MAX_ENTROPY_BONUS = 10.0
-"""The largest entropy bonus (or penalty, below 0): the standardised returns it is added to
-are about 1."""
+"""The largest entropy bonus (or penalty): the standardised returns are about 1."""
 
 MAX_POLICY_LAG = 8
-"""The most batches one update's weights may lag behind: each lag step keeps one more weights
-version (5 MB at 200 hidden units) in shared memory, in the checkpoint and on every node."""
+"""The most lag: each step keeps one more weights version in memory, checkpoint and nodes."""
 
 OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "optimizer": "rmsprop",
@@ -403,26 +382,22 @@ OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "policy": "mlp",
     "channels": 16,
 }
-"""The defaults of older runs: options added after runs were first stored, with the value
-that a config without them was trained with (whatever the default is now), so that a
-resumed run keeps its algorithm and an older model plays as it was trained."""
+"""Options added after runs were first stored, with the value a config without them was
+trained with: a resumed run keeps its algorithm, an older model plays as it was trained."""
 
 
 def stored_option(config: dict[str, Any], name: str) -> Any:
-    """Option `name` of a stored config (config.json's, or the one a checkpoint or model
-    holds): its value, or the default of older runs where the config predates the option."""
+    """Option `name` of a stored config, or its OLDER_RUN_DEFAULTS value if it has none."""
     return config.get(name, OLDER_RUN_DEFAULTS[name])
 
 
 def stored_value_head(config: dict[str, Any]) -> bool:
-    """Whether the weights of a stored config's run carry a value head (TrainConfig's
-    `value_head`)."""
+    """Whether a stored config's weights carry a value head (TrainConfig.value_head)."""
     return stored_option(config, "algo") == "ppo"
 
 
 def stored_conv_channels(config: dict[str, Any]) -> int:
-    """The convolutional layer's channels of a stored config's run (TrainConfig's
-    `conv_channels`): 0 for the MLP."""
+    """A stored config's conv channels, 0 for the MLP (TrainConfig.conv_channels)."""
     return stored_option(config, "channels") if stored_option(config, "policy") == "conv" else 0
 
 
@@ -439,15 +414,12 @@ REMOVED: dict[str, tuple[Any, str]] = {
     "gamma": (0.99, "582c055"),
     "baseline": ("none", "582c055"),
 }
-"""Options pong-mp no longer has, each with the value it now always has and the last commit
-whose code had the option. A stored config (config.json, a checkpoint's or a model's) that
-gives one that value loads as if it did not name it; one of another value needs that
-commit's code."""
+"""Options pong-mp no longer has: the value each now always has (a stored config may give
+it), and the last commit whose code had it (a stored config of another value needs it)."""
 
 
 RECORD_KEYS = ("commit",)
-"""Keys that config.json holds beside the options, about the run rather than its algorithm:
-`commit`, the commit of the code that last started it (`rundir.code_commit`)."""
+"""config.json's keys beside the options: `commit`, of the code that last started the run."""
 
 
 class RemovedOptionError(ConfigError):
@@ -455,8 +427,7 @@ class RemovedOptionError(ConfigError):
 
 
 def removed_values(config: dict[str, Any]) -> dict[str, Any]:
-    """The options of a stored config that pong-mp no longer has, where it gives them
-    another value than the one they now always have (REMOVED)."""
+    """A stored config's REMOVED options of another value than the one they now have."""
     return {
         name: config[name]
         for name, (kept, _) in REMOVED.items()
@@ -465,8 +436,7 @@ def removed_values(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def without_removed(config: dict[str, Any]) -> dict[str, Any]:
-    """A stored config without the options pong-mp no longer has. RemovedOptionError where
-    it gives one of them another value: that run needs the code of an older commit."""
+    """A stored config without REMOVED options; RemovedOptionError for one of another value."""
     for name, value in removed_values(config).items():
         commit = REMOVED[name][1]
         raise RemovedOptionError(
@@ -477,19 +447,17 @@ def without_removed(config: dict[str, Any]) -> dict[str, Any]:
 
 
 MAX_CHANNELS = 64
-"""The most filters of --policy conv: its hidden layer then has 23,104 input rows, 3.6
-times the MLP's 6,400."""
+"""The most conv filters: the hidden layer then has 23,104 inputs, 3.6 times the MLP's."""
 
 MAX_HIDDEN = 4096
-"""The most hidden units: W1 is then 26 M weights, 210 MB in float64 per copy, and a
-worker's fixed episode memory alone passes 600 MB."""
+"""The most hidden units: W1 is then 210 MB in float64, a worker's episode memory 600 MB."""
 
 
 DROPS: dict[str, tuple[str, str]] = {
     "lr": ("lr_drop_at", "lr_drop_to"),
     "entropy_bonus": ("entropy_drop_at", "entropy_drop_to"),
 }
-"""Each option a drop replaces, with the drop's points (env steps) and its values there."""
+"""Each option a drop replaces: the drop's points (env steps) and its values there."""
 
 
 def _is_number(value: object) -> bool:
@@ -500,9 +468,8 @@ def _is_number(value: object) -> bool:
 
 
 def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
-    """The drop options in `data` as tuples of floats, however they were given: one number
-    (as older configs and keyword arguments have them; a point of 0 is no drop) or a list.
-    Values of another type are left out, for check_types to name."""
+    """The drop options in `data` as tuples of floats, from one number (a point of 0: no
+    drop) or a list; values of another type are left out, for check_types to name."""
     out: dict[str, tuple[float, ...]] = {}
     for at, to in DROPS.values():
         for name in (at, to):
@@ -516,14 +483,12 @@ def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
 
 
 def idle_drop_values(options: dict[str, Any]) -> tuple[str, ...]:
-    """The drop values in `options` (a config as a dict) that decide nothing: those of a
-    drop with no points, which older runs store with the defaults of their time."""
+    """The drop values in `options` that decide nothing: those of a drop with no points."""
     return tuple(to for at, to in DROPS.values() if not options.get(at))
 
 
 def shown(value: object) -> str:
-    """An option's value as a message shows it: a drop's points as they are typed
-    (4e6,6.3e6, each exact; none: 0), anything else as its repr."""
+    """An option's value in a message: a drop's as typed (4e6,6.3e6; none: 0), else repr."""
     if isinstance(value, tuple):
         return ",".join(map(_typed, value)) or "0"
     return repr(value)
@@ -557,9 +522,8 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 
 
 def check_types(data: dict[str, Any]) -> None:
-    """Raise ConfigError naming the first field of `data` (config.json's, or a dataclass's)
-    whose value has the wrong type for TrainConfig; keys that are not fields are ignored.
-    A float where a whole number belongs is refused, not rounded."""
+    """Raise ConfigError naming the first TrainConfig field in `data` of the wrong type (a
+    float where a whole number belongs included); other keys are ignored."""
     for f in dataclasses.fields(TrainConfig):
         if f.name not in data:
             continue
@@ -599,11 +563,8 @@ ALGORITHM_FIELDS = (
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
 FORK_KEEPS = ("env", "optimizer", "policy", "channels")
-"""Options a fork keeps from the run it starts from: that run's checkpoint (weights and
-optimizer state) fits only these. (A fork may widen the hidden layer, add a value head or
-drop one, change the policy lag, and switch the learner, whose optimizer state then starts
-anew: see state.with_hidden, state.with_value_head, state.with_policy_lag and
-state.with_new_optimizer_state.)"""
+"""Options a fork keeps from its run, whose checkpoint fits only these; the rest it may change
+(state.with_hidden, with_value_head, with_policy_lag, with_new_optimizer_state)."""
 
 
 _KARPATHY: dict[str, Any] = {
@@ -633,18 +594,14 @@ PRESETS: dict[str, dict[str, Any]] = {
         "minibatches": 4,
     },
 }
-"""Named sets of algorithm options, each exact whatever the defaults: `karpathy` is pg-pong;
-`pg` is Karpathy's learner at lr 1e-3 with the MLP (the defaults before the actor-critic);
-`ppo` is the actor-critic with the MLP. The defaults themselves are the actor-critic with
-the convolutional policy, 16 minibatches a pass, an entropy drop and a learning-rate drop
-(docs/learning-notes.md has the evidence for each)."""
+"""Named sets of algorithm options, exact whatever the defaults: `karpathy` is pg-pong, `pg`
+it at lr 1e-3, `ppo` the actor-critic on the MLP (docs/learning-notes.md has the evidence)."""
 
 
 def apply_preset(
     name: str | None, options: dict[str, Any], explicit: set[str] | frozenset[str] = frozenset()
 ) -> dict[str, Any]:
-    """`options` with the preset's values, except for the options in `explicit`, which the
-    user set and which win. No preset (None) returns `options` unchanged."""
+    """`options` with preset `name`'s values (None: none), except those in `explicit`."""
     if name is None:
         return dict(options)
     if name not in PRESETS:
@@ -654,11 +611,7 @@ def apply_preset(
 
 
 def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
-    """The config of a resumed run: `stored` with the options the user gave again.
-
-    Options that only say how to run (workers, backend, batches, ...) may change; an
-    algorithm option that differs from the stored run is a ConfigError.
-    """
+    """`stored` with the options given on resume; ConfigError for a changed algorithm one."""
     for name in ALGORITHM_FIELDS:
         if name in given and given[name] != getattr(stored, name):
             flag, was = option_flag(name), getattr(stored, name)
@@ -674,8 +627,7 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
 
 
 MAX_JSON_DEPTH = 32
-"""How deep the JSON that pong-mp reads (config.json, a checkpoint's config, a metrics line,
-an --env-arg) may nest; its own is 2 levels deep."""
+"""How deep the JSON that pong-mp reads may nest (its own is 2 levels deep)."""
 
 
 class JSONTooDeep(ValueError):
@@ -693,9 +645,8 @@ def _deeper_than(value: object, depth: int) -> bool:
 
 
 def parse_json(text: str | bytes) -> Any:
-    """json.loads, with a document nested deeper than MAX_JSON_DEPTH refused (JSONTooDeep, a
-    ValueError as any malformed JSON): Python's parser, and the code that walks what it
-    returns, recurse, and a deep one would end in a RecursionError."""
+    """json.loads, refusing a document deeper than MAX_JSON_DEPTH (JSONTooDeep, a ValueError)
+    before a RecursionError in the parser or in the code that walks it."""
     too_deep = JSONTooDeep(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     try:
         value = json.loads(text)

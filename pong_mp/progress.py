@@ -22,6 +22,11 @@ class Reporter(Protocol):
         """The run is over (whatever the reason)."""
 
 
+def output_gone(exc: OSError) -> bool:
+    """Whether a failed write means the output is gone: its reader, or a hung-up terminal."""
+    return isinstance(exc, BrokenPipeError | ConnectionResetError) or exc.errno == errno.EIO
+
+
 def format_update(record: dict[str, Any]) -> str:
     """One readable line for an update's metrics record."""
     return (
@@ -64,9 +69,7 @@ class QuietReporter:
 
 
 def format_postfix(record: dict[str, Any]) -> str:
-    """The figures of an update for a status bar: the running reward and the speed (with
-    the bar's own counter and times they fit 80 columns; the plain lines of a log also give
-    each batch's mean reward)."""
+    """An update's running reward and speed for a status bar (fits 80 columns with it)."""
     running = record["running_reward"]
     running_text = "n/a" if running is None else f"{running:.2f}"
     return f"running {running_text}, {record['steps_per_sec']:,.0f} steps/s"
@@ -85,8 +88,8 @@ class BarReporter:
     def __init__(
         self, start: int, total: int | None, stream: IO[str], notebook: bool = False
     ) -> None:
-        """A bar from update `start` to `total` (None: open-ended), drawn on `stream`; with
-        `notebook`, tqdm.auto picks a Jupyter widget where one can be shown."""
+        """A bar from update `start` to `total` (None: open-ended) on `stream`; `notebook`:
+        tqdm.auto's Jupyter widget where one can be shown."""
         if notebook:
             from tqdm.auto import tqdm
         else:
@@ -126,8 +129,7 @@ class BarReporter:
 
 
 class NotebookReporter(BarReporter):
-    """The Python API's progress: a Jupyter widget in a notebook (tqdm.auto), a text bar on
-    stderr elsewhere."""
+    """The Python API's progress: a Jupyter widget in a notebook, else a bar on stderr."""
 
     def __init__(self, start: int, total: int | None) -> None:
         """A bar from update `start` to `total` (None: open-ended)."""
@@ -135,9 +137,8 @@ class NotebookReporter(BarReporter):
 
 
 class GuardedReporter:
-    """Passes everything on to `inner` until its output is closed (a pipe whose reader is
-    gone, a terminal hung up), then nothing: `closed` tells the trainer, which stops the run
-    as SIGPIPE would, after saving. Progress is never worth a lost update or a traceback."""
+    """Passes everything on to `inner` until its output is gone, then nothing: `closed` tells
+    the trainer to stop as SIGPIPE would, after saving (progress is never worth a traceback)."""
 
     def __init__(self, inner: Reporter) -> None:
         """Guard `inner`."""
@@ -150,10 +151,8 @@ class GuardedReporter:
             return
         try:
             write()
-        except (BrokenPipeError, ConnectionResetError):
-            self.closed = True
         except OSError as exc:
-            if exc.errno != errno.EIO:  # EIO: a terminal that hung up
+            if not output_gone(exc):
                 raise
             self.closed = True
 

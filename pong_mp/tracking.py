@@ -1,11 +1,9 @@
 """TensorBoard event files in the run directory: `tensorboard --logdir runs` shows every run.
 
-Events are framed and checksummed by tensorboardX's `RecordWriter` and built from its
-protobuf summaries, but written here, in the coordinator's own thread, one event per update,
-so that a full disk is one FileError like any other run file (a background writer thread
-would die with a traceback instead). The x axis is env steps, as in CleanRL: learning
-measured in env steps does not depend on the machine. metrics.jsonl stays the contract;
-these files are for watching.
+Events are framed by tensorboardX's `RecordWriter` but written in the coordinator's own
+thread, so that a full disk is one FileError like any other run file (a background writer
+thread would die with a traceback). The x axis is env steps, which does not depend on the
+machine. metrics.jsonl stays the contract; these files are for watching.
 """
 
 from __future__ import annotations
@@ -34,24 +32,20 @@ SCALARS = {
 }
 """TensorBoard tag -> metrics field, for each update."""
 
-EVENTS_PREFIX = "events.out.tfevents."
-"""How TensorBoard recognises an event file."""
-
 
 class TensorBoardLog:
     """Appends one event per update to a new event file in `run_dir`."""
 
     def __init__(self, run_dir: Path, purge_from: int | None = None) -> None:
-        """Open a new event file. `purge_from` (on resume: the checkpoint's env steps + 1)
-        tells TensorBoard to drop older files' events from that step on: those updates are
-        played again."""
+        """Open a new event file; `purge_from` (on resume: the checkpoint's env steps + 1) has
+        TensorBoard drop older files' events from that step on, as they are played again."""
         from tensorboardX.proto.event_pb2 import Event, SessionLog
         from tensorboardX.record_writer import RecordWriter
 
         self._event = Event
-        # Nanoseconds: a resume within the same second must not overwrite the last file, and
-        # TensorBoard reads a directory's event files in the order of their names.
-        name = f"{EVENTS_PREFIX}{time.time_ns()}.{socket.gethostname()}.pong-mp"
+        # TensorBoard's prefix; nanoseconds, lest a resume within a second overwrite the last
+        # file (TensorBoard reads event files in the order of their names).
+        name = f"events.out.tfevents.{time.time_ns()}.{socket.gethostname()}.pong-mp"
         self.path = Path(run_dir) / name
         try:
             self._writer = RecordWriter(str(self.path))

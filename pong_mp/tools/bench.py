@@ -1,16 +1,11 @@
 """Measurements: `pong-mp bench` puts pong-mp's training speed next to the emulator's limit.
 
-All figures come from one run on one machine, and the ones that matter are ratios within it:
-- raw: N processes stepping gymnasium's ALE/Pong-v5 with random actions (the limit),
-  measured before and after the training run, averaged;
-- reference: the serial loop of Ray's example (dense float64 numpy, Karpathy's code path) in one
-  process, against one raw process;
-- training: pong-mp's local backend with N workers training for real;
-- the coordinator's share of each update's wall time, where the workers' idle time goes
-  (the batch barrier, the coordinator, the pipes), the workers' peak RSS, and the peak
-  RSS of a worker process playing one 1,000-step and one 10,000-step episode.
-`pong-mp bench --compare-envs` compares FakePong's raw speed with ALE's, and `pong-mp bench
---ray-driver` measures what one large update costs the driver of a Ray cluster.
+All figures come from one run on one machine; the ones that matter are ratios within it:
+- raw: N processes stepping ALE/Pong-v5 with random actions (the limit), before and after
+  the training run, averaged;
+- reference: the serial loop of Ray's example (dense float64 numpy) against one raw process;
+- training: pong-mp's local backend with N workers training for real, the coordinator's
+  share of it, where the workers' idle time goes, and the workers' memory.
 """
 
 from __future__ import annotations
@@ -36,8 +31,7 @@ T = TypeVar("T")
 
 
 def _pooled(result: AsyncResult[T]) -> T:
-    """The value of a pool's call, waited for in POLL_SECONDS slices: no stop signal wakes
-    a pool's wait, so a stop is looked for between them."""
+    """A pool call's value, waited for in slices: no stop signal wakes a pool's wait."""
     while not result.ready():
         result.wait(POLL_SECONDS)
         check_stop()
@@ -74,8 +68,7 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
 
 
 def format_env_comparison(rates: dict[str, list[float]]) -> str:
-    """`compare_envs`'s rates as each env's median, and the last env's speed against the
-    first's."""
+    """Each env's median rate, and the last env's against the first's."""
     medians = {env_id: float(np.median(r)) for env_id, r in rates.items()}
     width = max(12, *(len(env_id) for env_id in medians))
     lines = [
@@ -98,8 +91,7 @@ def raw_rate(env_id: str, processes: int, seconds: float) -> float:
 
 
 def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> float:
-    """Steps/s of the serial loop of Ray's example: RGB frames, dense float64 rows, dense
-    backward."""
+    """Steps/s of the serial loop of Ray's example: dense float64 rows and backward."""
     from threadpoolctl import threadpool_limits
 
     shape = policy.NetShape(hidden)
@@ -156,49 +148,32 @@ def _rss_mb(pid: int, field: str = "VmHWM") -> float | None:
 
 
 BENCH_GROUPS = ("learner", "policy", "schedule")
-"""The groups of `pong-mp train`'s options (config.OPTION_GROUPS) that bench's training runs
-take: those that decide what training computes. A run's and the cluster's are bench's own
-(its --env, --workers)."""
+"""The groups of `pong-mp train`'s options that decide what bench's training runs compute."""
 
-BENCH_FIELDS = tuple(
-    f.name for f in dataclasses.fields(TrainConfig) if f.metadata["group"] in BENCH_GROUPS
-)
-"""The TrainConfig fields that bench's training runs take, as `pong-mp bench` options."""
-
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(TrainConfig) if f.name in BENCH_FIELDS}
+_DEFAULTS = {
+    f.name: f.default
+    for f in dataclasses.fields(TrainConfig)
+    if f.metadata["group"] in BENCH_GROUPS
+}
 
 
 class TrainingSetup:
-    """What a bench's training runs train with: `pong-mp train`'s options of BENCH_FIELDS
-    (train's defaults where not given), and the weights they start from."""
+    """What bench's training runs train with: train's options of BENCH_GROUPS (its defaults
+    where not given) and the weights they start from."""
 
     def __init__(self, model: Path | None = None, **options: Any) -> None:
-        """Runs from the weights of `model` (a model or checkpoint; None: new weights) with
-        `options`, keywords of TrainConfig (the policy network of new weights: a model's is
-        its own)."""
-        unknown = sorted(set(options) - set(BENCH_FIELDS))
+        """Runs from the weights of `model` (a model or checkpoint; None: new ones) with
+        `options`, keywords of TrainConfig (a model's policy network is its own)."""
+        unknown = sorted(set(options) - set(_DEFAULTS))
         if unknown:
             raise TypeError(f"not options of bench's training runs: {', '.join(unknown)}")
         self.model = model
-        """A model or checkpoint whose weights the runs start from (a trained agent's long
-        episodes); None: new weights."""
         self.options: dict[str, Any] = {**_DEFAULTS, **options}
-        """Every option of BENCH_FIELDS, given or train's default."""
-
-    def __getattr__(self, name: str) -> Any:
-        # An option by its name (setup.algo), as TrainConfig has it.
-        options = self.__dict__.get("options", {})
-        if name in options:
-            return options[name]
-        raise AttributeError(name)
-
-    def replace(self, **options: Any) -> TrainingSetup:
-        """This setup with `options` in place of its own."""
-        return TrainingSetup(self.model, **{**self.options, **options})
+        vars(self).update(self.options)  # each also by its name (setup.algo), as in TrainConfig
 
     def describe(self) -> dict[str, Any]:
-        """The setup as JSON fields of the bench's results: every option (None where the
-        learner or the policy does not use it), and the model."""
+        """The setup as JSON fields of the results: every option (None where unused), and the
+        model."""
         unused = set()
         if self.options["policy"] != "conv":
             unused.add("channels")
@@ -213,8 +188,7 @@ class TrainingSetup:
 def training_config(
     env_id: str, workers: int, setup: TrainingSetup, env_kwargs: dict[str, Any] | None = None
 ) -> tuple[TrainConfig, np.ndarray]:
-    """The config of `setup`'s training runs on `env_id` (built with `env_kwargs`), checked
-    (a ConfigError names the option), and the weights they start from."""
+    """The checked config (ConfigError) of `setup`'s runs on `env_id`, and their weights."""
     from pong_mp.checkpoint import load_policy
 
     options = dict(setup.options)
@@ -241,8 +215,7 @@ def training_rate(
     setup: TrainingSetup | None = None,
     env_kwargs: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Train for real on the local backend for about `seconds` after one warm-up update,
-    as `setup` says, on `env_id` built with `env_kwargs`."""
+    """Train as `setup` says on the local backend for about `seconds` after one warm-up."""
     setup = setup or TrainingSetup()  # train's defaults, new weights
     from pong_mp.backends.local import LocalBackend
     from pong_mp.state import TrainState
@@ -275,9 +248,8 @@ def training_rate(
     wall = sum(r["seconds"] for r in records)
     # From each batch's last result until the new weights and the next episodes are out.
     coordinator = sum(r["update_seconds"] for r in records)
-    # Episodes still playing at either end of the window make these approximate, by at
-    # most one episode per worker; where the parts then add up to more than the idle time
-    # the episodes' own clocks leave, they are the idle time.
+    # Approximate by up to one episode per worker at either end of the window: where the
+    # parts add up to more than the idle time the episodes' clocks leave, they are it.
     parts = {
         "barrier": spent["barrier_seconds"],
         "coordinator": spent["coordinator_seconds"],
@@ -293,8 +265,7 @@ def training_rate(
         "workers_busy": spent["busy_seconds"] / (workers * wall),
         "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
-        # The actor-critic's passes that went without their trajectory (None with pg): the
-        # episode's data was kept by the worker that took the pass.
+        # Actor-critic passes taken by the worker that kept the episode's data (None: pg).
         "passes_light_share": spent["light_passes"] / passes if passes else None,
     }
 
@@ -334,9 +305,7 @@ def episode_memory(
     entropy_bonus: float = 0.0,
 ) -> dict[str, float] | None:
     """RSS (MB) of a fresh worker-like process before one episode of exactly `steps` steps,
-    and its peak during it (the median of `repeats` processes: the allocator adds ~0.2 MB of
-    noise); None where /proc cannot tell. `entropy_bonus` > 0 adds its sum to the
-    workspace."""
+    and its peak during it (median of `repeats` processes); None where /proc cannot tell."""
     ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeats):
@@ -445,8 +414,7 @@ def run_scaling(
     env_id: str = "ALE/Pong-v5",
     setup: TrainingSetup | None = None,
 ) -> list[dict[str, Any]]:
-    """Training against the raw emulator with the same number of processes, for 1 to
-    `max_workers` workers: one row per count (raw measured before and after training)."""
+    """Training against raw with as many processes, one row for each of 1 to `max_workers`."""
     setup = setup or TrainingSetup()  # train's defaults, new weights
     rows = []
     for workers in range(1, max_workers + 1):
@@ -469,11 +437,6 @@ def run_scaling(
     return rows
 
 
-SIMULATED_ENV_ARGS = {"points_to_win": 3}
-"""FakePong-v0's arguments in `run_simulation`, beside its sleep: short games (about 300
-steps), so that an update of one worker takes seconds, not minutes."""
-
-
 def simulated_counts(max_workers: int) -> list[int]:
     """The worker counts `run_simulation` measures: 1, 2, 4, ... and `max_workers`."""
     counts = [1]
@@ -485,15 +448,14 @@ def simulated_counts(max_workers: int) -> list[int]:
 def run_simulation(
     max_workers: int, seconds: float, step_seconds: float, setup: TrainingSetup | None = None
 ) -> list[dict[str, Any]]:
-    """Training on FakePong-v0 whose every step sleeps `step_seconds`, for the worker counts
-    of `simulated_counts`: the emulator costs no CPU, so many workers fit on a few cores
-    and what limits the speed-up is the orchestration (the coordinator, the rounds'
-    barriers, the pipes). One row per count, with its speed-up over one worker and its
-    efficiency (speed-up / workers; 1 is ideal)."""
+    """Training on FakePong-v0 whose steps sleep `step_seconds` (no CPU, so the orchestration
+    limits the speed-up), one row per count of `simulated_counts`, with its speed-up over
+    one worker and its efficiency (speed-up / workers; 1 is ideal)."""
     from pong_mp.rundir import code_commit
 
     setup = setup or TrainingSetup()
-    env_kwargs = {**SIMULATED_ENV_ARGS, "step_seconds": step_seconds}
+    # Games of ~300 steps: one worker's update takes seconds, not minutes.
+    env_kwargs = {"points_to_win": 3, "step_seconds": step_seconds}
     commit = code_commit()  # the code measured: a record stays remakeable
     rows: list[dict[str, Any]] = []
     for workers in simulated_counts(max_workers):
@@ -552,8 +514,7 @@ def format_scaling(rows: list[dict[str, Any]]) -> str:
 
 
 def _idle_line(r: dict[str, Any]) -> list[str]:
-    # Where the workers' idle time went, as shares of it (bench results of older versions
-    # have none).
+    # Where the workers' idle time went (older versions' results have none).
     shares = r.get("idle_shares")
     if not shares:
         return []
@@ -570,14 +531,9 @@ def _idle_line(r: dict[str, Any]) -> list[str]:
 
 
 def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, Any]:
-    """What one update of `episodes` episodes costs the driver on a simulated Ray cluster,
-    with the gradients summed per group on their nodes (what the Ray backend does) and, for
-    comparison, with every gradient fetched and summed by the driver.
-
-    `nodes` Ray nodes run on this machine (ray.cluster_utils); actors on the non-head nodes
-    put gradients of the real size into their nodes' object stores, each group of
-    batch_sum.GROUP episodes on one node (as the backend's hand-out prefers). Needs Ray.
-    """
+    """What one update of `episodes` costs the driver of a Ray cluster of `nodes` nodes on
+    this machine, with gradients summed per group on their nodes (as the Ray backend does),
+    and with every gradient summed by the driver. Needs Ray."""
     import ray
     from ray.cluster_utils import Cluster
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -587,8 +543,7 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     from pong_mp.episode import EpisodeResult, EpisodeStats
 
     size = policy.param_count(policy.NetShape(hidden))
-    # Object stores big enough for the update (Ray's test nodes get ~150 MB by default, and
-    # spilling to disk would be measured instead).
+    # Object stores big enough for the update, lest spilling to disk be measured instead.
     per_node = max(int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5), 80 * 2**20)
     cluster = Cluster(
         initialize_head=True,
@@ -630,9 +585,8 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
 
         # One sum per group, made on the group's node.
         start = time.perf_counter()
-        sums = []
-        for first in range(0, episodes, GROUP):
-            sums.append(summers[owner[first]].sum.remote(refs[first : first + GROUP]))
+        groups = range(0, episodes, GROUP)
+        sums = [summers[owner[i]].sum.remote(refs[i : i + GROUP]) for i in groups]
         summed = BatchSum(0, episodes, np.empty(size))
         for i in range(episodes):
             summed.add(EpisodeStats(i, 0.0, 0, 0.0))

@@ -1,12 +1,9 @@
 """A streaming GIF writer for game frames: few colours, small changes from frame to frame.
 
-A general GIF writer quantises every frame to a palette and compresses the whole picture,
-~40 ms for a 3x upscaled Atari frame. Game frames need neither: they hold a handful of
-exact colours (the ALE palette has 128), and between two frames only the ball and the
-paddles move. So this writer maps colours through a lookup table to one global palette,
-writes only the rectangle that changed (GIF frames may be smaller than the picture and are
-drawn over the previous one), lets Pillow's C encoder compress it, and streams each frame
-to the file as it comes. The global palette is written into its reserved place at the end.
+A general writer quantises and compresses every whole frame (~40 ms for a 3x Atari frame).
+Game frames hold a handful of exact colours and only the ball and paddles move, so this one
+maps colours through a lookup table to one global palette (written into its reserved place
+at the end), and has Pillow compress only the rectangle that changed.
 """
 
 from __future__ import annotations
@@ -23,8 +20,8 @@ class GifStream:
     """Writes RGB frames (H x W x 3 uint8, all the same size) to an open binary file."""
 
     def __init__(self, fh: BinaryIO, height: int, width: int, scale: int, delay_ms: float) -> None:
-        """Write the header of a looping GIF of frames `height` x `width` shown `scale`
-        times larger, `delay_ms` apart (GIF counts in hundredths of a second)."""
+        """Write the header of a looping GIF of `height` x `width` frames shown `scale` times
+        larger, `delay_ms` apart."""
         self._fh = fh
         self._scale = scale
         self._delay = max(2, round(delay_ms / 10))  # most viewers treat < 2 as 10

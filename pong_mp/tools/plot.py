@@ -33,8 +33,7 @@ class PlotError(ValueError):
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's metrics records (`rundir.read_metrics`: validated, a line being written
-    right now skipped); PlotError, in one line, if there are none or the file is damaged."""
+    """The run's validated metrics records; PlotError if there are none or they are damaged."""
     path = rundir.metrics_file(run_dir)
     if not path.is_file():
         raise PlotError(f"{run_dir}: no {METRICS_FILE} (is it a pong-mp run directory?)")
@@ -67,8 +66,7 @@ def _running(records: list[dict[str, Any]]) -> np.ndarray:
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
-    """The run's config.json as a dict; empty if it is missing or unreadable (a plot still
-    shows the curve)."""
+    """The run's config.json as a dict; empty if missing or unreadable (the curve still shows)."""
     try:
         config = parse_json((Path(run_dir) / "config.json").read_text())
     except (OSError, ValueError):
@@ -105,8 +103,7 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, out: Path) -> None:
-    # Atomically: a full disk or Ctrl-C while drawing leaves the old file or none, never half.
-    # The figure is closed whatever happens, so a notebook that plots often does not pile up.
+    # Atomically (never half a file); the figure is closed whatever happens.
     try:
         write_atomic(out, lambda fh: fig.savefig(fh, dpi=100, format="png"))
     finally:
@@ -127,10 +124,8 @@ def within_steps(
     run_dir: Path,
     after_update: int | None = None,
 ) -> list[dict[str, Any]]:
-    """The records whose env steps so far lie in [low, high] (either end may be open) and,
-    with `after_update`, whose update comes after that one, each with its `total_steps`
-    filled in; PlotError if none do. For drawing a part of a long run, such as the updates
-    after a fork."""
+    """The records with env steps in [low, high] (either end open) and after `after_update`,
+    each with its `total_steps`; PlotError if none are."""
     steps = _steps(records)
     keep = np.ones(len(records), dtype=bool)
     if low is not None:
@@ -153,30 +148,18 @@ def _minutes(records: list[dict[str, Any]]) -> np.ndarray:
 
 
 def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = None) -> Path:
-    """Write a PNG of one run: reward against env steps, and steps/s against wall time;
-    returns `out`. `records` are the run's metrics as `read_metrics` gives them, read here
-    if not given."""
+    """Write a PNG of one run's reward by env steps and steps/s by wall time; returns `out`.
+    `records`: the run's metrics (read here if not given)."""
     plt = _pyplot()
     if records is None:
         records = read_metrics(run_dir)
     steps = _steps(records) / 1e6
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 7.5), constrained_layout=True)
+    rewards = [r["reward_mean"] for r in records]
     top.plot(
-        steps,
-        [r["reward_mean"] for r in records],
-        ".",
-        ms=3,
-        alpha=0.4,
-        color="tab:gray",
-        label="mean reward of each update",
+        steps, rewards, ".", ms=3, alpha=0.4, color="tab:gray", label="mean reward of each update"
     )
-    top.plot(
-        steps,
-        _running(records),
-        color="tab:blue",
-        lw=2,
-        label="running reward",
-    )
+    top.plot(steps, _running(records), color="tab:blue", lw=2, label="running reward")
     top.set_xlabel("env steps (millions)")
     top.set_ylabel("reward per game")
     top.grid(alpha=0.3)
@@ -195,29 +178,21 @@ NOT_ALGORITHM = frozenset(
     {f.name for f in dataclasses.fields(TrainConfig) if f.name not in ALGORITHM_FIELDS}
     | {"seed", "fork_from", *RECORD_KEYS}
 )
-"""Config fields that do not make runs different experiments: runs that differ only in these
-are seeds of one setting and are drawn as one mean curve. Where a run started from is one of
-them: a run and a fork of it that changes no option are the same setting, and forks of
-several seeds' checkpoints with one option are seeds of that option."""
+"""Config fields that do not make runs different settings (a fork that changes nothing is its
+run's setting): runs differing only in these are seeds of one, drawn as one mean curve."""
 
 
 @dataclass
 class RunGroup:
     """Runs of one setting (the same config but for seeds and how they were run)."""
 
-    label: str
-    """What sets this group apart from the others, e.g. "optimizer adam"."""
+    label: str  # what sets it apart from the others, e.g. "optimizer adam"
     runs: list[tuple[Path, list[dict[str, Any]]]]
-    """Each run's directory and metrics records."""
-
-
-def _label_value(value: object) -> str:
-    return shown(value) if isinstance(value, tuple) else str(value)
 
 
 def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
-    """Runs grouped by setting, in the order each setting first appears, each labelled by
-    the config values that differ between the groups (the directory name if none do)."""
+    """Runs grouped by setting, in order, each labelled by the config values that differ
+    between the groups (or its directory's name)."""
     settings: dict[str, list[tuple[Path, list[dict[str, Any]]]]] = {}
     configs: dict[str, dict[str, Any]] = {}
     defaults = {
@@ -225,10 +200,9 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
     }
     for run_dir, records in runs:
         stored = read_config(run_dir)
-        # A config written before an option existed ran as older runs did.
+        # A config written before an option existed ran as older runs did; an option pong-mp
+        # no longer has sets a run apart only at another value than the one it now has.
         stored = {**defaults, **OLDER_RUN_DEFAULTS, **stored} if stored else {}
-        # An option pong-mp no longer has sets a run apart only at another value than the
-        # one it now always has.
         stored = {k: v for k, v in stored.items() if k not in REMOVED} | removed_values(stored)
         stored.update(drop_options(stored))  # a drop stored as one number or as a list
         for name in idle_drop_values(stored):
@@ -248,7 +222,10 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
     groups = []
     for key, members in settings.items():
         config = configs[key]
-        label = ", ".join(f"{name} {_label_value(config.get(name))}" for name in differing)
+        label = ", ".join(
+            f"{name} {shown(v) if isinstance(v := config.get(name), tuple) else v}"
+            for name in differing
+        )
         groups.append(RunGroup(label or members[0][0].name, members))
     return groups
 
@@ -256,8 +233,7 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
 def _on_grid(
     curves: list[tuple[np.ndarray, np.ndarray]], points: int = 400
 ) -> tuple[np.ndarray, np.ndarray]:
-    # Every curve sampled on one grid up to where the shortest one ends, so that a mean and
-    # a spread compare like with like.
+    # Every curve on one grid up to where the shortest ends: a mean compares like with like.
     end = min(float(np.nanmax(x)) for x, _ in curves)
     start = max(float(np.nanmin(x)) for x, _ in curves)
     grid = np.linspace(start, end, points)
@@ -265,9 +241,8 @@ def _on_grid(
 
 
 def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
-    """Write a PNG comparing runs: running reward against env steps and against wall time.
-    Runs that differ only by seed are one mean curve with its spread (min to max) over the
-    range they all cover, and each of them a thin line in full."""
+    """Write a PNG comparing runs' running reward by env steps and by wall time: each seed a
+    thin line, a setting's seeds one mean curve with its min-max spread where they all are."""
     plt = _pyplot()
     groups = group_runs(runs)
     # One legend for both panels, below them: a long one inside an axes covers the curves.
@@ -327,17 +302,11 @@ def milestones(
     records: list[dict[str, Any]], thresholds: tuple[float, ...] = THRESHOLDS
 ) -> list[dict[str, Any]]:
     """For each threshold, the first update whose running reward reached it (or None)."""
-    steps = _steps(records)
+    steps, running = _steps(records), _running(records)
     rows = []
     for threshold in thresholds:
-        at = next(
-            (
-                i
-                for i, r in enumerate(records)
-                if r["running_reward"] is not None and r["running_reward"] >= threshold
-            ),
-            None,
-        )
+        reached = np.flatnonzero(running >= threshold)  # never where it is null (nan)
+        at = int(reached[0]) if len(reached) else None
         hit = records[at] if at is not None else {}
         rows.append(
             {
@@ -352,15 +321,13 @@ def milestones(
 
 
 def reward_at_minutes(records: list[dict[str, Any]], minutes: float) -> float | None:
-    """The running reward "at N minutes" of a run: that of its last update finished within
-    `minutes` of its own clock (`elapsed`); None if none was. docs/learning.md's convention."""
+    """The running reward of the last update done within `minutes` of `elapsed` (or None)."""
     done = [r for r in records if r.get("elapsed", math.inf) <= minutes * 60]
     return done[-1]["running_reward"] if done else None
 
 
 def training_rate(records: list[dict[str, Any]]) -> float:
-    """A timed run's training rate: its env steps over its wall time, end to end (the last
-    update's `total_steps` over its `elapsed`). docs/learning.md's convention for rates."""
+    """A timed run's env steps over its wall time, end to end (docs/learning.md's rates)."""
     last = records[-1]
     return last["total_steps"] / last["elapsed"]
 
@@ -373,8 +340,8 @@ def minutes_at(steps: float, rate: float) -> str:
 def milestones_table(
     records: list[dict[str, Any]], title: str | None = None, rate: float | None = None
 ) -> str:
-    """The milestones as a Markdown table, under `title` if given; with `rate` (training steps
-    per second), a column with the wall time the env steps take at that rate."""
+    """The milestones as a Markdown table, under `title`; with `rate` (steps/s), a column of
+    the wall time their env steps take at it."""
     lines = [f"{title}:"] if title else []
     extra = f" at {rate:,.0f} steps/s |" if rate else ""
     lines += [
@@ -394,15 +361,9 @@ def milestones_table(
 
 
 def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
-    """What each run's updates in a step range (from `within_steps`) scored, as a Markdown
-    table: their count, the env steps they played, the mean of their batches' mean reward,
-    that mean over their first and second halves, the climb of a least-squares line through
-    their batches' mean rewards (points per million env steps; blank for a single update),
-    and the running reward at the last one.
-
-    The mean reward per update, not the running reward, is the figure to compare forks of one
-    checkpoint by: the running reward is an average that carries the run's past into the
-    range, and at its end says mostly what the last few dozen episodes scored."""
+    """A Markdown table of what each run's drawn updates scored: mean reward per update, over
+    each half, its least-squares climb per M steps, and the last running reward (which
+    carries the run's past: the mean is the figure to compare forks by)."""
     lines = [
         "the drawn updates: mean reward per update (of each batch's mean)",
         "| run | updates | env steps | mean reward per update | first half | "
@@ -429,13 +390,10 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     return "\n".join(lines)
 
 
-# Consecutive batches of two forks differ alike (their policies drift apart slowly), so the
-# standard error comes from the means of blocks of this many updates, not from single ones.
+# Two forks' batches differ alike for a while: the standard error comes from blocks' means.
 PAIR_BLOCK = 10
 
-
-# What two runs' records of one update must share for the runs to be forks of its checkpoint
-# (timings and norms aside: those differ between machines and worker counts).
+# What two runs' records of one update share if they are forks of its checkpoint.
 FORK_FIELDS = ("batch", "episodes", "total_steps", "reward_mean", "running_reward")
 
 
@@ -450,15 +408,10 @@ def fork_origin(records: list[dict[str, Any]], update: int) -> dict[str, Any] | 
 def paired_table(
     runs: list[tuple[Path, list[dict[str, Any]]]], origins: list[dict[str, Any] | None]
 ) -> str:
-    """Each later run's batches against the first run's, update by update, over the drawn
-    updates both recorded: the mean difference of their batches' mean reward, and its
-    standard error from the means of blocks of PAIR_BLOCK updates (blank with fewer than two
-    blocks), as a Markdown table. `origins` are the runs' `fork_origin` records of the update
-    they are drawn after; a run whose origin is not the first run's is not paired.
-
-    For forks of one checkpoint, with the control first: forks start from the same agent and
-    play the same games' seeds, so a pair's difference is far less noisy than two runs'
-    separate means."""
+    """A Markdown table of each later run's mean difference from the first run's batches,
+    update by update, with its standard error from blocks of PAIR_BLOCK updates; a run
+    whose `fork_origin` is not the first's is not paired (forks of one checkpoint play the
+    same seeds, so pairs are far less noisy than separate means)."""
     first_dir, first = runs[0]
     control = {r["batch"]: r["reward_mean"] for r in first}
     lines = [
@@ -489,9 +442,8 @@ def paired_table(
 
 
 def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | None = None) -> str:
-    """Env steps to each running reward, per setting (runs grouped as in `plot_runs`): the
-    mean over the seeds that reached it, their range, and how many of the seeds did; with
-    `rate` (training steps per second), also the wall time of the mean at that rate."""
+    """Env steps to each running reward per setting: the mean over the seeds that reached it,
+    their range and count; with `rate` (steps/s), the mean's wall time at it."""
     groups = group_runs(runs)
     head = "| running reward | " + " | ".join(g.label for g in groups) + " |"
     lines = [

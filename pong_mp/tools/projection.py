@@ -1,21 +1,13 @@
 """A projection of training throughput at worker counts this machine does not have.
 
-The model replays the local backend's schedule with measured costs instead of real
-episodes (`simulate`):
-
-- episodes are handed out in order, one at a time, to the first free worker; an episode
-  of batch k may start once the weights it is played with exist (update k-1-L);
-- an episode takes its length (drawn from a trained agent's episodes) times the seconds a
-  training worker spends per step;
-- the coordinator is one process: it adds each gradient to its batch's sum as it arrives
-  (a worker gets its next episode only once its gradient slot has been read), and applies
-  update k, then writes the new weights to shared memory, once batch k is summed.
-
-The costs come from this machine (`measure_costs`): the episode lengths and per-step
-seconds of a trained agent playing training episodes, the time to add one gradient, and
-the time of one update with its broadcast. What the model leaves out: the memory bandwidth
-and caches that many processes share, and the CPU the coordinator takes from the workers
-on a machine with no spare core. Its figures are projections, not measurements.
+`simulate` replays the local backend's schedule with costs measured here (`measure_costs`):
+- episodes go out in order to the first free worker; one of batch k may start once the
+  weights it is played with exist (update k-1-L); it takes its length (drawn from a
+  trained agent's episodes) times a training worker's seconds per step;
+- the coordinator adds each gradient as it arrives (a worker gets its next episode only
+  then), and applies update k with its broadcast once batch k is summed.
+Left out: the memory bandwidth and caches that processes share, and the CPU the
+coordinator takes on a machine with no spare core. The figures are projections.
 """
 
 from __future__ import annotations
@@ -34,23 +26,18 @@ import numpy as np
 class Costs:
     """What one episode and one update cost, as measured on one machine."""
 
-    episode_steps: tuple[int, ...]
-    """Lengths of a trained agent's episodes (the schedule draws from them)."""
-    step_seconds: float
-    """A training worker's seconds per env step (policy and gradient included)."""
-    raw_step_seconds: float
-    """Seconds per step of the emulator alone, in one process."""
-    sum_seconds: float
-    """The coordinator's time to add one episode's gradient to its batch's sum."""
-    update_seconds: float
-    """The coordinator's time for one update: optimizer step, statistics and broadcast."""
+    episode_steps: tuple[int, ...]  # a trained agent's episode lengths
+    step_seconds: float  # a training worker's per env step, policy and gradient included
+    raw_step_seconds: float  # the emulator's alone, in one process
+    sum_seconds: float  # the coordinator's to add one episode's gradient
+    update_seconds: float  # the coordinator's for one update with its broadcast
 
 
 def simulate(
     costs: Costs, workers: int, batch_size: int, lag: int, updates: int = 200, seed: int = 0
 ) -> dict[str, float]:
-    """The schedule of `updates` updates: the workers' busy fraction ("efficiency") and
-    the training rate as a fraction of `workers` raw emulator processes ("ratio")."""
+    """The workers' busy fraction ("efficiency") over `updates` updates, and the training
+    rate as a fraction of `workers` raw processes' ("ratio")."""
     rng = np.random.default_rng(seed)
     lengths = rng.choice(np.asarray(costs.episode_steps), size=(updates, batch_size))
     applied = [0.0]  # applied[k]: when update k's weights exist (update 0: the start)
@@ -102,22 +89,16 @@ def project(
     ]
 
 
-PROJECTED_WORKERS = [1, 2, 4, 8, 16, 32, 64]
-"""Worker counts `pong-mp bench --project` projects."""
-
-
 def run_projection(costs: Costs) -> list[dict[str, float]]:
-    """The projection `pong-mp bench --project` prints: PROJECTED_WORKERS, batch sizes 10
-    and 32, policy lag 0 and 1."""
-    return project(costs, PROJECTED_WORKERS, [10, 32], [0, 1])
+    """`pong-mp bench --project`'s: 1 to 64 workers, batch sizes 10 and 32, lags 0 and 1."""
+    return project(costs, [1, 2, 4, 8, 16, 32, 64], [10, 32], [0, 1])
 
 
 def measure_costs(
     model: Path, env_id: str = "ALE/Pong-v5", episodes: int = 16, raw_seconds: float = 10.0
 ) -> Costs:
-    """Measure the model's inputs on this machine: `episodes` training episodes of the
-    agent in `model` (sampled actions, gradients computed, as in training), the raw
-    emulator in one process, one gradient added to a float64 sum, and one update."""
+    """Measure here `episodes` training episodes of the agent in `model`, the raw emulator
+    in one process, one gradient added to a float64 sum, and one update."""
     from pong_mp import policy
     from pong_mp.backends.base import RolloutSpec, prepare_worker_process
     from pong_mp.backends.episode_worker import EpisodeWorker

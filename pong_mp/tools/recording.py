@@ -1,9 +1,7 @@
 """Recording games as video: RGB frames, upscaled so a person can watch, to GIF or MP4.
 
-GIFs are written by `gif.GifStream` (only what changed, through a fixed palette: ~1 ms a
-frame); MP4 by imageio through imageio-ffmpeg, which ships its own ffmpeg binary in the
-wheel. Frames are streamed to the file, so a long game needs no memory. `stride` keeps one
-frame in that many, and `max_frames` ends the clip; playback stays at the game's speed.
+GIFs are written by `gif.GifStream` (~1 ms a frame), MP4 by imageio-ffmpeg (which ships its
+own ffmpeg). Frames are streamed to the file, so a long game needs no memory.
 """
 
 from __future__ import annotations
@@ -52,10 +50,8 @@ class VideoRecorder:
         self.scale = scale
         self.stride = stride
         self.max_frames = max_frames
-        self.frames = 0
-        """Frames written so far."""
-        self.seen = 0
-        """Frames offered so far (kept or not)."""
+        self.frames = 0  # written so far
+        self.seen = 0  # offered so far, kept or not
         # Written beside the target and renamed into place when finished, so that a failed
         # or interrupted recording leaves no half video (nor damages an older one).
         self._tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{suffix}")
@@ -77,15 +73,11 @@ class VideoRecorder:
             )
         self._done = False
 
-    @property
-    def full(self) -> bool:
-        """Whether the clip has all the frames it may hold."""
-        return self.max_frames is not None and self.frames >= self.max_frames
-
     def add(self, frame: np.ndarray) -> None:
         """Offer one RGB frame (H x W x 3 uint8); kept if the stride and the length allow."""
         self.seen += 1
-        if (self.seen - 1) % self.stride or self.full:
+        full = self.max_frames is not None and self.frames >= self.max_frames
+        if (self.seen - 1) % self.stride or full:
             return
         if self._gif_file is not None:
             if self._gif is None:
@@ -98,35 +90,30 @@ class VideoRecorder:
 
     def close(self) -> None:
         """Finish the file and move it into place (once; later calls do nothing)."""
-        if self._done:
-            return
-        self._done = True
-        try:
-            self._close_writer()
-            os.replace(self._tmp, self.path)
-        finally:
-            self._tmp.unlink(missing_ok=True)
-
-    def _close_writer(self) -> None:
-        if self._gif_file is not None:
-            try:
-                if self._gif is not None:
-                    self._gif.close()
-            finally:
-                self._gif_file.close()
-        else:
-            self._writer.close()
+        self._finish(keep=True)
 
     def abort(self) -> None:
-        """Drop the recording: nothing is written to the target (once; then close does
-        nothing)."""
+        """Drop the recording, writing nothing to the target (once; then close does nothing)."""
+        self._finish(keep=False)
+
+    def _finish(self, keep: bool) -> None:
         if self._done:
             return
         self._done = True
         try:
-            self._close_writer()
-        except Exception:  # the writer failed already; its file is dropped either way
-            pass
+            if self._gif_file is None:
+                self._writer.close()
+            else:
+                try:
+                    if self._gif is not None:
+                        self._gif.close()
+                finally:
+                    self._gif_file.close()
+            if keep:
+                os.replace(self._tmp, self.path)
+        except Exception:
+            if keep:  # an abort drops the file anyway, whatever its writer says
+                raise
         finally:
             self._tmp.unlink(missing_ok=True)
 
