@@ -78,15 +78,12 @@ class EpisodeGradient:
     C = sum_s gamma^(t_c - s) g_s up to the last folded step t_c, so that when its point r
     is scored at T, A += r * gamma^(T - t_c) * C.
 
-    A step is recorded in two calls: `forward` (the policy's forward pass on its input,
-    which gives P(UP) and keeps what the gradient needs), then `add` (the sampled action's
-    dlogp and the reward).
+    A step is recorded in two calls: `forward` (P(UP), keeping what the gradient needs), then
+    `add` (the sampled action's dlogp and the reward).
     """
 
-    BLOCK = 1024
-    """Steps buffered before they are folded into the accumulators (by default)."""
-    ENTRIES = 64 * 1024
-    """Non-zero input pixels buffered before a fold (~30 a step in Pong)."""
+    BLOCK = 1024  # steps buffered before they are folded into the accumulators (by default)
+    ENTRIES = 64 * 1024  # non-zero input pixels buffered before a fold (~30 a step in Pong)
 
     def __init__(self, hidden: int, block: int = BLOCK, entropy_bonus: float = 0.0) -> None:
         """Working memory for the gradients of policies with `hidden` units. An

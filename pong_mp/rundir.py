@@ -174,10 +174,8 @@ class RunLock:
         problem = run_dir_problem(self.run_dir)
         if problem is not None:
             raise RunDirError(problem)
-        try:
+        with file_io(self.run_dir, "create"):
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise file_error(self.run_dir, "create", exc) from None
         return missing
 
     def release(self, remove_if_unused: bool = False) -> None:
