@@ -43,9 +43,9 @@ def group_count(batch_size: int) -> int:
     return -(-batch_size // GROUP)
 
 
-def sum_group(grads: Iterable[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-    """The float64 sum of a group's gradients, given in position order, into `out`."""
-    total = out
+def sum_group(grads: Iterable[np.ndarray]) -> np.ndarray:
+    """The float64 sum of a group's gradients, given in position order."""
+    total: np.ndarray | None = None
     for count, grad in enumerate(grads):
         total = _add(total, grad, first=count == 0)
     if total is None:
