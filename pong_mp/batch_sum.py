@@ -9,9 +9,8 @@ ran. That order is a fixed two-level tree over the episodes' positions in the ba
 - the group sums are added in group order into the batch's total.
 
 A backend may hand back single episodes (the coordinator groups and adds them) or whole
-group sums made with `sum_group` elsewhere (the Ray backend sums each group on the node
-that played it, so that the driver receives one array per group instead of one per
-episode). Both give the same bytes. A batch of at most GROUP episodes is one group, whose
+group sums made with `sum_group` elsewhere (the Ray backend sums each group on the node that
+played it). Both give the same bytes. A batch of at most GROUP episodes is one group, whose
 sum is the plain in-order sum.
 """
 
@@ -34,13 +33,9 @@ an update of 300 episodes, so that a cluster sends about one array per node to t
 class GroupSum:
     """The float64 sum of one group's gradients, made by `sum_group`."""
 
-    group: int
-    """The group's number in its batch (its first episode's position // GROUP)."""
+    group: int  # its number in its batch (its first episode's position // GROUP)
     grad: np.ndarray
-    """The sum (float64)."""
-    first_index: int = 0
-    """The first episode of its batch: which batch it belongs to, when several are in
-    flight."""
+    first_index: int = 0  # its batch's first episode: which batch, when several are in flight
 
 
 def group_count(batch_size: int) -> int:
@@ -48,14 +43,9 @@ def group_count(batch_size: int) -> int:
     return -(-batch_size // GROUP)
 
 
-def group_of(index: int, first_index: int) -> int:
-    """The group of episode `index` in a batch that starts at episode `first_index`."""
-    return (index - first_index) // GROUP
-
-
-def sum_group(grads: Iterable[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
-    """The float64 sum of a group's gradients, given in position order, into `out`."""
-    total = out
+def sum_group(grads: Iterable[np.ndarray]) -> np.ndarray:
+    """The float64 sum of a group's gradients, given in position order."""
+    total: np.ndarray | None = None
     for count, grad in enumerate(grads):
         total = _add(total, grad, first=count == 0)
     if total is None:
@@ -99,8 +89,8 @@ class BatchSum:
     """Adds a batch's gradients in the fixed order as they arrive, in any order.
 
     Episodes are added to their group's sum as soon as every earlier episode of the group
-    is; group sums are added to the total as soon as every earlier group is. An episode's
-    gradient that has to wait is copied, since backends may reuse its memory.
+    is, group sums to the total as soon as every earlier group is. A gradient that has to
+    wait is copied, since backends may reuse its memory.
     """
 
     def __init__(self, first_index: int, batch_size: int, out: np.ndarray | None) -> None:
@@ -108,8 +98,7 @@ class BatchSum:
         with `out` None, a round of tasks that give no gradient (`Task.gradient`) is only
         counted."""
         self.total = out
-        self.count = 0
-        """Episodes whose results arrived."""
+        self.count = 0  # episodes whose results arrived
         self.steps = 0
         self.rewards: dict[int, float] = {}
         self._entropies: dict[int, float] = {}
@@ -138,43 +127,30 @@ class BatchSum:
 
     def add(self, item: EpisodeResult | EpisodeStats | GroupSum) -> None:
         """Take whatever a backend yielded: an episode with its gradient, an episode's
-        statistics alone (its gradient comes in a group's sum), or a group's sum."""
-        if isinstance(item, EpisodeResult) and item.grad is not None:
-            self.add_episode(item)
-        elif isinstance(item, EpisodeResult):
-            self.add_count(item.stats)
-        elif isinstance(item, GroupSum):
-            self.add_group(item)
-        else:
-            self.add_count(item)
-
-    def add_group(self, item: GroupSum) -> None:
-        """Take a group's sum, made by a backend (`sum_group`) where its episodes played."""
-        self._group_done(item.group, item.grad)
-
-    def add_count(self, stats: EpisodeStats) -> None:
-        """Count an episode whose gradient comes in its group's sum (`add_group`), or which
-        gives none."""
+        statistics alone (its gradient comes in a group's sum, or it gives none), or a group's
+        sum (made by `sum_group` where its episodes played)."""
+        if isinstance(item, GroupSum):
+            self._group_done(item.group, item.grad)
+            return
+        stats, grad = (item.stats, item.grad) if isinstance(item, EpisodeResult) else (item, None)
+        if grad is not None and self._groups == 0:
+            raise ValueError(f"episode {stats.index}'s gradient has no sum to go into")
         if stats.index in self.rewards:
             raise ValueError(f"episode {stats.index} was added twice")
         self.count += 1
         self.steps += stats.steps
         self._entropies[stats.index] = stats.entropy
         self.rewards[stats.index] = stats.reward_sum
-
-    def add_episode(self, item: EpisodeResult) -> None:
-        """Count an episode and add its gradient in its place in the order."""
-        if self._groups == 0 or item.grad is None:
-            raise ValueError(f"episode {item.stats.index}'s gradient has no sum to go into")
-        self.add_count(item.stats)
-        position = item.stats.index - self._first
-        group = group_of(item.stats.index, self._first)
-        size = min(GROUP, self._batch_size - group * GROUP)
+        if grad is None:
+            return
+        position = stats.index - self._first
+        group = position // GROUP
         if group not in self._open:
+            size = min(GROUP, self._batch_size - group * GROUP)
             # Group 0 is summed straight into the total, whose first term it is anyway.
             self._open[group] = _OpenGroup(group * GROUP, size, self.total if group == 0 else None)
         pending = self._open[group]
-        pending.add(position, item.grad)
+        pending.add(position, grad)
         if pending.done:
             del self._open[group]
             assert pending.total is not None

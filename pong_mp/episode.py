@@ -1,11 +1,10 @@
 """What workers are handed and hand back (tasks and results), and the one loop of an
 episode.
 
-Every learner plays its episodes through `run_episode` (pg.py's gradient, ppo.py's
-trajectory, play's games): everything random in an episode comes from its seed, and the
-seed is a pure function of (run seed, global episode index), so an episode gives the same
-bytes wherever it runs. The backends move tasks and results; what a task means is the
-learner's (`backends.base.WorkerSpec`).
+Every episode is played through `run_episode` (pg.py's gradient, ppo.py's trajectory,
+play's games): everything random in it comes from its seed, a pure function of (run seed,
+global episode index), so an episode gives the same bytes wherever it runs. What a task
+means is the learner's (`backends.base.WorkerSpec`).
 """
 
 from __future__ import annotations
@@ -24,13 +23,11 @@ from pong_mp.frames import NO_PIXELS, NO_VALUES, InputStream
 class EpisodeTask:
     """What a worker needs to play one episode: its global index and its seed."""
 
-    index: int
-    """Global episode index in the run (0, 1, 2, ... across all batches and resumes)."""
-    seed: int
-    """Seed of the env reset and of the action sampling."""
+    index: int  # global episode index in the run (across all batches and resumes)
+    seed: int  # of the env reset and of the action sampling
     gradient: bool = True
     """Whether playing it gives a gradient (Karpathy's learner); the actor-critic's play
-    gives the episode's data instead (EpisodeStats.data), and no gradient travels."""
+    gives the episode's data instead (EpisodeStats.data)."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +36,8 @@ class PassTask:
     before: the learner's subclass adds what the pass is (ppo.EpochTask). A pass gives a
     gradient, computed from the episode's data without playing."""
 
-    index: int
-    """Global episode index of the episode, as its EpisodeTask's."""
+    index: int  # the episode's, as its EpisodeTask's
     seed: int
-    """The episode's seed."""
     data: object | None
     """The data its play left (EpisodeStats.data); None on its way to a worker that keeps
     it (`backends/kept.py`), which puts it back before the pass."""
@@ -58,16 +53,11 @@ class EpisodeStats:
     """An episode's small statistics: what travels between processes and nodes (its
     gradient stays where it was made: a worker's shared slot, a Ray node's store)."""
 
-    index: int
-    """Global episode index, as in the task."""
-    reward_sum: float
-    """Sum of the episode's rewards (agent points minus opponent points)."""
-    steps: int
-    """Env steps played."""
-    seconds: float
-    """Wall time spent on the episode in the worker."""
-    entropy: float = 0.0
-    """Sum over its steps of the policy's entropy (nats): how undecided it played."""
+    index: int  # global episode index, as in the task
+    reward_sum: float  # agent points minus opponent points
+    steps: int  # env steps played
+    seconds: float  # wall time spent on the episode in the worker
+    entropy: float = 0.0  # sum over its steps of the policy's entropy (nats)
     data: object | None = None
     """What a play left for the passes over the episode (the actor-critic's trajectory),
     kept where it was played; else None."""
@@ -85,7 +75,6 @@ class EpisodeResult:
     """An episode with its gradient, as the coordinator sums it."""
 
     stats: EpisodeStats
-    """The episode's statistics."""
     grad: np.ndarray | None
     """Flat gradient of the episode's objective w.r.t. the parameters (float32): an array of
     its own, or a view of a worker's shared slot, valid until that worker plays again; None
@@ -109,19 +98,6 @@ def make_tasks(
     ]
 
 
-def start_episode(env: gym.Env, inputs: InputStream, seed: int) -> Callable[[], float]:
-    """Reset `env` and `inputs` for an episode with `seed`; return its action sampler.
-
-    Everything random in an episode comes from here: the env's reset (ALE's sticky actions,
-    FakePong's serves) and the uniform draws that pick the actions are two independent
-    streams of `seed`.
-    """
-    env_seq, action_seq = np.random.SeedSequence(seed).spawn(2)
-    obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
-    inputs.reset(obs)
-    return np.random.default_rng(action_seq).random
-
-
 def run_episode(
     env: gym.Env,
     inputs: InputStream,
@@ -131,14 +107,15 @@ def run_episode(
     greedy: bool = False,
 ) -> None:
     """The loop of every episode, trained or watched: reset from `seed`, then step until the
-    game ends.
-
-    Each step, `p_up(pixels, values)` gives P(UP) for the step's sparse input; the action is
-    UP with that probability (one number from the episode's seeded generator), or if it is
-    the likelier one when `greedy` (`policy.choose_action`); then
-    `on_step(action, p_up, reward)` sees what happened.
-    """
-    uniform = start_episode(env, inputs, seed)
+    game ends. Each step, `p_up(pixels, values)` gives P(UP) for its sparse input, the action
+    is chosen (`policy.choose_action`, `greedy` or not), then `on_step(action, p_up, reward)`
+    sees what happened."""
+    # Everything random in an episode: the env's reset and the draws that pick the actions,
+    # two independent streams of `seed`.
+    env_seq, action_seq = np.random.SeedSequence(seed).spawn(2)
+    obs, _ = env.reset(seed=int(env_seq.generate_state(1)[0]))
+    inputs.reset(obs)
+    uniform = np.random.default_rng(action_seq).random
     idx, vals = NO_PIXELS, NO_VALUES  # the first input is all zeros
     done = False
     while not done:

@@ -15,8 +15,8 @@ from typing import IO
 
 
 class FileError(RuntimeError):
-    """A file could not be read or written (a full disk, a read-only place, no
-    permission). The message names the file and the cause."""
+    """A file could not be read or written (a full disk, no permission, ...); the message
+    names the file and the cause."""
 
 
 def file_error(path: Path, action: str, exc: OSError) -> FileError:
@@ -26,8 +26,7 @@ def file_error(path: Path, action: str, exc: OSError) -> FileError:
 
 
 def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists in this pid namespace (a writer of a temp
-    file or the creator of a shared-memory block, named after its pid)."""
+    """Whether a process with this pid exists in this pid namespace."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -46,16 +45,11 @@ def file_io(path: Path, action: str) -> Iterator[None]:
         raise file_error(path, action, exc) from None
 
 
-def temp_path(path: Path) -> Path:
-    """Where `path` is written before it is renamed into place (the pid marks the writer)."""
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
-
-
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     """Write `path` through `write(file)` atomically and durably: a reader sees the old file
     or the new, never half; on failure no temp file is left. Raises FileError."""
     path = Path(path)
-    tmp = temp_path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the pid marks the writer
     with file_io(path, "write"):
         try:
             with open(tmp, "wb") as fh:
@@ -66,7 +60,13 @@ def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
         finally:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-    fsync_dir(path.parent)
+    # The rename made durable; not every platform lets a directory be opened.
+    with contextlib.suppress(OSError):
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -74,19 +74,9 @@ def write_text_atomic(path: Path, text: str) -> None:
     write_atomic(path, lambda fh: fh.write(text.encode()))
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make renames in `directory` durable; not every platform lets a directory be opened."""
-    with contextlib.suppress(OSError):
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
 def check_writable(path: Path, wanted: str) -> None:
-    """Raise FileError, in one line, unless `path` can be written as a new or replaced file
-    (`wanted` names what it should be, e.g. "a .png file"): checked before any work."""
+    """Raise FileError unless `path` can be written as a new or replaced file (`wanted` names
+    what it should be, e.g. "a .png file"): checked before any work."""
     path = Path(path)
     if path.is_dir():
         raise FileError(f"{path} is a directory; name {wanted}")

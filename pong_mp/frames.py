@@ -48,16 +48,11 @@ class InputStream(Protocol):
         the arrays may be reused by the next step."""
 
 
-def _signs(changed: np.ndarray, now: np.ndarray) -> np.ndarray:
-    # At a changed pixel the difference is +1 where it is now on, -1 where it went off.
-    return now[changed].astype(np.float32) * 2.0 - 1.0
-
-
 class BinaryInputs:
     """Inputs for envs with ALE-format RGB observations."""
 
     def __init__(self) -> None:
-        """An idle stream; call reset first."""
+        """An idle stream: call reset first."""
         self._prev = np.zeros(INPUT_SIZE, dtype=np.uint8)
 
     def reset(self, obs: np.ndarray) -> None:
@@ -70,16 +65,16 @@ class BinaryInputs:
         # A bool mask: ~8x faster than on ints. int32, as sparse's functions take.
         changed = np.flatnonzero(cur != self._prev).astype(np.int32)
         self._prev = cur
-        return changed, _signs(changed, cur)
+        # At a changed pixel the difference is +1 where it is now on, -1 where it went off.
+        return changed, cur[changed].astype(np.float32) * 2.0 - 1.0
 
 
 class PaletteInputs:
     """Inputs for FastAtari: only pixels whose palette index changed can change colour.
 
-    The change of a pixel from palette index a to b is binary(b) - binary(a); with a table
-    of those for the pairs met so far, a step is one pass of `sparse.palette_diff` over the
-    frame (a pair not met yet is looked up through `env.binary`, which learns new colours
-    from the screen).
+    The change of a pixel from palette index a to b is binary(b) - binary(a): with a table of
+    those for the pairs met so far, a step is one pass of `sparse.palette_diff` over the
+    frame (a new pair is looked up through `env.binary`, which learns colours from the screen).
     """
 
     def __init__(self, env: Any) -> None:

@@ -52,8 +52,8 @@ class Moments:
 
     @property
     def standardizing_scale(self) -> float:
-        """1 / std, what standardising multiplies by; 1 if the values are all equal
-        (policy.standardize's rule: then they are only centred)."""
+        """1 / std, what standardising multiplies by; 1 if the values are all equal (then
+        policy.standardize only centres them)."""
         std = self.std
         return 1.0 / std if std > 0 else 1.0
 
@@ -78,25 +78,17 @@ class EpisodeGradient:
     C = sum_s gamma^(t_c - s) g_s up to the last folded step t_c, so that when its point r
     is scored at T, A += r * gamma^(T - t_c) * C.
 
-    A step is recorded in two calls: `forward` (the policy's forward pass on its input,
-    which gives P(UP) and keeps what the gradient needs), then `add` (the sampled action's
-    dlogp and the reward).
+    A step is recorded in two calls: `forward` (P(UP), keeping what the gradient needs), then
+    `add` (the sampled action's dlogp and the reward).
     """
 
-    BLOCK = 1024
-    """Steps buffered before they are folded into the accumulators (by default)."""
-    ENTRIES = 64 * 1024
-    """Non-zero input pixels buffered before a fold (~30 a step in Pong)."""
+    BLOCK = 1024  # steps buffered before they are folded into the accumulators (by default)
+    ENTRIES = 64 * 1024  # non-zero input pixels buffered before a fold (~30 a step in Pong)
 
-    def __init__(
-        self,
-        hidden: int,
-        block: int = BLOCK,
-        entropy_bonus: float = 0.0,
-    ) -> None:
+    def __init__(self, hidden: int, block: int = BLOCK, entropy_bonus: float = 0.0) -> None:
         """Working memory for the gradients of policies with `hidden` units. An
-        `entropy_bonus` beta > 0 adds beta * sum_t H_t, the policy's entropy at each step, to
-        the objective."""
+        `entropy_bonus` beta > 0 adds beta * sum_t H_t (the policy's entropy) to the
+        objective."""
         self._shape = policy.NetShape(hidden)
         self._block = block
         self._entropy_bonus = entropy_bonus
@@ -131,12 +123,9 @@ class EpisodeGradient:
         self._buffered = 0
         self._carried = 0  # steps of the rally in progress that are in the carry
         self._moments = Moments()
-        self.steps = 0
-        """Steps added so far."""
-        self.reward_sum = 0.0
-        """Sum of the rewards added so far."""
-        self.entropy_sum = 0.0
-        """Sum of the policy's entropy (nats) over the steps begun so far."""
+        self.steps = 0  # added so far
+        self.reward_sum = 0.0  # of the rewards added so far
+        self.entropy_sum = 0.0  # of the policy's entropy (nats) over the steps begun so far
 
     @property
     def size(self) -> int:

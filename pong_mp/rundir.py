@@ -1,12 +1,10 @@
 """The run directory: its file names, its lock, its writes and reads, and the checks for a
-new run and for a resume.
+new run, a resume and a fork.
 
-A run directory belongs to one trainer at a time: `RunLock` holds an flock on `.lock` for the
-trainer's life, which the kernel drops when the process dies, so a killed run never leaves the
-directory stuck. Every write is atomic and durable (temp file, fsync, rename, fsync of the
-directory, see `files.py`), so a reader sees the old file or the new one; the temp files of
-writers that died are removed at the next start. Every OSError of run-directory I/O becomes
-one `FileError` that names the file and the cause.
+A run directory belongs to one trainer at a time (`RunLock`). Every write is atomic and
+durable (`files.py`), so a reader sees the old file or the new one; the temp files of writers
+that died are removed at the next start. Every OSError of run-directory I/O becomes one
+`FileError` that names the file and the cause.
 """
 
 from __future__ import annotations
@@ -58,22 +56,20 @@ from pong_mp.state import (
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
 PACKED_METRICS_FILE = METRICS_FILE + ".xz"
-"""A committed record's metrics (docs/runs), compressed: live runs write METRICS_FILE, which
-users tail, and `metrics_file` finds either. Its first line may be a `LINES_OF` reference."""
+"""A committed record's metrics (docs/runs), compressed; its first line may be a `LINES_OF`
+reference. Live runs write METRICS_FILE; `metrics_file` finds either."""
 LINES_OF = "lines_of"
-"""Key of a packed file's first line `{"lines_of": DIR, "through_batch": N}`: its first
-lines are those of the record in DIR (relative to its own directory) up to update N, as a
-fork copies them, stored once."""
+"""Key of a packed file's first line `{"lines_of": DIR, "through_batch": N}`: its first lines
+are those of the record in DIR (relative to its own directory) up to update N, stored once."""
 DAMAGED_METRICS_FILE = "metrics.jsonl.damaged"
-"""Where `train --resume` moves the lines of metrics.jsonl that are not valid records (they
-are appended, as they were, one per line)."""
+"""Where `train --resume` appends the lines of metrics.jsonl that are not valid records."""
 LOCK_FILE = ".lock"
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE)
 """The files that make a directory hold a run."""
 
 METRICS_NUMBERS = ("episodes", "steps", "reward_mean", "seconds", "steps_per_sec")
-"""Numeric fields every metrics record has besides `batch` and `running_reward` (the
-contract in DESIGN.md); `running_reward` may be null, before any episode."""
+"""Numeric fields of every metrics record besides `batch` and `running_reward` (which may be
+null, before any episode): DESIGN.md's contract."""
 
 
 class RunDirError(ValueError):
@@ -83,10 +79,7 @@ class RunDirError(ValueError):
 
 def remove_stale_temps(run_dir: Path) -> list[Path]:
     """Remove the temp files of writers that are gone (killed mid-write); the removed paths.
-
-    Only called under the run's lock, so no other trainer is writing here. A temp file whose
-    writer is still alive (`pong-mp export` into the run directory, say) is left alone.
-    """
+    Called under the run's lock; a live writer's (`pong-mp export`, say) is left alone."""
     removed = []
     for tmp in Path(run_dir).glob(".*.tmp"):
         parts = tmp.name.rsplit(".", 2)
@@ -105,10 +98,9 @@ def remove_stale_temps(run_dir: Path) -> list[Path]:
 class RunLock:
     """An exclusive flock on RUN_DIR/.lock: one trainer per run directory.
 
-    The kernel releases an flock when its process dies, however it dies, so a killed trainer
-    never leaves the directory locked. The lock file holds the holder's pid, for the message
-    the next trainer gets, and is removed on release. Directories the lock created are
-    removed again by `release(True)` when the run wrote nothing into them (a failed start).
+    The kernel releases an flock when its process dies, however it dies. The lock file holds
+    the holder's pid, for the next trainer's message, and is removed on release, with the
+    directories the lock created where nothing was written into them (`release(True)`).
     """
 
     def __init__(self, run_dir: Path) -> None:
@@ -118,8 +110,8 @@ class RunLock:
         self._created: list[Path] = []
 
     def check_free(self) -> None:
-        """Raise RunDirError if another trainer holds the lock; creates and changes nothing
-        (so that a busy directory is reported before anything else about it)."""
+        """Raise RunDirError if another trainer holds the lock; changes nothing (a busy
+        directory is reported before anything else about it)."""
         try:
             fd = os.open(self.run_dir / LOCK_FILE, os.O_RDONLY)
         except OSError:
@@ -139,8 +131,8 @@ class RunLock:
         )
 
     def acquire(self) -> RunLock:
-        """Create the directory if needed and take the lock, or raise RunDirError (held by
-        another trainer) or FileError (the directory cannot be made or written)."""
+        """Create the directory if needed and take the lock; RunDirError if another trainer
+        holds it, FileError if the directory cannot be made or written."""
         self._created = self._make_dirs()
         path = self.run_dir / LOCK_FILE
         while True:
@@ -182,15 +174,13 @@ class RunLock:
         problem = run_dir_problem(self.run_dir)
         if problem is not None:
             raise RunDirError(problem)
-        try:
+        with file_io(self.run_dir, "create"):
             self.run_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise file_error(self.run_dir, "create", exc) from None
         return missing
 
     def release(self, remove_if_unused: bool = False) -> None:
-        """Drop the lock and remove its file; with `remove_if_unused`, also remove the
-        directories this lock created if nothing was written into them."""
+        """Drop the lock and remove its file, and with `remove_if_unused` the directories this
+        lock created if nothing was written into them."""
         if self._fd is None:
             return
         try:
@@ -222,11 +212,6 @@ def _read_pid(fd: int) -> int | None:
         return None
 
 
-def holds_run(run_dir: Path) -> list[str]:
-    """The run files present in `run_dir` (none for a new or empty directory)."""
-    return [name for name in RUN_FILES if (Path(run_dir) / name).exists()]
-
-
 # -- metrics.jsonl ---------------------------------------------------------------------------
 
 
@@ -254,21 +239,20 @@ def _check_record(record: object) -> str | None:
 
 
 def metrics_file(run_dir: Path) -> Path:
-    """The run's metrics file: METRICS_FILE, or PACKED_METRICS_FILE where only that one
-    exists (a committed record); METRICS_FILE where neither does."""
+    """The run's metrics file: PACKED_METRICS_FILE where only that one exists, else
+    METRICS_FILE."""
     plain = Path(run_dir) / METRICS_FILE
     packed = Path(run_dir) / PACKED_METRICS_FILE
     return packed if packed.exists() and not plain.exists() else plain
 
 
-_MAX_LINKS = 16
-"""How many `lines_of` references a packed file may follow: a loop is damage, not a run."""
+_MAX_LINKS = 16  # `lines_of` references followed in a row: a loop is damage, not a run
 
 
 def metrics_bytes(path: Path, _links: int = 0) -> bytes:
     """The bytes of a metrics file as the trainer wrote them: a packed one decompressed,
-    with the lines it refers to (`LINES_OF`) put back. RunDirError if a packed file is
-    damaged or its reference leads nowhere; FileError if a file cannot be read."""
+    with the lines it refers to put back. RunDirError if a packed file is damaged or its
+    reference leads nowhere; FileError if a file cannot be read."""
     path = Path(path)
     with file_io(path, "read"):
         data = path.read_bytes()
@@ -305,12 +289,11 @@ def metrics_bytes(path: Path, _links: int = 0) -> bytes:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl (or of a packed record's metrics.jsonl.xz), validated;
-    [] if the file does not exist.
+    """The validated records of a metrics.jsonl (or a packed one); [] if there is none.
 
-    A last line without its newline is a write cut off by a crash and is skipped; any other
-    line that is not UTF-8 JSON with the contract's fields raises RunDirError naming the
-    line. Raises FileError if the file cannot be read.
+    A last line without its newline (a write cut off by a crash) is skipped; any other line
+    that is not UTF-8 JSON with the contract's fields raises RunDirError naming it. Raises
+    FileError if the file cannot be read.
     """
     path = Path(path)
     if not path.exists():
@@ -351,26 +334,12 @@ def _scan_metrics(data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, by
     return records, damaged
 
 
-def scan_metrics(path: Path) -> tuple[list[dict[str, Any]], list[int]]:
-    """The valid records of a metrics.jsonl and the numbers of its damaged lines (what
-    `keep_metrics_until` will move aside); ([], []) if the file does not exist. Raises
-    FileError if it cannot be read."""
-    path = Path(path)
-    if not path.exists():
-        return [], []
-    with file_io(path, "read"):
-        records, damaged = _scan_metrics(path.read_bytes())
-    return records, [number for number, _, _ in damaged]
-
-
 def keep_metrics_until(path: Path, last_batch: int) -> str | None:
     """Rewrite metrics.jsonl atomically with only the records up to `last_batch` (those the
-    checkpoint holds): later ones describe updates that are played again. Writes nothing if
-    there is nothing to drop.
+    checkpoint holds; later updates are played again); nothing if there is nothing to drop.
 
-    Damaged lines (not UTF-8 JSON, fields missing, an update out of order) are appended to
-    metrics.jsonl.damaged beside it first, so that nothing is lost and the log again holds
-    one valid record per update; the line returned says so (None when none were).
+    Damaged lines are first appended to DAMAGED_METRICS_FILE beside it, so that nothing is
+    lost; the line returned says so (None when there were none).
     """
     path = Path(path)
     if not path.exists():
@@ -458,13 +427,13 @@ class MetricsLog:
 def prepare_run(
     run_dir: Path, resume: bool, given: dict[str, Any], *, build_env: bool = True
 ) -> tuple[TrainConfig, TrainState]:
-    """Check the run directory and options; returns the run's config and starting state.
+    """Check the run directory and the options the user set (`given`); returns the run's
+    config and starting state, writing nothing.
 
-    `given` holds the options the user set. A new run refuses a directory that already
-    holds one; a resumed run keeps its stored algorithm options (see merge_for_resume), and
-    a run stopped before its first checkpoint resumes from its start. With `build_env`, the
-    env is made once to check it and its --env-arg. Writes nothing. Raises ConfigError,
-    RunDirError, CheckpointError or FileError.
+    A new run refuses a directory that holds one; a resumed run keeps its stored algorithm
+    options (merge_for_resume), and one stopped before its first checkpoint resumes from its
+    start. With `build_env`, the env is made once to check it and its --env-arg. Raises
+    ConfigError, RunDirError, CheckpointError or FileError.
     """
     run_dir = Path(run_dir)
     # A drop's points typed as one number compare equal to the stored tuple.
@@ -490,10 +459,14 @@ def prepare_run(
         else:
             state = initial_state(config)  # stopped before its first checkpoint
         # Damaged lines are no reason to stop: the log is a record, the checkpoint is the
-        # state. They are moved aside once the run has started (keep_metrics_until).
-        scan_metrics(run_dir / METRICS_FILE)
+        # state. They are moved aside once the run has started (keep_metrics_until); a file
+        # that cannot be read is a FileError now.
+        metrics = run_dir / METRICS_FILE
+        if metrics.exists():
+            with file_io(metrics, "read"):
+                _scan_metrics(metrics.read_bytes())
     else:
-        existing = holds_run(run_dir)
+        existing = [name for name in RUN_FILES if (run_dir / name).exists()]
         if existing:
             raise RunDirError(
                 f"{run_dir} already holds a run ({', '.join(existing)}): pass --resume to "
@@ -600,8 +573,8 @@ def _refuse_points_without_their_values(
 
 
 def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
-    """Start a fork's metrics.jsonl with the records of the run it starts from, up to
-    `last_batch` (its checkpoint's), so that the fork's curve starts where the run did."""
+    """Start a fork's metrics.jsonl with its source's records up to `last_batch` (its
+    checkpoint's), so that the fork's curve starts where the run did."""
     assert config.fork_from is not None, "not a fork"
     records = read_metrics(Path(config.fork_from) / METRICS_FILE)
     kept = [record for record in records if record["batch"] <= last_batch]
@@ -657,10 +630,9 @@ def open_run(
 ) -> Iterator[tuple[TrainConfig, TrainState]]:
     """Check the options, take the run directory's lock, and yield (config, state).
 
-    Bad options are refused before the directory is touched. Under the lock, the temp files
-    of dead writers are removed and the directory is checked again (another trainer may
-    have written it in between). The lock is held until the block ends; a start that wrote
-    nothing leaves no directory behind.
+    Bad options are refused before the directory is touched. Under the lock, dead writers'
+    temp files are removed and the directory is checked again (another trainer may have
+    written it in between). A start that wrote nothing leaves no directory behind.
     """
     refuse_in_a_starting_worker()  # before anything: a worker running the user's script
     lock = RunLock(run_dir)
@@ -675,8 +647,8 @@ def open_run(
 
 
 def checkpoint_on_disk(run_dir: Path) -> int | None:
-    """The update of the checkpoint in `run_dir` as it is on disk now (None: there is none,
-    or none readable): what a stop message names, whatever the run meant to save."""
+    """The update of the checkpoint in `run_dir` as it is on disk now (None: none readable),
+    for a stop message."""
     try:
         with open(Path(run_dir) / CHECKPOINT_FILE, "rb") as fh:
             if checkpoint.claims_problem(fh) is not None:  # damaged: none readable
@@ -692,9 +664,8 @@ def checkpoint_on_disk(run_dir: Path) -> int | None:
 
 
 def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
-    """What a stopped run left in `run_dir`, read from the disk, for its stop message (the
-    run had reached update `reached`; None: it never started), and whether `--resume`
-    continues it."""
+    """What a run stopped at update `reached` (None: never started) left in `run_dir`, for its
+    stop message, and whether `--resume` continues it."""
     on_disk = checkpoint_on_disk(run_dir)
     if on_disk is None:
         if (Path(run_dir) / CONFIG_FILE).exists():
@@ -713,16 +684,16 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
 
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:
-    """Write config.json atomically: every option, and the commit of the code that runs
-    them (`code_commit`), so that a record names the code that remakes it."""
+    """Write config.json atomically: every option, and the code's commit (`code_commit`), so
+    that a record names the code that remakes it."""
     data = {**json.loads(config.to_json()), "commit": code_commit()}
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     write_text_atomic(Path(run_dir) / CONFIG_FILE, text)
 
 
 def code_commit() -> str | None:
-    """The commit of the git checkout this pong-mp runs from, with "-dirty" where the
-    package's tracked files differ from it; None for an installed copy, or without git."""
+    """The commit of the git checkout this pong-mp runs from, "-dirty" where the package's
+    tracked files differ; None for an installed copy, or without git."""
     package = Path(__file__).resolve().parent
 
     def git(*args: str) -> str | None:

@@ -7,6 +7,7 @@ import contextlib
 import ctypes
 import os
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -29,11 +30,10 @@ def prepare_worker_process() -> None:
     """Set up a process that plays episodes: BLAS on one thread (one process per core is
     the parallelism), and glibc's malloc told to hand large freed blocks back to the OS.
 
-    glibc raises its mmap threshold each time a large block is freed, after which blocks
-    of a few hundred KB come from the heap, whose fragments pile up: a worker's RSS then
-    creeps up episode after episode. A fixed threshold (its default, 128 KiB) keeps every
-    large temporary in its own mapping, so that memory does not depend on how long a
-    worker or an episode runs. Elsewhere than glibc this is skipped.
+    glibc raises its mmap threshold each time a large block is freed, after which blocks of a
+    few hundred KB come from the heap, whose fragments make a worker's RSS creep up episode
+    after episode. A fixed threshold (its default, 128 KiB) keeps every large temporary in
+    its own mapping. Elsewhere than glibc this is skipped.
     """
     from threadpoolctl import threadpool_limits
 
@@ -53,10 +53,9 @@ class MainGuardError(RuntimeError):
 def refuse_in_a_starting_worker() -> None:
     """Exit at once, with MAIN_GUARD_EXIT, if called while a spawned worker is starting.
 
-    A spawned worker runs the parent's main script again as it starts. A script that trains
-    at its top level, with no `if __name__ == "__main__":`, would start training again in
-    every worker; the worker leaves quietly instead, and the coordinator raises
-    MainGuardError (see `main_guard_error`).
+    A spawned worker runs the parent's main script again as it starts: one that trains at its
+    top level would train again in every worker, which leaves quietly instead (the
+    coordinator raises `main_guard_error`).
     """
     import multiprocessing
 
@@ -84,14 +83,13 @@ class WorkerLearner(Protocol):
         task: Task,
         out: np.ndarray | None,
     ) -> EpisodeResult:
-        """Do `task` with `weights`: play an episode in `env` (fed to the policy through
-        `inputs`), or a pass over the data of one played before (`PassTask.data`). A gradient
-        goes into `out` (flat float32) when given; a task that gives none returns None."""
+        """Do `task` with `weights`: play an episode in `env`, or a pass over one played
+        before; a gradient goes into `out` (flat float32), or None comes back for none."""
 
 
 class WorkerSpec(Protocol):
-    """What a learner's workers run, as a backend ships it to them: small, picklable
-    settings (pg.PGWork, ppo.PPOWork) that build the worker's side."""
+    """What a learner's workers run: small picklable settings (pg.PGWork, ppo.PPOWork) that
+    build the worker's side."""
 
     @property
     def value_head(self) -> bool:
@@ -120,8 +118,7 @@ class RolloutSpec:
     max_retries: int = 2
     """How many times an episode is played again after it failed, before the run stops."""
     lag: int = 0
-    """Policy lag: the backend keeps lag + 1 weights versions (up to lag + 1 batches in
-    flight, each played with its own)."""
+    """Policy lag: the backend keeps lag + 1 weights versions (as many batches in flight)."""
     @property
     def value_head(self) -> bool:
         """Whether the weights carry a value head (the learner's)."""
@@ -136,8 +133,7 @@ its gradient coming in its group's sum (a GroupSum made where the group was play
 class Backend(Protocol):
     """Plays episodes with published weights; the trainer never knows which backend it talks
     to. Several batches may be in flight at once (--policy-lag), each with its own weights.
-    A backend is also a context manager: `with make_backend(...) as b:` starts it and
-    always closes it."""
+    `with make_backend(...) as b:` starts it and always closes it."""
 
     def __enter__(self) -> Backend:
         """Start the backend."""
@@ -149,12 +145,8 @@ class Backend(Protocol):
         """Create the envs and workers."""
 
     def publish(self, version: int, weights: np.ndarray) -> None:
-        """Make flat float32 `weights` (W1 transposed, W2, a value head if any) playable as
-        `version`.
-
-        The backend keeps the last `spec.lag + 1` versions published and drops older ones:
-        batches submitted or in flight use only those. It copies `weights` (into shared
-        memory, the object store, its own array): the caller may reuse them."""
+        """Make flat float32 `weights` playable as `version`, keeping the last `spec.lag + 1`
+        versions only; the backend copies them, so the caller may reuse them."""
 
     def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue one batch, `tasks` in position order, to be played with weights `version`
@@ -162,12 +154,11 @@ class Backend(Protocol):
 
     def results(self) -> Iterator[BackendItem]:
         """Yield the submitted episodes' results as they are ready, in any order, each
-        episode exactly once, until none is left in flight (the caller orders them).
+        exactly once, until none is left in flight (the caller orders them).
 
-        The caller may stop asking at any time: the work in flight goes on, and the next
-        call goes on yielding it. A result's gradient may be valid only until the next item
-        is asked for. A backend that sums groups itself (`batch_sum.sum_group`) yields each
-        episode's EpisodeStats and one GroupSum per group instead of gradients."""
+        The caller may stop asking at any time: the next call goes on. A result's gradient
+        may be valid only until the next item is asked for. A backend that sums groups itself
+        yields each episode's EpisodeStats and one GroupSum per group instead of gradients."""
 
     def cancel(self) -> None:
         """Drop every submitted episode not yet yielded; the backend stays usable."""
@@ -180,34 +171,26 @@ class Backend(Protocol):
 
 
 class BackendBase:
-    """What the backends share: `with backend:` (start on entry, close on every exit), and
-    `run_batch`, one batch played alone."""
+    """What the backends share: their start (`__init__`), `with backend:`, and `run_batch`.
+    Subclasses implement the rest of `Backend`."""
 
     _batch_version = -1  # versions that run_batch publishes, counting down from here
 
-    def start(self) -> None:
-        """Create the envs and workers."""
-        raise NotImplementedError
+    def __init__(self, spec: RolloutSpec) -> None:
+        """Remember the spec; the workers are made by `start`."""
+        if spec.workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.spec = spec
+        self.replacements = 0
+        """How many workers were replaced after dying or hanging (for tests and logs)."""
+        self._checked = time.monotonic()  # when the workers were last checked for hangs
 
-    def close(self) -> None:
-        """Stop workers and free every resource."""
-        raise NotImplementedError
-
-    def publish(self, version: int, weights: np.ndarray) -> None:
-        """See Backend.publish."""
-        raise NotImplementedError
-
-    def submit(self, version: int, tasks: list[Task]) -> None:
-        """See Backend.submit."""
-        raise NotImplementedError
-
-    def results(self) -> Iterator[BackendItem]:
-        """See Backend.results."""
-        raise NotImplementedError
-
-    def cancel(self) -> None:
-        """See Backend.cancel."""
-        raise NotImplementedError
+    def _stall_skipped(self, clocks: Iterable[Clocked]) -> float:
+        # The time of this check for hung workers, with a stall since the last one taken off.
+        now = time.monotonic()
+        skip_stall(clocks, self._checked, now)
+        self._checked = now
+        return now
 
     def run_batch(self, params: np.ndarray, tasks: list[Task]) -> Iterator[BackendItem]:
         """Play `tasks` with float64 `params` and nothing else in flight; yield the results
@@ -234,8 +217,8 @@ class BackendBase:
 
 STALL_SECONDS = 3.0
 """A longer gap between two of a backend's checks for hung workers (about one a second while
-it waits for results) means the coordinator did not run for a while: stopped by Ctrl-Z or
-SIGSTOP (often with its workers), or held up elsewhere."""
+it waits) means the coordinator did not run for a while: stopped by Ctrl-Z or SIGSTOP (often
+with its workers), or held up elsewhere."""
 
 
 class Clocked(Protocol):
@@ -274,8 +257,7 @@ class WorkerError(RuntimeError):
 
 
 def worker_error(message: str, tb: str) -> WorkerError:
-    """WorkerError(message) with the worker's traceback attached as its cause:
-    `raise worker_error(...)`."""
+    """WorkerError(message) with the worker's traceback `tb` attached as its cause."""
     error = WorkerError(message)
     error.__cause__ = RemoteTraceback(tb)
     error.__suppress_context__ = True
@@ -288,8 +270,7 @@ class Retries(Generic[T]):
     def __init__(self, max_retries: int) -> None:
         """An episode failing more than `max_retries` times stops the run."""
         self.max_retries = max_retries
-        self.failures: dict[int, int] = {}
-        """Failures so far, by episode index."""
+        self.failures: dict[int, int] = {}  # by episode index
 
     def again(
         self,
@@ -300,11 +281,8 @@ class Retries(Generic[T]):
         tb: str | None = None,
     ) -> int:
         """Count one more failure of `task` and put `item`, what plays it again, first in
-        `pending` (the same seed gives the same result); returns its failure count.
-
-        Past `max_retries` it raises WorkerError(f"episode I {what(count)}"), with the
-        worker's traceback `tb` as its cause when there is one.
-        """
+        `pending` (the same seed gives the same result); returns its failure count. Past
+        `max_retries` it raises WorkerError(f"episode I {what(count)}"), caused by `tb`."""
         count = self.failures[task.index] = self.failures.get(task.index, 0) + 1
         if count > self.max_retries:
             message = f"episode {task.index} {what(count)}"

@@ -1,9 +1,8 @@
 """EpisodeWorker: what does the tasks of every backend.
 
-One env, its input stream and the learner's working memory (`RolloutSpec.learner`), built
-once (`open`) and reused for every task (`play`), closed on every path (`close`). The serial
-backend is one; a local backend's worker process, a Ray actor and `pong-mp bench` each wrap
-one. So the serial backend runs the very code a worker runs, and their bytes agree.
+One env, its input stream and the learner's working memory, built once (`open`), reused for
+every task (`play`) and closed on every path (`close`). The serial backend is one; a local
+worker process, a Ray actor and `pong-mp bench` each wrap one: the same code, the same bytes.
 """
 
 from __future__ import annotations
@@ -23,16 +22,14 @@ class EpisodeWorker:
     """Does the tasks of a run (its spec) with one persistent env and working memory."""
 
     def __init__(self, spec: RolloutSpec, keep: bool = False) -> None:
-        """Remember the spec; the env is built by `open`. With `keep`, the worker keeps the
-        data of its episodes for PassTasks that come without theirs (`kept`: the local
-        pool's)."""
+        """Remember the spec; the env is built by `open`. With `keep` (the local pool's), the
+        worker keeps its episodes' data for PassTasks that come without theirs (`kept`)."""
         self.spec = spec
         self._keep = keep
         self._env: gym.Env | None = None
         self._inputs: InputStream | None = None
         self._learner: WorkerLearner | None = None
-        self.kept = KeptData()
-        """With `keep`: the data of the episodes it played or was sent whole."""
+        self.kept = KeptData()  # with `keep`: the data of episodes it played or was sent
 
     @property
     def is_open(self) -> bool:
@@ -49,10 +46,8 @@ class EpisodeWorker:
     def play(
         self, weights: policy.Weights32, task: Task, out: np.ndarray | None = None
     ) -> EpisodeResult:
-        """Do `task` with `weights`; a gradient goes into `out` (float32) if given.
-
-        A PassTask that comes without its episode's data gets the data kept of that
-        episode (`kept`); the data an episode's play leaves is kept."""
+        """Do `task` with `weights`; a gradient goes into `out` (float32) if given. With `keep`,
+        a PassTask without its episode's data gets the data kept, and a play's data is kept."""
         if self._env is None or self._inputs is None or self._learner is None:
             raise RuntimeError("EpisodeWorker.play() before open()")
         if self._keep and isinstance(task, PassTask):

@@ -1,11 +1,10 @@
 """The data a worker keeps between the passes of an update, so that a PassTask need not
 carry its episode again to the worker that played it.
 
-With --algo ppo each episode's data, its trajectory (~0.5 MB), is needed by every pass
-(EpochTask) of the update: --epochs x --minibatches of them. A worker keeps the data of the
-episodes it played, and of the PassTasks it was sent whole; the local pool keeps a record of
-the same, one `KeptData` per worker, and sends a PassTask to a worker that keeps its data
-with `data=None` (`light`). What the data is, is the learner's: here it is only kept.
+With --algo ppo each episode's data, its trajectory (~0.5 MB), is needed by every pass of the
+update (--epochs x --minibatches). A worker keeps the data of the episodes it played, and of
+the PassTasks it was sent whole; the local pool keeps a record of the same, a `KeptData` per
+worker, and sends a PassTask to a worker that keeps its data with `data=None` (`light`).
 
 Both sides apply one rule to the same messages in the same order, so they agree on what is
 kept without telling each other:
@@ -16,12 +15,10 @@ kept without telling each other:
 - a PassTask that failed: the pool forgets that its worker keeps that episode, so the
   retry goes whole (the worker may keep it still, which is harmless).
 
-So a worker keeps at most one update's data (what it played and what it was sent whole;
-about one batch at worst, ~0.5 MB a game). A replaced worker starts with nothing kept, and
-so does its record. Only the local pool's workers keep anything: the serial backend's tasks
-carry their data, and a Ray actor's come whole. The gradient is a
-pure function of the weights and the task, whole or light, so no bit depends on who keeps
-what.
+So a worker keeps at most one update's data (about one batch at worst). A replaced worker
+starts with nothing kept, and so does its record. Only the local pool's workers keep
+anything. The gradient is a pure function of the weights and the task, whole or light, so
+no bit depends on who keeps what.
 """
 
 from __future__ import annotations
@@ -72,11 +69,8 @@ class KeptData:
         return dataclasses.replace(task, data=None)
 
     def whole(self, task: PassTask) -> PassTask:
-        """`task` with its data: as given, or the data kept (the worker's side).
-
-        Raises LookupError if a light task's episode is not kept: the two sides disagree,
-        which the rule rules out.
-        """
+        """`task` with its data: as given, or the data kept (the worker's side); LookupError if
+        a light task's episode is not kept (the two sides disagree, which the rule rules out)."""
         if task.data is not None:
             return task
         kept = self._kept.get(task.index)

@@ -1,27 +1,21 @@
 """The local backend: a pool of persistent worker processes on this machine.
 
-Each worker is a spawned process named `pong-mp-worker-N` that builds its env once, pins BLAS
-to one thread and ignores SIGINT and SIGHUP from its start (the coordinator owns Ctrl-C and
-a closed terminal, and stops its workers after saving); its loop and the messages it
-exchanges with the pool are in `worker_process.py`. The weights go out through
-one shared-memory block with a slot per version kept (--policy-lag + 1); each worker has its
-own duplex pipe for tasks and results, so the coordinator always knows which episode a
-worker holds, a worker killed mid-message can only break its own pipe, and a death is seen
-at once through the process sentinel.
+Each worker (`worker_process.py`) is a spawned process that builds its env once. The weights
+go out through one shared-memory block with a slot per version kept (--policy-lag + 1); each
+worker has its own duplex pipe, so the coordinator always knows which episode a worker
+holds, a worker killed mid-message can only break its own pipe, and a death is seen at once
+through the process sentinel.
 
-Episodes are handed out one at a time, in submission order, to whichever worker is idle,
-whatever batch they belong to: with a policy lag, a worker done with the last episodes of
-one batch goes on with the next batch's. A worker that dies or hangs is replaced and its
-episode played again with the same seed; an exception in a worker comes back with its
-traceback and the episode is retried a bounded number of times.
+Episodes go one at a time, in submission order, to whichever worker is idle, whatever batch
+they belong to. A worker that dies or hangs is replaced and its episode played again with
+the same seed; an exception in a worker comes back with its traceback and the episode is
+retried a bounded number of times.
 
-With --algo ppo, an idle worker takes first the passes (PassTasks) over the episodes it
-played (or was sent before), which go without the episode's data (`kept.py`): a trajectory
-crosses the pipe once an update instead of once a pass, and again only to a worker that
-would otherwise wait while the one that keeps it is busy (or was replaced). A worker busy
-with a pass is also sent its next such pass, which it starts as soon as it is done, into
-the second of its two gradient slots: the passes of a round follow each other with no
-round trip in between, while the coordinator adds the last one's gradient.
+With --algo ppo, an idle worker takes first the passes (PassTasks) over the episodes whose
+data it keeps (`kept.py`), which go without it: a trajectory crosses the pipe once an update
+instead of once a pass, and again only to a worker that would otherwise wait. A worker busy
+with a pass is also sent its next such pass, into its second gradient slot, so the passes of
+a round follow each other with no round trip while the coordinator adds the last gradient.
 
 Data flow of one batch:
 
@@ -62,7 +56,6 @@ from pong_mp.backends.base import (
     RolloutSpec,
     WorkerError,
     main_guard_error,
-    skip_stall,
     worker_error,
 )
 from pong_mp.backends.kept import KeptData
@@ -118,9 +111,7 @@ class LocalBackend(BackendBase):
 
     def __init__(self, spec: RolloutSpec) -> None:
         """Remember the spec; processes and shared memory are created by `start`."""
-        if spec.workers < 1:
-            raise ValueError("workers must be >= 1")
-        self.spec = spec
+        super().__init__(spec)
         self._ctx = mp.get_context("spawn")
         self._weights: SharedWeights | None = None
         self._grads: list[SharedGradient] = []
@@ -128,39 +119,27 @@ class LocalBackend(BackendBase):
         self._pending: deque[Play] = deque()  # submitted, not yet sent to a worker
         self._retries: Retries[Play] = Retries(spec.max_retries)
         self._slots = gradient_slots(spec)
-        self.replacements = 0
-        """How many workers were replaced after dying or hanging (for tests and logs)."""
-        self.broadcast_seconds = 0.0
-        """Total time spent writing weights to shared memory (for `pong-mp bench`)."""
+        # For `pong-mp bench`, summed over workers: the time spent playing the episodes whose
+        # results came back, and where the rest went: done with their part of a batch while
+        # others played its last episodes (barrier); from the batch's last result (or their
+        # own) until sent their next episode (coordinator); an episode's round trip less its
+        # play (pipe).
         self.busy_seconds = 0.0
-        """Total time workers spent playing the episodes whose results came back (for
-        `pong-mp bench`: the rest of their time they waited)."""
-        # Where the workers' waiting goes (for `pong-mp bench`), summed over workers:
         self.barrier_seconds = 0.0
-        """Done with their part of a batch while others still played its last episodes."""
         self.coordinator_seconds = 0.0
-        """Waiting for the coordinator: from the batch's last result (or their own) until it
-        sent them their next episode (the update's step, publish and hand-out)."""
         self.pipe_seconds = 0.0
-        """An episode's round trip less its play: the pipes, the weights' lookup, and the
-        coordinator's delay in reading a result."""
         self._last_result = 0.0  # perf_counter of the latest result received
-        self._checked = time.monotonic()  # when the workers were last checked for hangs
+        # PassTasks sent without their episode's data (to a worker that keeps it), with it,
+        # and to a worker still busy with the one before (queued):
         self.light_passes = 0
-        """PassTasks sent without their episode's data, to a worker that keeps it."""
         self.whole_passes = 0
-        """PassTasks sent with their episode's data (the worker did not keep it)."""
         self.queued_passes = 0
-        """PassTasks sent to a worker still busy with the one before (its next, queued)."""
 
     # lifecycle
 
     def start(self) -> None:
-        """Create the shared weights, spawn the workers and wait until each has its env.
-        Blocks left in /dev/shm by runs killed with their resource tracker go first.
-
-        Raises WorkerError, with the worker's traceback, if one cannot start.
-        """
+        """Create the shared memory (first removing blocks of runs killed with their resource
+        tracker), spawn the workers and wait for their envs; WorkerError if one cannot start."""
         remove_stale_blocks()
         start_resource_tracker()
         slots = range(self.spec.workers)
@@ -196,8 +175,8 @@ class LocalBackend(BackendBase):
             raise
 
     def _room(self, slots: int) -> tuple[int, str]:
-        """The bytes of /dev/shm that the weights and `slots` gradient slots a worker take,
-        and what they are, for `check_room`."""
+        """The bytes of /dev/shm the weights and `slots` gradient slots a worker take, and
+        what they are, for `check_room`."""
         weights_shape, grad_shape = block_shapes(self.spec, slots)
         workers = self.spec.workers
         needed = SharedWeights.size(weights_shape) + workers * SharedGradient.size(grad_shape)
@@ -281,9 +260,7 @@ class LocalBackend(BackendBase):
         """Write `weights` into shared memory as `version`, over the oldest version kept."""
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
-        start = time.perf_counter()
         self._weights.write(weights, version)
-        self.broadcast_seconds += time.perf_counter() - start
         # New weights: a batch is complete. Those who waited for its last results did so
         # at the barrier; from the last result on, they wait for the coordinator.
         for w in self._workers:
@@ -293,8 +270,7 @@ class LocalBackend(BackendBase):
 
     def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue `tasks` behind those submitted before, to be played with `version`; idle
-        workers get theirs at once, so they play while the coordinator does its
-        bookkeeping."""
+        workers get theirs at once, to play while the coordinator does its bookkeeping."""
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
         if version not in self._weights.versions:
@@ -350,12 +326,8 @@ class LocalBackend(BackendBase):
 
     def results(self) -> Iterator[EpisodeResult]:
         """Play the submitted episodes on the pool, in submission order; yield results as
-        they arrive.
-
-        A result's gradient is a view of its worker's shared slot: it stays valid until the
-        next result is asked for (the worker gets no new episode before), so copy it to
-        keep it longer.
-        """
+        they arrive. A result's gradient is a view of its worker's shared slot, valid until
+        the next result is asked for (the worker gets no new episode before)."""
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
         self._dispatch()
@@ -371,9 +343,7 @@ class LocalBackend(BackendBase):
                     result = self._collect(w, ready)
                     if result is not None:
                         yield result
-            now = time.monotonic()
-            skip_stall(self._workers, self._checked, now)
-            self._checked = now
+            now = self._stall_skipped(self._workers)
             for w in busy:
                 if w.job is None:
                     continue
@@ -470,10 +440,7 @@ class LocalBackend(BackendBase):
             self._pending.appendleft(w.queued)
         if job is not None:
             self._retries.again(
-                job.task,
-                self._pending,
-                job,
-                lambda n: f"lost its worker {n} times (last: {why})",
+                job.task, self._pending, job, lambda n: f"lost its worker {n} times (last: {why})"
             )
         replay = f"; episode {job.task.index} will be played again" if job is not None else ""
         log.warning(f"worker {w.slot} {why}: replaced{replay}")

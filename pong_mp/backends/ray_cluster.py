@@ -1,18 +1,16 @@
 """The Ray backend: the same episodes on Ray actors, on one machine or across a cluster.
 
-`ray` is imported only here. Each actor keeps one env, with BLAS pinned to one thread, and
-plays one episode at a time; episodes go to whichever actor is idle. The float32 weights go
-into the object store once per update (one transfer per node, zero-copy reads). Gradients
-stay in the object store of the node that played them: each group of batch_sum.GROUP
-episodes is summed there, by batch_sum's own function and order, and the driver fetches
-one float64 sum per group and the episodes' small results. Episodes go preferably to
-actors on the node that plays the rest of their group. So the weights are bit-identical
-to the local backend's, and the driver receives ~GROUP times fewer bytes than one
-gradient per episode. With --algo ppo each episode's data (its trajectory) goes into the
-object store once an update, and its passes carry a reference to it; its play gives no
-gradient, so nothing is summed for it. An actor that dies or hangs is replaced
-and its episode played again with the same seed; an exception inside an episode comes back
-with the actor's traceback and is retried a bounded number of times.
+`ray` is imported only here. Each actor keeps one env and plays one episode at a time;
+episodes go to whichever actor is idle. The float32 weights go into the object store once
+per version (one transfer per node, zero-copy reads). Gradients stay in the object store of
+the node that played them: each group of batch_sum.GROUP episodes is summed there, in
+batch_sum's order, and the driver fetches one float64 sum per group and the episodes' small
+results; episodes go preferably to actors on the node that plays the rest of their group.
+So the weights are bit-identical to the local backend's, with ~GROUP times fewer bytes to
+the driver. With --algo ppo each episode's data goes into the object store once an update,
+and its passes carry a reference to it. An actor that dies or hangs is replaced and its
+episode played again with the same seed; an exception comes back with the actor's
+traceback and is retried a bounded number of times.
 """
 
 from __future__ import annotations
@@ -45,7 +43,6 @@ from pong_mp.backends.base import (
     RolloutSpec,
     WorkerError,
     prepare_worker_process,
-    skip_stall,
     worker_error,
 )
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
@@ -85,11 +82,9 @@ class EpisodeActor:
         self, flat32: np.ndarray, task: Task, data: object | None = None
     ) -> tuple[EpisodeStats, np.ndarray | None]:
         """Do one task with the float32 weights `flat32` (a zero-copy view); a PassTask's
-        episode data may come apart from it, as `data`.
-
-        Returns the result without its gradient, and the gradient (None for a task that
-        gives none): two objects, so that the driver fetches only the small one and the
-        gradient stays on this node for its group's sum."""
+        episode data may come apart from it, as `data`. Returns the stats and the gradient
+        (or None) as two objects: the driver fetches only the small one, the gradient stays
+        on this node for its group's sum."""
         if data is not None:
             task = dataclasses.replace(task, data=data)
         weights = policy.Weights32.from_flat32(flat32, self.spec.shape)
@@ -104,10 +99,9 @@ class GroupSummer:
     def sum(self, refs: list[Any]) -> np.ndarray:
         """The gradients of `refs` (position order) summed in batch_sum's order.
 
-        The refs come in a list and are fetched here, zero-copy from this node's store: as
-        top-level arguments Ray took seconds to hand 30 gradients of 5 MB to a call. An
-        actor rather than a task: a task may need a new worker process (~2 s) per update.
-        """
+        The refs come in a list, fetched here zero-copy: as top-level arguments Ray took
+        seconds to hand 30 gradients of 5 MB to a call. An actor, not a task: a task may
+        need a new worker process (~2 s) per update."""
         return sum_group(ray.get(refs))
 
 
@@ -236,9 +230,7 @@ class RayBackend(BackendBase):
 
     def __init__(self, spec: RolloutSpec, address: str | None = None) -> None:
         """Remember the spec; Ray is started or joined by `start`."""
-        if spec.workers < 1:
-            raise ValueError("workers must be >= 1")
-        self.spec = spec
+        super().__init__(spec)
         self.address = address
         self._owns_ray = False
         self._slots: list[_Slot] = []
@@ -246,17 +238,12 @@ class RayBackend(BackendBase):
         self._versions: OrderedDict[int, Any] = OrderedDict()  # weights refs, oldest first
         self._groups: list[_Group] = []  # in flight, in submission order
         self._retries: Retries[Task] = Retries(spec.max_retries)
-        self.replacements = 0
-        """How many actors were replaced after dying or hanging."""
-        self.group_sums = 0
-        """How many group sums were made on the cluster."""
-        self._checked = time.monotonic()  # when the actors were last checked for hangs
+        self.group_sums = 0  # made on the cluster
         # Each episode's data (the actor-critic's trajectory) goes into the object store once
         # an update, not with each of its passes (16 minibatches x 4 passes of ~0.5 MB):
         # episode index -> (the data, its ref), dropped when the next batch is played.
         self._data: dict[int, tuple[object, Any]] = {}
-        self.data_puts = 0
-        """Episodes' data put into the object store (for tests)."""
+        self.data_puts = 0  # episodes' data put into the object store
 
     def start(self) -> None:
         """Start or join Ray and create the actors; WorkerError if one cannot start."""
@@ -394,9 +381,7 @@ class RayBackend(BackendBase):
                 if task.index not in group.reported:
                     group.reported.add(task.index)
                     yield result
-            now = time.monotonic()
-            skip_stall(self._slots, self._checked, now)
-            self._checked = now
+            now = self._stall_skipped(self._slots)
             for slot in self._slots:
                 if slot.task is not None and now - slot.since > self.spec.episode_timeout:
                     task, group = slot.task, slot.group
@@ -473,9 +458,7 @@ class RayBackend(BackendBase):
         group.grads.clear()
         group.node = None
 
-    def _retry(
-        self, task: Task, pending: deque[Task], why: str, tb: str | None = None
-    ) -> None:
+    def _retry(self, task: Task, pending: deque[Task], why: str, tb: str | None = None) -> None:
         what = f"times on Ray actors (last: {why})"
         count = self._retries.again(task, pending, task, lambda n: f"failed {n} {what}", tb)
         log.warning(

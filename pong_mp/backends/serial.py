@@ -15,10 +15,8 @@ from pong_mp.policy import Weights32
 
 
 class SerialBackend(EpisodeWorker, BackendBase):
-    """An EpisodeWorker in the calling process: the backend that is the worker itself.
-
-    Submitted episodes wait in one queue, in submission order, each with its weights
-    version; `results` plays them one at a time."""
+    """An EpisodeWorker in the calling process: submitted episodes wait in one queue, each
+    with its weights version, and `results` plays them one at a time."""
 
     def __init__(self, spec: RolloutSpec) -> None:
         """Remember the spec; the env is built by `start`."""
@@ -36,8 +34,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
             self._threads = ThreadpoolController()
 
     def publish(self, version: int, weights: np.ndarray) -> None:
-        """Keep a copy of `weights` as `version` (the caller may reuse its array), and the
-        last spec.lag + 1 versions only."""
+        """Keep a copy of `weights` as `version`, and the last spec.lag + 1 versions only."""
         self._versions[version] = Weights32.from_flat32(np.array(weights), self.spec.shape)
         while len(self._versions) > self.spec.lag + 1:
             self._versions.popitem(last=False)

@@ -1,20 +1,18 @@
 """Versioned weights in one shared-memory block: the coordinator writes, workers read in place.
 
 Layout: one slot per weights version kept (--policy-lag + 1), each a 64-byte header whose
-first 8 bytes hold the version (int64), then the float32 weights that episodes compute with
-(`policy.Weights32`: W1 transposed, W2, and a value head with --algo ppo), 64-byte
-aligned. The coordinator keeps the float64 master copy and writes one slot per
-optimizer step (one per update; one per minibatch with --algo ppo), the oldest, in turn.
-Blocks are named `pong-mp-<pid>-<pidns>-<random>` so that a leak is easy to spot in /dev/shm.
-Only the creator unlinks. A creator killed together with its resource tracker (a whole process
-group or container killed at once) cannot, so the local backend's start removes the blocks of
-creators that are gone: `remove_stale_blocks`. The pid namespace in the name keeps it from
-taking a live run's block where containers share /dev/shm but not their pids.
+first 8 bytes hold the version (int64), then the float32 weights (`policy.Weights32`),
+64-byte aligned. The coordinator keeps the float64 master copy and writes one slot per
+optimizer step, the oldest, in turn.
 
-/dev/shm is a tmpfs of its own size (Docker's default is 64 MB), and its blocks are sparse
-files: a write into a page the tmpfs has no room for kills the writer with SIGBUS. So every
-block is reserved in full when it is made (`posix_fallocate`, an error where there is no
-room), and the local backend checks the room for all of them first (`check_room`).
+Blocks are named `pong-mp-<pid>-<pidns>-<random>`, so that a leak is easy to spot. Only the
+creator unlinks; one killed together with its resource tracker cannot, so the local backend's
+start removes the blocks of creators that are gone (`remove_stale_blocks`). The pid namespace
+in the name keeps it from taking a live run's block where containers share /dev/shm only.
+
+/dev/shm is a tmpfs of its own size (Docker's default is 64 MB) and its blocks are sparse: a
+write into a page it has no room for kills the writer with SIGBUS. So every block is reserved
+in full when it is made (`posix_fallocate`), and the local backend checks the room first.
 """
 
 from __future__ import annotations
@@ -36,13 +34,11 @@ from pong_mp.files import pid_alive
 
 HEADER_BYTES = 64
 NAME_PREFIX = "pong-mp-"
-SHM_DIR = Path("/dev/shm")
-"""Where POSIX shared memory appears as files (Linux)."""
+SHM_DIR = Path("/dev/shm")  # where POSIX shared memory appears as files (Linux)
 
 
 def pid_namespace() -> str:
-    """This process's pid namespace as a hex inode number; "" where it cannot be read (not
-    Linux): pids are compared only within one namespace."""
+    """This process's pid namespace as a hex inode number; "" where it cannot be read."""
     try:
         return format(os.stat("/proc/self/ns/pid").st_ino, "x")
     except OSError:
@@ -50,15 +46,13 @@ def pid_namespace() -> str:
 
 
 def block_name() -> str:
-    """A new block's name: the prefix, the creator's pid and pid namespace, and a random
-    part."""
+    """A new block's name: the prefix, the creator's pid and pid namespace, a random part."""
     namespace = pid_namespace() or "0"
     return f"{NAME_PREFIX}{os.getpid()}-{namespace}-{secrets.token_hex(4)}"
 
 
 def block_creator(name: str) -> tuple[int, str] | None:
-    """The pid and pid namespace in a block's name, or None for a name this version does not
-    write."""
+    """The pid and pid namespace in a block's name; None for a name not written so."""
     if not name.startswith(NAME_PREFIX):
         return None
     parts = name.removeprefix(NAME_PREFIX).split("-")
@@ -68,10 +62,9 @@ def block_creator(name: str) -> tuple[int, str] | None:
 
 
 def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker with SIGHUP ignored (it already ignores SIGINT
-    and SIGTERM): a closed terminal hangs up the whole process group, and a tracker killed
-    then would print warnings about blocks the coordinator unlinks itself a moment later.
-    An ignored disposition is the one thing a process inherits through exec."""
+    """Start multiprocessing's resource tracker with SIGHUP ignored (as SIGINT and SIGTERM):
+    a tracker killed by a closed terminal would warn about blocks the coordinator unlinks
+    itself a moment later. An ignored disposition is inherited through exec."""
     import threading
     from multiprocessing import resource_tracker
 
@@ -86,9 +79,8 @@ def start_resource_tracker() -> None:
 
 
 def remove_stale_blocks(directory: Path = SHM_DIR) -> list[str]:
-    """Unlink the blocks whose creator is gone, in this pid namespace and owned by this
-    user; the names removed. Blocks of live creators, of other namespaces, or with names
-    this version does not write are left alone."""
+    """Unlink this user's blocks whose creator is gone, in this pid namespace; the names
+    removed."""
     namespace = pid_namespace()
     if not namespace or not directory.is_dir():
         return []
@@ -124,8 +116,7 @@ def _mb(size: int) -> str:
 
 
 def room_error(needed: int, what: str, free: int | None) -> SharedMemoryFull:
-    """The one-line error for a /dev/shm without room for `needed` bytes (`what` names
-    them)."""
+    """The error for a /dev/shm without room for `needed` bytes (`what` names them)."""
     has = "" if free is None else f" has {_mb(free)} free:"
     return SharedMemoryFull(
         f"{SHM_DIR}{has} too little shared memory for this run, which needs {_mb(needed)} "
@@ -135,8 +126,8 @@ def room_error(needed: int, what: str, free: int | None) -> SharedMemoryFull:
 
 
 def check_room(needed: int, what: str) -> None:
-    """Raise SharedMemoryFull unless /dev/shm has `needed` bytes free (`what` names them);
-    nothing is created. Where /dev/shm is not a directory (not Linux) nothing is checked."""
+    """Raise SharedMemoryFull unless /dev/shm (where it is a directory) has `needed` bytes
+    free (`what` names them)."""
     free = free_bytes() if SHM_DIR.is_dir() else None
     if free is not None and free < needed:
         raise room_error(needed, what, free)
@@ -148,9 +139,8 @@ class StaleWeightsError(RuntimeError):
 
 @dataclass(frozen=True)
 class BlockShape:
-    """What a block is sized for: a policy network of shape `net`, with a value head if
-    `value` (--algo ppo), and `width`: the weights versions a SharedWeights block keeps
-    (--policy-lag + 1), or the gradient slots of a SharedGradient."""
+    """A block's size: a network of shape `net` (with a value head if `value`), `width`
+    times: the weights versions a SharedWeights keeps, or a SharedGradient's slots."""
 
     net: policy.NetShape
     width: int = 1
@@ -158,8 +148,7 @@ class BlockShape:
 
 
 class _Block:
-    """A named shared-memory block of a given shape. Subclasses say its size and map their
-    arrays on it; only the creator unlinks."""
+    """A named shared-memory block; subclasses size it and map their arrays on it."""
 
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Wrap an open block; use `create` or `attach` instead of calling this."""
@@ -179,8 +168,8 @@ class _Block:
 
     @classmethod
     def create(cls, shape: BlockShape) -> Self:
-        """A new block, owned (and later unlinked) by the caller, its memory reserved in
-        full. Raises OSError (ENOSPC where /dev/shm has no room), leaving no block."""
+        """A new block, owned (and unlinked) by the caller, its memory reserved in full.
+        Raises OSError (ENOSPC where /dev/shm has no room), leaving no block."""
         size = cls.size(shape)
         shm = shared_memory.SharedMemory(name=block_name(), create=True, size=size)
         reserve = getattr(os, "posix_fallocate", None)  # Linux; elsewhere sized only
@@ -212,8 +201,7 @@ class _Block:
 
 
 class SharedWeights(_Block):
-    """Float32 policy weights with their version numbers in shared memory: `width` slots,
-    holding the last `width` versions written."""
+    """Float32 policy weights in shared memory: the last `width` versions written."""
 
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Map each slot's version and weights (read-only unless this process owns them)."""
@@ -250,8 +238,8 @@ class SharedWeights(_Block):
         return shape.width * SharedWeights.slot_size(shape.net, shape.value)
 
     def write(self, params: np.ndarray, version: int) -> None:
-        """Publish flat `params` (float64 or float32) as `version`, over the oldest version
-        kept (coordinator only; no episode may still be playing that one)."""
+        """Publish flat `params` as `version`, over the oldest version kept (coordinator only;
+        no episode may still be playing that one)."""
         stamp, flat, _ = self._views[self._written % self.shape.width]
         stamp[0] = _NO_VERSION
         np.copyto(flat, params, casting="same_kind")
@@ -275,10 +263,8 @@ _NO_VERSION = np.iinfo(np.int64).min  # a slot not written yet (versions may be 
 
 
 class SharedGradient(_Block):
-    """One worker's gradient slots (`shape.width` of them): the worker's backward pass
-    writes into one, the coordinator reads it in place, so 5 MB never go through a pipe;
-    with two, the worker writes its next pass's gradient while the coordinator reads its
-    last."""
+    """One worker's gradient slots: the worker writes one, the coordinator reads it in place
+    (5 MB never go through a pipe); with two, it writes the next while the last is read."""
 
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Map the flat float32 gradients."""
@@ -289,7 +275,7 @@ class SharedGradient(_Block):
 
     @staticmethod
     def size(shape: BlockShape) -> int:
-        """`shape.width` flat float32 gradients, shaped as the parameters."""
+        """`shape.width` flat float32 gradients."""
         return 4 * shape.net.size(shape.value) * shape.width
 
     @property

@@ -2,20 +2,17 @@
 pool (`local.py`) over its own duplex pipe.
 
 A worker is a spawned process named `pong-mp-worker-N`. It ignores SIGINT and SIGHUP from
-its start (the coordinator owns Ctrl-C and a closed terminal), ends itself if the
-coordinator dies, attaches to the shared weights block and to its own gradient slot, and
-plays episodes with one EpisodeWorker (`episode_worker.py`) until it is told to stop:
+its start (the coordinator owns Ctrl-C and a closed terminal, and stops its workers after
+saving), ends itself if the coordinator dies, attaches to the shared weights block and to
+its own gradient slot, and does tasks with one EpisodeWorker until told to stop:
 
     coordinator -> worker   Play(version, task, slot) | Stop()
-    worker -> coordinator   Ready() once set up, then Done(stats, gradient, slot) or
-                            Failed(index, traceback) for each task (Failed(None, ...) if
-                            it cannot set up)
+    worker -> coordinator   Ready() once set up (or Failed(None, traceback)), then
+                            Done(stats, gradient, slot) or Failed(index, traceback) a task
 
-The gradient never travels through the pipe: the worker writes it into its shared slot, and
-Done carries only the episode's statistics (and whether the slot holds a gradient). With
---algo ppo an episode's play gives no gradient: its data (the trajectory) comes back in
-Done's statistics, and its passes (PassTasks) go out without it to the worker that keeps it
-(`kept.py`), and with it to any other.
+The gradient never goes through the pipe: the worker writes it into its shared slot. With
+--algo ppo a play gives no gradient: its data comes back in Done's statistics, and its
+passes go out without it to the worker that keeps it (`kept.py`), with it to any other.
 """
 
 from __future__ import annotations
@@ -45,10 +42,9 @@ process group, and the coordinator stops its workers itself, after saving."""
 
 @contextlib.contextmanager
 def worker_signals_blocked() -> Iterator[None]:
-    """Inside, this thread holds back the signals workers ignore, and processes started
-    here inherit that mask through exec: a Ctrl-C to the process group while a worker
-    imports finds it deaf, not in a traceback. What reaches this process meanwhile is
-    delivered on leaving."""
+    """Inside, this thread holds back the signals workers ignore, and processes started here
+    inherit that mask: a Ctrl-C while a worker imports finds it deaf, not in a traceback.
+    What reaches this process meanwhile is delivered on leaving."""
     old = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
     try:
         yield
@@ -57,8 +53,7 @@ def worker_signals_blocked() -> Iterator[None]:
 
 
 def ignore_in_worker() -> None:
-    """In a worker process: ignore what the coordinator handles for it (a pending one is
-    dropped), and take signals again."""
+    """In a worker: ignore what the coordinator handles (dropping any pending), unblocked."""
     for s in WORKER_IGNORES:
         signal.signal(s, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORES)
@@ -85,35 +80,26 @@ class Ready(NamedTuple):
 
 
 class Done(NamedTuple):
-    """Worker -> coordinator: a task was done; its gradient, if it gives one, is in the
-    worker's slot that Play named."""
+    """Worker -> coordinator: a task was done; its gradient, if any, is in slot `slot`."""
 
     stats: EpisodeStats
-    """The episode's statistics."""
-    gradient: bool
-    """Whether the slot holds a gradient (`Task.gradient`)."""
+    gradient: bool  # whether the slot holds a gradient (`Task.gradient`)
     slot: int = 0
-    """The gradient slot it was written to."""
 
 
 class Failed(NamedTuple):
     """Worker -> coordinator: setting up (index None) or an episode raised."""
 
     index: int | None
-    """The episode that failed, or None if the worker could not start."""
-    traceback: str
-    """The worker's formatted traceback."""
+    traceback: str  # the worker's, formatted
 
 
 class Play(NamedTuple):
-    """Coordinator -> worker: play this episode with this version of the shared weights."""
+    """Coordinator -> worker: do `task` with weights `version`, its gradient into `slot`."""
 
-    version: int
-    """The weights' version, checked against shared memory."""
+    version: int  # checked against shared memory
     task: Task
-    """The episode to play."""
     slot: int = 0
-    """The worker's gradient slot to write its gradient to (`gradient_slots`)."""
 
 
 class Stop(NamedTuple):
@@ -121,16 +107,15 @@ class Stop(NamedTuple):
 
 
 def gradient_slots(spec: RolloutSpec) -> int:
-    """Each worker's gradient slots, where /dev/shm has room: two with the actor-critic (a
-    value head), whose short passes come back to back, so that a worker can be sent its
-    next pass while the coordinator still reads the last one's gradient; one otherwise."""
+    """Each worker's gradient slots, where /dev/shm has room: two with the actor-critic,
+    whose short passes come back to back (the next is sent while the coordinator reads the
+    last one's gradient); one otherwise."""
     return 2 if spec.value_head else 1
 
 
 def block_shapes(spec: RolloutSpec, slots: int = 1) -> tuple[BlockShape, BlockShape]:
-    """The shapes of the weights block and of each worker's gradient block (of `slots`
-    slots): one rule for the coordinator that creates them and the workers that attach to
-    them."""
+    """The shapes of the weights block and of each worker's gradient block (`slots` slots),
+    for the coordinator that creates them and the workers that attach."""
     value = spec.value_head
     return (
         BlockShape(spec.shape, spec.lag + 1, value),
@@ -146,13 +131,8 @@ def worker_main(
     parent_pid: int,
     slots: int = 1,
 ) -> None:
-    """Loop of one worker: receive (version, task, slot), play it, send back the result
-    (its gradient block has `slots` slots).
-
-    Messages: it receives Play (or Stop) and sends Ready once set up, then Done or Failed
-    for each episode (Failed with no index if it cannot set up). The env is closed on every
-    exit path.
-    """
+    """Loop of one worker (messages in the module's docstring); its gradient block has
+    `slots` slots. The env is closed on every exit path."""
     ignore_in_worker()
     _set_os_process_name(mp.current_process().name)
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()

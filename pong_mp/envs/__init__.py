@@ -41,12 +41,11 @@ def env_args_text(env_kwargs: dict[str, Any]) -> str:
 
 
 def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
-    """Raise UnknownEnvError, in one line, unless `env_id` is a supported Pong that can be
-    built with `env_kwargs`: the env is made once (and closed), so that a bad --env-arg is
-    refused before any worker starts or any file is written.
+    """Raise UnknownEnvError unless `env_id` is a supported Pong that can be built with
+    `env_kwargs`: the env is made once (and closed), so that a bad --env-arg is refused before
+    any worker starts or any file is written.
 
-    An id with its module ("package.module:Name-v0", gymnasium's form) names an env the user
-    brings from their own code (the tests' fault-injecting FakePongs, say): that it shows
+    An id with its module ("package.module:Name-v0") names the user's own env: that it shows
     Pong's frames is the user's word, and only its actions are checked.
     """
     check_env_id(env_id)
@@ -77,11 +76,8 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
 
 
 def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:
-    """An env for training and the input stream that reads it.
-
-    ALE ids get FastAtari (v5 semantics, seeded sticky actions, the screen read from the
-    emulator) unless `kwargs` has fast=False, which keeps gymnasium's own env.
-    """
+    """An env for training and the input stream that reads it: FastAtari for ALE ids, unless
+    `kwargs` has fast=False, which keeps gymnasium's own env."""
     kwargs = dict(kwargs)
     fast = kwargs.pop("fast", True)
     if not isinstance(fast, bool):

@@ -2,16 +2,13 @@
 
 Gymnasium's `ALE/Pong-v5` applies a new seed by reloading the ROM (~90 ms, a third of a
 random-play episode) because the seed drives ALE's sticky actions. `FastAtari` runs the
-emulator with sticky actions off and applies them itself, frame by frame exactly as ALE
-does (with probability `repeat_action_probability` the previous action is kept), from a
-generator seeded at reset. Pong itself is deterministic, so an episode is a function of its
-seed and a reset needs no reload.
+emulator with sticky actions off and applies them itself, frame by frame as ALE does, from a
+generator seeded at reset. Pong is deterministic, so an episode is a function of its seed.
 
 Its observations are the cropped, downsampled screen as palette indices (80x80 uint8), read
-straight from the emulator instead of a 100 KB RGB image. `binary` turns indices into the
-0/1 pixels of `frames.binarize` through a table learned from ALE's own RGB conversion the
-first time an index is looked up, so the frames are the same as gymnasium's. Tests check
-both claims against gymnasium's env.
+from the emulator instead of a 100 KB RGB image. `binary` turns indices into the 0/1 pixels
+of `frames.binarize` through a table learned from ALE's own RGB conversion, so the frames
+are gymnasium's. Tests check both claims against gymnasium's env.
 """
 
 from __future__ import annotations
@@ -85,11 +82,8 @@ class FastAtari(gym.Env):
         return self._crop.copy()
 
     def binary(self, indices: np.ndarray) -> np.ndarray:
-        """The 0/1 pixels (uint8) of palette `indices` taken from the current screen.
-
-        An index seen for the first time is learned from the current RGB screen, which is
-        why the indices must come from it.
-        """
+        """The 0/1 pixels (uint8) of palette `indices` taken from the current screen (an index
+        seen for the first time is learned from it)."""
         pixels = self._table[indices]
         if pixels.size and pixels.max() == _UNKNOWN:
             red = self._ale.getScreenRGB()[35:195:2, ::2, 0]

@@ -52,13 +52,11 @@ class FakePong(gym.Env):
     ) -> None:
         """`opponent_speed` caps how fast the opponent moves (px/step); `opponent_error` is
         the largest offset (px) of where it aims, redrawn each rally, so it misses at times.
-        `max_steps` truncates endless rallies, like ALE's frame limit. `paddle_height` and
-        `ball_size` (the ball's height; it is half as wide) default to ALE's sizes; bigger
-        objects light up more input pixels, which makes learning quicker (for CI).
-        `fixed_serve` starts every rally the same way (paddles centred, the same serve to
-        the agent), so that returning the serve is a skill a policy learns in minutes.
-        `step_seconds` makes each step sleep that long: a slow emulator that costs no CPU,
-        so that many workers can be simulated on a few cores (`pong-mp bench --simulate`)."""
+        `max_steps` truncates endless rallies. `paddle_height` and `ball_size` (its height;
+        it is half as wide) default to ALE's; bigger ones make learning quicker (for CI).
+        `fixed_serve` starts every rally the same way, so that a policy learns to return the
+        serve in minutes. `step_seconds` makes each step sleep that long: a slow emulator
+        that costs no CPU, to simulate many workers on a few cores."""
         if points_to_win < 1:
             raise ValueError("points_to_win must be >= 1")
         if not 0.0 <= step_seconds <= 1.0:

@@ -1,6 +1,5 @@
 """The env ids pong-mp knows: registering FakePong and ALE with gymnasium, checking an id,
-making a plain env. Kept apart from `pong_mp.envs` so that FastAtari can make its inner env
-without importing the package that imports it."""
+making a plain env. Apart from `pong_mp.envs`, which imports FastAtari, which needs it."""
 
 from __future__ import annotations
 
@@ -39,10 +38,9 @@ def _register_ale() -> None:
 def check_env_id(env_id: str) -> None:
     """Raise UnknownEnvError, with a short message, if `env_id` is not a known env.
 
-    An id may name the module that registers its env, in gymnasium's "module:EnvId" form;
-    the module is imported here, as gymnasium.make does, and whatever its import raises
-    (a syntax error, any exception, a sys.exit) is an UnknownEnvError: checked here, in
-    the coordinator, a module that fails never reaches the workers.
+    An id may name the module that registers its env ("module:EnvId"), imported here as
+    gymnasium.make does: whatever its import raises (sys.exit included) is an UnknownEnvError
+    in the coordinator, so a module that fails never reaches the workers.
     """
     module, _, name = env_id.rpartition(":")
     if module:
@@ -68,7 +66,6 @@ def check_env_id(env_id: str) -> None:
 
 
 SUPPORTED = f"ALE/Pong-v5 (gymnasium's Atari Pong, any ALE/Pong version) or {FAKE_PONG_ID}"
-"""What --env accepts, in words."""
 
 
 def is_pong(env_id: str) -> bool:
