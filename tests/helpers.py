@@ -267,30 +267,30 @@ def _parent(pid: int) -> int:
         return 0
 
 
-def _runs_pong_mp(pid: int) -> bool:
+def _runs_pong_mp_or_tests(pid: int) -> bool:
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        return b"pong_mp" in cmdline or b"pong-mp" in cmdline  # python -m, or the script
     except OSError:
         return False
+    # python -m pong_mp, the script, or pytest (whose test processes coordinate in-process)
+    return any(name in cmdline for name in (b"pong_mp", b"pong-mp", b"pytest"))
 
 
-def _sibling(pid: int) -> bool:
-    # Another child of this process's parent, as pytest-xdist starts its test processes:
-    # the workers it starts are another test's, not orphans.
-    return pid != os.getpid() and os.getppid() > 1 and _parent(pid) == os.getppid()
+def _coordinated(pid: int) -> bool:
+    # Whether worker `pid` has a coordinator: its parent runs pong-mp or tests, or is a test
+    # process of pytest-xdist (whose parent is pytest). An orphan's parent is init, or a
+    # subreaper that runs neither.
+    parent = _parent(pid)
+    return parent > 1 and (
+        _runs_pong_mp_or_tests(parent) or _runs_pong_mp_or_tests(_parent(parent))
+    )
 
 
 def stray_workers() -> set[int]:
-    """Workers that nothing will clean up: children of this test process, or orphans (their
-    parent is not a pong-mp coordinator). Workers of other pong-mp runs, and of tests run
-    beside this one, are not counted."""
-    return {
-        pid
-        for pid in pong_processes()
-        if _parent(pid) == os.getpid()
-        or not (_runs_pong_mp(_parent(pid)) or _sibling(_parent(pid)))
-    }
+    """Workers that nothing will clean up: children of this test process, or orphans (no
+    coordinator). Workers of other pong-mp runs, and of other tests (beside this one, or in
+    another checkout), are not counted."""
+    return {pid for pid in pong_processes() if _parent(pid) == os.getpid() or not _coordinated(pid)}
 
 
 def _other_runs_block(name: str) -> bool:
