@@ -26,6 +26,7 @@ from pong_mp.batch_sum import GROUP
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
 from pong_mp.signals import POLL_SECONDS, check_stop
+from pong_mp.tools import markdown_table
 
 T = TypeVar("T")
 
@@ -483,34 +484,28 @@ def run_simulation(
 
 def format_simulation(rows: list[dict[str, Any]]) -> str:
     """The simulation's rows as a Markdown table."""
-    lines = [
-        "| workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | "
-        "updates |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['workers']} | {r['train_steps_per_sec']:,.0f} | {r['speed_up']:.2f}x "
-            f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% "
-            f"| {r['train_updates']} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        "workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | updates",
+        (
+            f"{r['workers']} | {r['train_steps_per_sec']:,.0f} | {r['speed_up']:.2f}x "
+            f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% | {r['train_updates']}"
+            for r in rows
+        ),
+    )
 
 
 def format_scaling(rows: list[dict[str, Any]]) -> str:
     """The scaling rows as a Markdown table, with each count's speed-up over one worker."""
     one = rows[0]["train_steps_per_sec"]
-    lines = [
-        "| workers | raw steps/s (same processes) | training steps/s | training / raw | "
-        "speed-up over 1 worker |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['workers']} | {r['raw_steps_per_sec']:,.0f} | {r['train_steps_per_sec']:,.0f} "
-            f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        "workers | raw steps/s (same processes) | training steps/s | training / raw | "
+        "speed-up over 1 worker",
+        (
+            f"{r['workers']} | {r['raw_steps_per_sec']:,.0f} | {r['train_steps_per_sec']:,.0f} "
+            f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x"
+            for r in rows
+        ),
+    )
 
 
 def _idle_line(r: dict[str, Any]) -> list[str]:

@@ -26,6 +26,7 @@ from pong_mp.config import (
 )
 from pong_mp.files import FileError, check_writable, write_atomic
 from pong_mp.rundir import METRICS_FILE
+from pong_mp.tools import markdown_table
 
 
 class PlotError(ValueError):
@@ -342,34 +343,26 @@ def milestones_table(
 ) -> str:
     """The milestones as a Markdown table, under `title`; with `rate` (steps/s), a column of
     the wall time their env steps take at it."""
-    lines = [f"{title}:"] if title else []
-    extra = f" at {rate:,.0f} steps/s |" if rate else ""
-    lines += [
-        "| running reward | update | episodes | env steps | wall time |" + extra,
-        "|---|---|---|---|---|" + "---|" * bool(rate),
-    ]
+    head = "running reward | update | episodes | env steps | wall time"
+    head += f" | at {rate:,.0f} steps/s" if rate else ""
+    lines = []
     for row in milestones(records):
         if row["batch"] is None:
-            lines.append(f"| >= {row['threshold']:g} | not yet | | | |" + " |" * bool(rate))
+            lines.append(f">= {row['threshold']:g} | not yet | | |" + " |" * bool(rate))
         else:
-            at = f" {minutes_at(row['steps'], rate)} |" if rate else ""
+            at = f" | {minutes_at(row['steps'], rate)}" if rate else ""
             lines.append(
-                f"| >= {row['threshold']:g} | {row['batch']} | {row['episodes']:,} | "
-                f"{row['steps']:,} | {row['minutes']:.1f} min |" + at
+                f">= {row['threshold']:g} | {row['batch']} | {row['episodes']:,} | "
+                f"{row['steps']:,} | {row['minutes']:.1f} min" + at
             )
-    return "\n".join(lines)
+    return markdown_table(head, lines, [f"{title}:"] if title else [])
 
 
 def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     """A Markdown table of what each run's drawn updates scored: mean reward per update, over
     each half, its least-squares climb per M steps, and the last running reward (which
     carries the run's past: the mean is the figure to compare forks by)."""
-    lines = [
-        "the drawn updates: mean reward per update (of each batch's mean)",
-        "| run | updates | env steps | mean reward per update | first half | "
-        "second half | climb per M steps | running reward at the last |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = []
     for run_dir, records in runs:
         rewards = np.array([r["reward_mean"] for r in records], dtype=float)
         half = len(records) // 2
@@ -382,12 +375,16 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
         climb = f"{np.polyfit(steps, rewards, 1)[0]:+.2f}" if np.ptp(steps) > 0 else ""
         last = records[-1]["running_reward"]
         lines.append(
-            f"| {run_dir} | {records[0]['batch']}-{records[-1]['batch']} ({len(records)}) | "
+            f"{run_dir} | {records[0]['batch']}-{records[-1]['batch']} ({len(records)}) | "
             f"{played:,.0f} | {rewards.mean():+.2f} | {halves[0]} | {halves[1]} | {climb} | "
             + ("" if last is None else f"{last:+.2f}")
-            + " |"
         )
-    return "\n".join(lines)
+    head = (
+        "run | updates | env steps | mean reward per update | first half | second half | "
+        "climb per M steps | running reward at the last"
+    )
+    title = "the drawn updates: mean reward per update (of each batch's mean)"
+    return markdown_table(head, lines, [title])
 
 
 # Two forks' batches differ alike for a while: the standard error comes from blocks' means.
@@ -414,19 +411,14 @@ def paired_table(
     same seeds, so pairs are far less noisy than separate means)."""
     first_dir, first = runs[0]
     control = {r["batch"]: r["reward_mean"] for r in first}
-    lines = [
-        f"against {first_dir}, update by update: mean difference of the batches' mean reward "
-        f"(standard error from blocks of {PAIR_BLOCK} updates)",
-        "| run | common updates | mean difference per update | standard error |",
-        "|---|---|---|---|",
-    ]
+    lines = []
     for (run_dir, records), origin in zip(runs[1:], origins[1:], strict=True):
         if origin is None or origin != origins[0]:
-            lines.append(f"| {run_dir} | not a fork of the same update: not paired |  |  |")
+            lines.append(f"{run_dir} | not a fork of the same update: not paired |  | ")
             continue
         common = [r for r in records if r["batch"] in control]
         if not common:
-            lines.append(f"| {run_dir} | none |  |  |")
+            lines.append(f"{run_dir} | none |  | ")
             continue
         diffs = np.array([r["reward_mean"] - control[r["batch"]] for r in common], dtype=float)
         blocks = len(diffs) // PAIR_BLOCK
@@ -435,23 +427,22 @@ def paired_table(
             means = diffs[: blocks * PAIR_BLOCK].reshape(blocks, PAIR_BLOCK).mean(axis=1)
             error = f"{means.std(ddof=1) / np.sqrt(blocks):.2f}"
         lines.append(
-            f"| {run_dir} | {common[0]['batch']}-{common[-1]['batch']} ({len(common)}) | "
-            f"{diffs.mean():+.2f} | {error} |"
+            f"{run_dir} | {common[0]['batch']}-{common[-1]['batch']} ({len(common)}) | "
+            f"{diffs.mean():+.2f} | {error}"
         )
-    return "\n".join(lines)
+    title = (
+        f"against {first_dir}, update by update: mean difference of the batches' mean reward "
+        f"(standard error from blocks of {PAIR_BLOCK} updates)"
+    )
+    head = "run | common updates | mean difference per update | standard error"
+    return markdown_table(head, lines, [title])
 
 
 def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | None = None) -> str:
     """Env steps to each running reward per setting: the mean over the seeds that reached it,
     their range and count; with `rate` (steps/s), the mean's wall time at it."""
     groups = group_runs(runs)
-    head = "| running reward | " + " | ".join(g.label for g in groups) + " |"
-    lines = [
-        "env steps (millions) to each running reward, per setting: mean (min-max), seeds "
-        "that reached it" + (f", minutes at {rate:,.0f} steps/s" if rate else ""),
-        head,
-        "|---" * (len(groups) + 1) + "|",
-    ]
+    lines = []
     for threshold in THRESHOLDS:
         cells = []
         for group in groups:
@@ -469,5 +460,9 @@ def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | 
             spread = f" ({millions.min():.2f}-{millions.max():.2f})" if len(steps) > 1 else ""
             at = f", {minutes_at(float(np.mean(steps)), rate)}" if rate else ""
             cells.append(f"{millions.mean():.2f}{spread}, {len(steps)}/{seeds}{at}")
-        lines.append(f"| >= {threshold:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append(f">= {threshold:g} | " + " | ".join(cells))
+    title = (
+        "env steps (millions) to each running reward, per setting: mean (min-max), seeds "
+        "that reached it" + (f", minutes at {rate:,.0f} steps/s" if rate else "")
+    )
+    return markdown_table(["running reward", *(g.label for g in groups)], lines, [title])
