@@ -531,10 +531,8 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     size = policy.param_count(policy.NetShape(hidden))
     # Object stores big enough for the update, lest spilling to disk be measured instead.
     per_node = max(int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5), 80 * 2**20)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "object_store_memory": per_node},
-    )
+    head = {"num_cpus": 0, "object_store_memory": per_node}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     for _ in range(nodes - 1):
         cluster.add_node(num_cpus=1, object_store_memory=per_node)
     try:
