@@ -25,22 +25,10 @@ from typing import Any
 import numpy as np
 
 from pong_mp import checkpoint
+from pong_mp import config as cfg
 from pong_mp.backends.base import refuse_in_a_starting_worker
 from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError
-from pong_mp.config import (
-    ALGORITHM_FIELDS,
-    DROPS,
-    FORK_KEEPS,
-    ConfigError,
-    JSONTooDeep,
-    TrainConfig,
-    drop_options,
-    merge_for_resume,
-    option_flag,
-    parse_json,
-    read_config,
-    shown,
-)
+from pong_mp.config import ConfigError, TrainConfig, shown
 from pong_mp.envs import UnknownEnvError, check_env
 from pong_mp.files import FileError, file_error, file_io, pid_alive, write_text_atomic
 from pong_mp.optim import dropped
@@ -148,12 +136,9 @@ class RunLock:
                 raise self._busy(holder) from None
             # A lock file removed and made anew by a failed start between our open and our
             # flock would let two trainers in: hold the lock only on the file at the path.
-            try:
-                same = os.fstat(fd).st_ino == os.stat(path).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                break
+            with contextlib.suppress(FileNotFoundError):
+                if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                    break
             os.close(fd)
         try:
             with file_io(path, "write"):
@@ -310,17 +295,16 @@ def _scan_metrics(data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, by
     # bytes, problem). A last line without its newline (a write cut off by a crash) is
     # neither; a record whose update does not follow the one before is damaged.
     lines = data.split(b"\n")
-    complete, tail = lines[:-1], lines[-1]
     records: list[dict[str, Any]] = []
     damaged = []
-    for number, raw in enumerate(complete + ([tail] if tail.strip() else []), 1):
-        cut_off = number == len(complete) + 1
-        if not raw.strip() and not cut_off:
+    for number, raw in enumerate(lines, 1):
+        if not raw.strip():
             continue
+        cut_off = number == len(lines)
         try:
-            record = parse_json(raw.decode("utf-8"))
+            record = cfg.parse_json(raw.decode("utf-8"))
             problem = _check_record(record)
-        except JSONTooDeep as exc:
+        except cfg.JSONTooDeep as exc:
             problem = str(exc)
         except (UnicodeDecodeError, ValueError):
             problem = "not UTF-8 JSON"
@@ -361,19 +345,16 @@ def keep_metrics_until(path: Path, last_batch: int) -> str | None:
     if not damaged:
         return None
     numbers = [number for number, _, _ in damaged]
-    shown = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
-    have = {r["batch"] for r in kept}
-    missing = [batch for batch in range(1, last_batch + 1) if batch not in have]
-    lost = (
-        f"; updates {_ranges(missing)} have no record left (the damage replaced them)"
-        if missing
-        else ""
-    )
+    listed = ", ".join(map(str, numbers[:5])) + (", ..." if len(numbers) > 5 else "")
     more = ", ..." if len(numbers) > 1 else ""
-    return (
-        f"{path}: damaged line{'s' * (len(numbers) != 1)} {shown} ({damaged[0][2]}{more}) "
-        f"moved to {aside}{lost}"
+    note = (
+        f"{path}: damaged line{'s' * (len(numbers) != 1)} {listed} ({damaged[0][2]}{more}) "
+        f"moved to {aside}"
     )
+    missing = sorted(set(range(1, last_batch + 1)) - {r["batch"] for r in kept})
+    if missing:
+        note += f"; updates {_ranges(missing)} have no record left (the damage replaced them)"
+    return note
 
 
 def _ranges(numbers: list[int]) -> str:
@@ -437,18 +418,17 @@ def prepare_run(
     """
     run_dir = Path(run_dir)
     # A drop's points typed as one number compare equal to the stored tuple.
-    given = {**given, **drop_options(given), "run_dir": str(run_dir)}
+    given = {**given, **cfg.drop_options(given), "run_dir": str(run_dir)}
     if resume:
         config_path, ckpt_path = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
         if not config_path.is_file():
             what = "no checkpoint.npz" if not ckpt_path.exists() else f"no {CONFIG_FILE}"
             raise RunDirError(f"{run_dir}: nothing to resume ({what})")
-        stored = read_config(config_path)
-        config = merge_for_resume(stored, given)
+        stored = cfg.read_config(config_path)
+        config = cfg.merge_for_resume(stored, given)
         _validate(config, build_env)
         if ckpt_path.exists():
-            state, ckpt_config = checkpoint.load(ckpt_path)
-            _check_belongs(ckpt_path, ckpt_config, stored, state)
+            state = _load_checkpoint(ckpt_path, stored)
         elif stored.fork_from is not None:
             # A fork writes its first checkpoint as it starts: a new run's weights are not
             # where it stopped.
@@ -461,10 +441,8 @@ def prepare_run(
         # Damaged lines are no reason to stop: the log is a record, the checkpoint is the
         # state. They are moved aside once the run has started (keep_metrics_until); a file
         # that cannot be read is a FileError now.
-        metrics = run_dir / METRICS_FILE
-        if metrics.exists():
-            with file_io(metrics, "read"):
-                _scan_metrics(metrics.read_bytes())
+        if (run_dir / METRICS_FILE).exists():
+            metrics_bytes(run_dir / METRICS_FILE)
     else:
         existing = [name for name in RUN_FILES if (run_dir / name).exists()]
         if existing:
@@ -495,20 +473,18 @@ def _prepare_fork(
     missing = [path.name for path in (config_path, ckpt_path) if not path.is_file()]
     if missing:
         raise RunDirError(f"--fork-from {source}: nothing to fork from (no {missing[0]})")
-    stored = read_config(config_path)
-    for name in FORK_KEEPS:
+    stored = cfg.read_config(config_path)
+    for name in cfg.FORK_KEEPS:
         if name in given and given[name] != getattr(stored, name):
-            flag = option_flag(name)
+            flag = cfg.option_flag(name)
             raise ConfigError(
                 f"a fork keeps the {flag} of the run it starts from, {getattr(stored, name)!r} "
                 f"(its checkpoint fits only that), not {given[name]!r}: omit {flag}"
             )
     _refuse_points_without_their_values(stored, given)
-    inherited = {
-        name: getattr(stored, name) for name in ALGORITHM_FIELDS if name != "fork_from"
-    }
+    inherited = {name: getattr(stored, name) for name in cfg.ALGORITHM_FIELDS}
     try:
-        config = TrainConfig(**{**inherited, **given})
+        config = TrainConfig(**{**inherited, **given})  # with the fork_from given
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
     _validate(config, build_env)  # names an --hidden out of range before it is compared
@@ -517,8 +493,7 @@ def _prepare_fork(
             f"a fork may widen the hidden layer of the run it starts from ({stored.hidden} "
             f"units), not narrow it to {config.hidden}: give --hidden {stored.hidden} or more"
         )
-    state, ckpt_config = checkpoint.load(ckpt_path)
-    _check_belongs(ckpt_path, ckpt_config, stored, state)
+    state = _load_checkpoint(ckpt_path, stored)
     _refuse_a_value_its_drop_hides(config, given, state.steps)
     read_metrics(source / METRICS_FILE)  # a damaged file is refused before anything runs
     if config.hidden != stored.hidden:
@@ -538,11 +513,11 @@ def _prepare_fork(
 def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], steps: int) -> None:
     # A fork inherits its source's drops: where one has already fallen, a --lr or
     # --entropy-bonus given alone would be stored and never used.
-    for value, (at, to) in DROPS.items():
+    for value, (at, to) in cfg.DROPS.items():
         points, values = getattr(config, at), getattr(config, to)
         reached = sum(steps >= point for point in points)  # points are increasing
         if value in given and at not in given and to not in given and reached:
-            flag, at_flag, to_flag = option_flag(value), option_flag(at), option_flag(to)
+            flag, at_flag, to_flag = map(cfg.option_flag, (value, at, to))
             in_effect = dropped(given[value], steps, points, values)
             keep = (
                 f" (or {at_flag} {shown(points[reached:])} {to_flag} {shown(values[reached:])} "
@@ -557,18 +532,16 @@ def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], s
             )
 
 
-def _refuse_points_without_their_values(
-    stored: TrainConfig, given: dict[str, Any]
-) -> None:
+def _refuse_points_without_their_values(stored: TrainConfig, given: dict[str, Any]) -> None:
     # A fork given a drop's points alone takes the values of the run forked from: say so
     # when they do not match, rather than count values the user never typed.
-    for at, to in DROPS.values():
+    for at, to in cfg.DROPS.values():
         points, values = given.get(at), getattr(stored, to)
         if points and to not in given and len(points) != len(values):
             raise ConfigError(
-                f"{option_flag(at)} {shown(points)} has {len(points)} point"
-                f"{'s' * (len(points) != 1)}, and the run forked from has {option_flag(to)} "
-                f"{shown(values)}: give {option_flag(to)} too, one value for each point"
+                f"{cfg.option_flag(at)} {shown(points)} has {len(points)} point"
+                f"{'s' * (len(points) != 1)}, and the run forked from has {cfg.option_flag(to)} "
+                f"{shown(values)}: give {cfg.option_flag(to)} too, one value for each point"
             )
 
 
@@ -583,9 +556,9 @@ def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
     )
 
 
-def _check_belongs(
-    path: Path, ckpt_config: dict[str, Any], stored: TrainConfig, state: TrainState
-) -> None:
+def _load_checkpoint(path: Path, stored: TrainConfig) -> TrainState:
+    # The state in the checkpoint at `path`; CheckpointError unless it is the run's.
+    state, ckpt_config = checkpoint.load(path)
     for name in ("env", "hidden", "seed", "batch_size"):
         if ckpt_config.get(name) != getattr(stored, name):
             raise CheckpointError(
@@ -596,6 +569,7 @@ def _check_belongs(
         raise CheckpointError(
             f"{path}: its optimizer state does not fit --optimizer {stored.optimizer}"
         )
+    return state
 
 
 def _validate(config: TrainConfig, build_env: bool) -> None:

@@ -26,6 +26,7 @@ from pong_mp.batch_sum import GROUP
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
 from pong_mp.signals import POLL_SECONDS, check_stop
+from pong_mp.tools import markdown_table
 
 T = TypeVar("T")
 
@@ -124,13 +125,8 @@ def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> floa
                 if not xs:  # the time ran out during the reset
                     break
                 adv = policy.standardize(policy.discount_rewards(np.array(rewards), 0.99))
-                policy.backward(
-                    w2,
-                    np.vstack(xs),
-                    np.vstack(hs),
-                    np.array(dlogps) * adv,
-                    np.empty(policy.param_count(shape)),
-                )
+                dlogp, grad = np.array(dlogps) * adv, np.empty(policy.param_count(shape))
+                policy.backward(w2, np.vstack(xs), np.vstack(hs), dlogp, grad)
         finally:
             env.close()
         return steps / (time.perf_counter() - start)
@@ -375,24 +371,20 @@ def format_bench(r: dict[str, Any]) -> str:
     before, after = r["raw_steps_per_sec_before_after"]
     lines = [
         f"raw {r['env']}, {r['workers']} process{'es' * (r['workers'] != 1)}: "
-        f"{r['raw_steps_per_sec']:,.0f} steps/s "
-        f"(before training {before:,.0f}, after {after:,.0f})",
+        f"{r['raw_steps_per_sec']:,.0f} steps/s (before training {before:,.0f}, "
+        f"after {after:,.0f})",
         f"pong-mp train, {r['workers']} local worker{'s' * (r['workers'] != 1)}: "
-        f"{r['train_steps_per_sec']:,.0f} steps/s"
-        f" = {r['train_ratio']:.2f}x raw ({r['train_updates']} updates of "
-        f"{r.get('batch_size', 10)} episodes, {r.get('algo', 'pg')} with "
-        f"{r.get('optimizer', 'rmsprop')}, "
-        f"{_passes(r)}policy lag {r.get('policy_lag', 0)}, "
-        f"entropy bonus {r.get('entropy_bonus', 0):g}, "
+        f"{r['train_steps_per_sec']:,.0f} steps/s = {r['train_ratio']:.2f}x raw "
+        f"({r['train_updates']} updates of {r.get('batch_size', 10)} episodes, "
+        f"{r.get('algo', 'pg')} with {r.get('optimizer', 'rmsprop')}, {_passes(r)}policy lag "
+        f"{r.get('policy_lag', 0)}, entropy bonus {r.get('entropy_bonus', 0):g}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
-        f"Ray's example (dense float64 loop), 1 process: "
-        f"{r['reference_steps_per_sec']:,.0f} steps/s"
-        f" = {r['reference_ratio']:.2f}x one raw process "
+        f"Ray's example (dense float64 loop), 1 process: {r['reference_steps_per_sec']:,.0f} "
+        f"steps/s = {r['reference_ratio']:.2f}x one raw process "
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
-        f"coordinator (sum, optimizer, broadcast, hand-out): "
-        f"{100 * r['coordinator_share']:.2f}% "
-        "of each update's wall time",
+        "coordinator (sum, optimizer, broadcast, hand-out): "
+        f"{100 * r['coordinator_share']:.2f}% of each update's wall time",
         *_idle_line(r),
         "peak worker RSS: " + ("n/a" if rss is None else f"{rss:.0f} MB"),
     ]
@@ -483,34 +475,28 @@ def run_simulation(
 
 def format_simulation(rows: list[dict[str, Any]]) -> str:
     """The simulation's rows as a Markdown table."""
-    lines = [
-        "| workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | "
-        "updates |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['workers']} | {r['train_steps_per_sec']:,.0f} | {r['speed_up']:.2f}x "
-            f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% "
-            f"| {r['train_updates']} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        "workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | updates",
+        (
+            f"{r['workers']} | {r['train_steps_per_sec']:,.0f} | {r['speed_up']:.2f}x "
+            f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% | {r['train_updates']}"
+            for r in rows
+        ),
+    )
 
 
 def format_scaling(rows: list[dict[str, Any]]) -> str:
     """The scaling rows as a Markdown table, with each count's speed-up over one worker."""
     one = rows[0]["train_steps_per_sec"]
-    lines = [
-        "| workers | raw steps/s (same processes) | training steps/s | training / raw | "
-        "speed-up over 1 worker |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['workers']} | {r['raw_steps_per_sec']:,.0f} | {r['train_steps_per_sec']:,.0f} "
-            f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        "workers | raw steps/s (same processes) | training steps/s | training / raw | "
+        "speed-up over 1 worker",
+        (
+            f"{r['workers']} | {r['raw_steps_per_sec']:,.0f} | {r['train_steps_per_sec']:,.0f} "
+            f"| {r['train_ratio']:.2f} | {r['train_steps_per_sec'] / one:.2f}x"
+            for r in rows
+        ),
+    )
 
 
 def _idle_line(r: dict[str, Any]) -> list[str]:
@@ -545,10 +531,8 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
     size = policy.param_count(policy.NetShape(hidden))
     # Object stores big enough for the update, lest spilling to disk be measured instead.
     per_node = max(int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5), 80 * 2**20)
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 0, "object_store_memory": per_node},
-    )
+    head = {"num_cpus": 0, "object_store_memory": per_node}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
     for _ in range(nodes - 1):
         cluster.add_node(num_cpus=1, object_store_memory=per_node)
     try:
@@ -568,11 +552,8 @@ def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> d
         refs = [producers[owner[i]].make.remote(i) for i in range(episodes)]
         ray.wait(refs, num_returns=len(refs))  # all made, still on the producers' nodes
         # The backend's summers: one actor on each node, made when the backend starts.
-        summers = [
-            GroupSummer.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n, soft=False))
-            for n in where
-        ]
-        summers = [summer.remote() for summer in summers]
+        strategies = [NodeAffinitySchedulingStrategy(n, soft=False) for n in where]
+        summers = [GroupSummer.options(scheduling_strategy=s).remote() for s in strategies]
         ray.get([summer.sum.remote([ray.put(np.zeros(1))]) for summer in summers])
 
         # Every gradient to the driver, summed there.

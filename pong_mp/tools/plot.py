@@ -11,21 +11,12 @@ from typing import Any
 
 import numpy as np
 
+from pong_mp import config as cfg
 from pong_mp import rundir
-from pong_mp.config import (
-    ALGORITHM_FIELDS,
-    OLDER_RUN_DEFAULTS,
-    RECORD_KEYS,
-    REMOVED,
-    TrainConfig,
-    drop_options,
-    idle_drop_values,
-    parse_json,
-    removed_values,
-    shown,
-)
+from pong_mp.config import REMOVED, TrainConfig, shown
 from pong_mp.files import FileError, check_writable, write_atomic
 from pong_mp.rundir import METRICS_FILE
+from pong_mp.tools import markdown_table
 
 
 class PlotError(ValueError):
@@ -68,7 +59,7 @@ def _running(records: list[dict[str, Any]]) -> np.ndarray:
 def read_config(run_dir: Path) -> dict[str, Any]:
     """The run's config.json as a dict; empty if missing or unreadable (the curve still shows)."""
     try:
-        config = parse_json((Path(run_dir) / "config.json").read_text())
+        config = cfg.parse_json((Path(run_dir) / "config.json").read_text())
     except (OSError, ValueError):
         return {}
     return config if isinstance(config, dict) else {}
@@ -160,13 +151,11 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
         steps, rewards, ".", ms=3, alpha=0.4, color="tab:gray", label="mean reward of each update"
     )
     top.plot(steps, _running(records), color="tab:blue", lw=2, label="running reward")
-    top.set_xlabel("env steps (millions)")
-    top.set_ylabel("reward per game")
+    top.set(xlabel="env steps (millions)", ylabel="reward per game")
     top.grid(alpha=0.3)
     top.legend(loc="upper left")
     bottom.plot(_minutes(records), [r["steps_per_sec"] for r in records], color="tab:green")
-    bottom.set_xlabel("wall time in updates (minutes)")
-    bottom.set_ylabel("env steps per second")
+    bottom.set(xlabel="wall time in updates (minutes)", ylabel="env steps per second")
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     fig.suptitle(_title(Path(run_dir), records))
@@ -175,8 +164,8 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
 
 
 NOT_ALGORITHM = frozenset(
-    {f.name for f in dataclasses.fields(TrainConfig) if f.name not in ALGORITHM_FIELDS}
-    | {"seed", "fork_from", *RECORD_KEYS}
+    {f.name for f in dataclasses.fields(TrainConfig) if f.name not in cfg.ALGORITHM_FIELDS}
+    | {"seed", "fork_from", *cfg.RECORD_KEYS}
 )
 """Config fields that do not make runs different settings (a fork that changes nothing is its
 run's setting): runs differing only in these are seeds of one, drawn as one mean curve."""
@@ -202,23 +191,21 @@ def group_runs(runs: list[tuple[Path, list[dict[str, Any]]]]) -> list[RunGroup]:
         stored = read_config(run_dir)
         # A config written before an option existed ran as older runs did; an option pong-mp
         # no longer has sets a run apart only at another value than the one it now has.
-        stored = {**defaults, **OLDER_RUN_DEFAULTS, **stored} if stored else {}
-        stored = {k: v for k, v in stored.items() if k not in REMOVED} | removed_values(stored)
-        stored.update(drop_options(stored))  # a drop stored as one number or as a list
-        for name in idle_drop_values(stored):
+        stored = {**defaults, **cfg.OLDER_RUN_DEFAULTS, **stored} if stored else {}
+        stored = {k: v for k, v in stored.items() if k not in REMOVED} | cfg.removed_values(stored)
+        stored.update(cfg.drop_options(stored))  # a drop stored as one number or as a list
+        for name in cfg.idle_drop_values(stored):
             stored.pop(name, None)  # values without points decide nothing
         config = {k: v for k, v in stored.items() if k not in NOT_ALGORITHM}
         key = json.dumps(config, sort_keys=True, default=str) if config else str(run_dir)
         settings.setdefault(key, []).append((run_dir, records))
         configs[key] = config
-    differing = sorted(
-        {
-            name
-            for config in configs.values()
-            for name in config
-            if len({json.dumps(c.get(name), default=str) for c in configs.values()}) > 1
-        }
-    )
+    names = sorted({name for config in configs.values() for name in config})
+    differing = [
+        name
+        for name in names
+        if len({json.dumps(c.get(name), default=str) for c in configs.values()}) > 1
+    ]
     groups = []
     for key, members in settings.items():
         config = configs[key]
@@ -271,19 +258,12 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
                 ax.plot(x, y, color=color, lw=0.8, alpha=0.45)
             grid, ys = _on_grid(curves)
             ax.fill_between(grid, ys.min(axis=0), ys.max(axis=0), color=color, alpha=0.2)
-            ax.plot(
-                grid,
-                ys.mean(axis=0),
-                color=color,
-                lw=2,
-                label=f"{group.label} (mean of {len(curves)} seeds, min-max shaded)",
-            )
-    for ax, _, xlabel in axis_of:
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("running reward")
-        ax.grid(alpha=0.3)
+            label = f"{group.label} (mean of {len(curves)} seeds, min-max shaded)"
+            ax.plot(grid, ys.mean(axis=0), color=color, lw=2, label=label)
     entries = {}
-    for ax, _, _ in axis_of:
+    for ax, _, xlabel in axis_of:
+        ax.set(xlabel=xlabel, ylabel="running reward")
+        ax.grid(alpha=0.3)
         for handle, label in zip(*ax.get_legend_handles_labels(), strict=True):
             entries.setdefault(label, handle)
     if entries:
@@ -342,34 +322,26 @@ def milestones_table(
 ) -> str:
     """The milestones as a Markdown table, under `title`; with `rate` (steps/s), a column of
     the wall time their env steps take at it."""
-    lines = [f"{title}:"] if title else []
-    extra = f" at {rate:,.0f} steps/s |" if rate else ""
-    lines += [
-        "| running reward | update | episodes | env steps | wall time |" + extra,
-        "|---|---|---|---|---|" + "---|" * bool(rate),
-    ]
+    head = "running reward | update | episodes | env steps | wall time"
+    head += f" | at {rate:,.0f} steps/s" if rate else ""
+    lines = []
     for row in milestones(records):
         if row["batch"] is None:
-            lines.append(f"| >= {row['threshold']:g} | not yet | | | |" + " |" * bool(rate))
+            lines.append(f">= {row['threshold']:g} | not yet | | |" + " |" * bool(rate))
         else:
-            at = f" {minutes_at(row['steps'], rate)} |" if rate else ""
+            at = f" | {minutes_at(row['steps'], rate)}" if rate else ""
             lines.append(
-                f"| >= {row['threshold']:g} | {row['batch']} | {row['episodes']:,} | "
-                f"{row['steps']:,} | {row['minutes']:.1f} min |" + at
+                f">= {row['threshold']:g} | {row['batch']} | {row['episodes']:,} | "
+                f"{row['steps']:,} | {row['minutes']:.1f} min" + at
             )
-    return "\n".join(lines)
+    return markdown_table(head, lines, [f"{title}:"] if title else [])
 
 
 def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     """A Markdown table of what each run's drawn updates scored: mean reward per update, over
     each half, its least-squares climb per M steps, and the last running reward (which
     carries the run's past: the mean is the figure to compare forks by)."""
-    lines = [
-        "the drawn updates: mean reward per update (of each batch's mean)",
-        "| run | updates | env steps | mean reward per update | first half | "
-        "second half | climb per M steps | running reward at the last |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    lines = []
     for run_dir, records in runs:
         rewards = np.array([r["reward_mean"] for r in records], dtype=float)
         half = len(records) // 2
@@ -382,12 +354,16 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
         climb = f"{np.polyfit(steps, rewards, 1)[0]:+.2f}" if np.ptp(steps) > 0 else ""
         last = records[-1]["running_reward"]
         lines.append(
-            f"| {run_dir} | {records[0]['batch']}-{records[-1]['batch']} ({len(records)}) | "
+            f"{run_dir} | {records[0]['batch']}-{records[-1]['batch']} ({len(records)}) | "
             f"{played:,.0f} | {rewards.mean():+.2f} | {halves[0]} | {halves[1]} | {climb} | "
             + ("" if last is None else f"{last:+.2f}")
-            + " |"
         )
-    return "\n".join(lines)
+    head = (
+        "run | updates | env steps | mean reward per update | first half | second half | "
+        "climb per M steps | running reward at the last"
+    )
+    title = "the drawn updates: mean reward per update (of each batch's mean)"
+    return markdown_table(head, lines, [title])
 
 
 # Two forks' batches differ alike for a while: the standard error comes from blocks' means.
@@ -414,19 +390,14 @@ def paired_table(
     same seeds, so pairs are far less noisy than separate means)."""
     first_dir, first = runs[0]
     control = {r["batch"]: r["reward_mean"] for r in first}
-    lines = [
-        f"against {first_dir}, update by update: mean difference of the batches' mean reward "
-        f"(standard error from blocks of {PAIR_BLOCK} updates)",
-        "| run | common updates | mean difference per update | standard error |",
-        "|---|---|---|---|",
-    ]
+    lines = []
     for (run_dir, records), origin in zip(runs[1:], origins[1:], strict=True):
         if origin is None or origin != origins[0]:
-            lines.append(f"| {run_dir} | not a fork of the same update: not paired |  |  |")
+            lines.append(f"{run_dir} | not a fork of the same update: not paired |  | ")
             continue
         common = [r for r in records if r["batch"] in control]
         if not common:
-            lines.append(f"| {run_dir} | none |  |  |")
+            lines.append(f"{run_dir} | none |  | ")
             continue
         diffs = np.array([r["reward_mean"] - control[r["batch"]] for r in common], dtype=float)
         blocks = len(diffs) // PAIR_BLOCK
@@ -435,33 +406,29 @@ def paired_table(
             means = diffs[: blocks * PAIR_BLOCK].reshape(blocks, PAIR_BLOCK).mean(axis=1)
             error = f"{means.std(ddof=1) / np.sqrt(blocks):.2f}"
         lines.append(
-            f"| {run_dir} | {common[0]['batch']}-{common[-1]['batch']} ({len(common)}) | "
-            f"{diffs.mean():+.2f} | {error} |"
+            f"{run_dir} | {common[0]['batch']}-{common[-1]['batch']} ({len(common)}) | "
+            f"{diffs.mean():+.2f} | {error}"
         )
-    return "\n".join(lines)
+    title = (
+        f"against {first_dir}, update by update: mean difference of the batches' mean reward "
+        f"(standard error from blocks of {PAIR_BLOCK} updates)"
+    )
+    head = "run | common updates | mean difference per update | standard error"
+    return markdown_table(head, lines, [title])
 
 
 def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | None = None) -> str:
     """Env steps to each running reward per setting: the mean over the seeds that reached it,
     their range and count; with `rate` (steps/s), the mean's wall time at it."""
     groups = group_runs(runs)
-    head = "| running reward | " + " | ".join(g.label for g in groups) + " |"
-    lines = [
-        "env steps (millions) to each running reward, per setting: mean (min-max), seeds "
-        "that reached it" + (f", minutes at {rate:,.0f} steps/s" if rate else ""),
-        head,
-        "|---" * (len(groups) + 1) + "|",
-    ]
-    for threshold in THRESHOLDS:
+    # The env steps each run of each group took to each threshold (None: not reached).
+    taken = [[[row["steps"] for row in milestones(recs)] for _, recs in g.runs] for g in groups]
+    lines = []
+    for index, threshold in enumerate(THRESHOLDS):
         cells = []
-        for group in groups:
-            steps = [
-                row["steps"]
-                for _, records in group.runs
-                for row in milestones(records, (threshold,))
-                if row["steps"] is not None
-            ]
-            seeds = len(group.runs)
+        for group in taken:
+            steps = [run[index] for run in group if run[index] is not None]
+            seeds = len(group)
             if not steps:
                 cells.append(f"not reached (0/{seeds})")
                 continue
@@ -469,5 +436,9 @@ def settings_table(runs: list[tuple[Path, list[dict[str, Any]]]], rate: float | 
             spread = f" ({millions.min():.2f}-{millions.max():.2f})" if len(steps) > 1 else ""
             at = f", {minutes_at(float(np.mean(steps)), rate)}" if rate else ""
             cells.append(f"{millions.mean():.2f}{spread}, {len(steps)}/{seeds}{at}")
-        lines.append(f"| >= {threshold:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        lines.append(f">= {threshold:g} | " + " | ".join(cells))
+    title = (
+        "env steps (millions) to each running reward, per setting: mean (min-max), seeds "
+        "that reached it" + (f", minutes at {rate:,.0f} steps/s" if rate else "")
+    )
+    return markdown_table(["running reward", *(g.label for g in groups)], lines, [title])

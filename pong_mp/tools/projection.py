@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from pong_mp.tools import markdown_table
+
 
 @dataclass(frozen=True)
 class Costs:
@@ -168,20 +170,18 @@ def measure_costs(
 def format_projection(costs: Costs, rows: list[dict[str, Any]]) -> str:
     """The measured costs, then the projection as a Markdown table."""
     steps = np.asarray(costs.episode_steps)
-    lines = [
+    measured = (
         f"measured: {len(steps)} trained episodes of {steps.mean():,.0f} steps on average "
         f"(min {steps.min():,}, max {steps.max():,}); "
         f"{1e3 * costs.step_seconds:.3f} ms a training step, "
         f"{1e3 * costs.raw_step_seconds:.3f} ms a raw one; "
         f"{1e3 * costs.sum_seconds:.2f} ms to add a gradient, "
-        f"{1e3 * costs.update_seconds:.1f} ms an update with its broadcast",
-        "",
-        "| workers | batch size | policy lag | workers busy | training / raw (projected) |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['workers']} | {r['batch_size']} | {r['policy_lag']} | "
-            f"{100 * r['efficiency']:.0f}% | {r['ratio']:.2f} |"
-        )
-    return "\n".join(lines)
+        f"{1e3 * costs.update_seconds:.1f} ms an update with its broadcast"
+    )
+    table = (
+        f"{r['workers']} | {r['batch_size']} | {r['policy_lag']} | "
+        f"{100 * r['efficiency']:.0f}% | {r['ratio']:.2f}"
+        for r in rows
+    )
+    head = "workers | batch size | policy lag | workers busy | training / raw (projected)"
+    return markdown_table(head, table, [measured, ""])
