@@ -2,15 +2,10 @@
 """The per-step loops of an episode, compiled: frame differences, the sparse forward pass,
 and the gradient sums.
 
-An env step of Pong costs ~230 us in the emulator. Written as numpy calls, the work around
-it (the frame difference, the forward pass, the gradient) took ~40 us a step: a dozen calls
-of ~1 us overhead each on arrays of a few dozen elements, and scipy.sparse's scalar loops.
-These loops do the same arithmetic in a few us. `policy.py` keeps the dense float64
-reference (Karpathy's code, pure numpy); tests check these loops against it.
-
-Cython, not numba: numba does the job as well, but loading LLVM puts ~150 MB into every
-worker's RSS, against a budget of 150 MB per worker. This module is compiled when pong-mp
-is installed (setup.py) and costs nothing at run time.
+An env step of Pong costs ~230 us in the emulator; as numpy calls (a dozen of ~1 us
+overhead each on a few dozen elements) the work around it took ~40 us, and takes a few us
+here. `policy.py` keeps the dense float64 reference, which tests check these loops against.
+Cython, not numba: loading LLVM puts ~150 MB into every worker's RSS, its whole budget.
 
 The rules that keep results reproducible:
 - every sum is added in the order written here (compiled with -ffp-contract=off and no
@@ -102,12 +97,24 @@ cdef double _logit(
     return logit
 
 
-cdef void _check_pixels(const int32_t[::1] idx, Py_ssize_t first, Py_ssize_t last,
-                        Py_ssize_t pixels, str name) except *:
+cdef void _check_pixels(const int32_t[::1] idx, Py_ssize_t count, Py_ssize_t pixels,
+                        str name) except *:
     cdef Py_ssize_t j
-    for j in range(first, last):
+    for j in range(count):
         if not 0 <= idx[j] < pixels:
             raise IndexError(f"{name}: pixel {idx[j]} out of range")
+
+
+cdef Py_ssize_t _check_csr(const int32_t[::1] idx, const float[::1] vals,
+                           const int64_t[::1] indptr, Py_ssize_t count, Py_ssize_t pixels,
+                           str name) except -1:
+    # The entries of steps < count (count < len(indptr), checked by the caller), all inside
+    # idx and vals, and their pixels.
+    cdef Py_ssize_t entries = indptr[count]
+    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
+        raise ValueError(f"{name}: indptr points outside idx")
+    _check_pixels(idx, entries, pixels, name)
+    return entries
 
 
 cdef double _checked_logit(
@@ -122,7 +129,7 @@ cdef double _checked_logit(
     if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
             or vals.shape[0] < idx.shape[0]:
         raise ValueError(f"{name}: arrays of mismatched sizes")
-    _check_pixels(idx, 0, idx.shape[0], w1t.shape[0], name)
+    _check_pixels(idx, idx.shape[0], w1t.shape[0], name)
     return _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
 
 
@@ -179,18 +186,13 @@ def accumulate(
     double[::1] out_b,
     uint8_t[::1] touched,
 ) -> None:
-    """Add to the flat float64 parameter vectors `out_a` and `out_b` the gradients of
-    sum_t coef_a[t] * logit_t and sum_t coef_b[t] * logit_t over steps t < `count`.
-
-    Step t's input has values vals[indptr[t]:indptr[t+1]] at pixels idx[...], and hs[t] are
-    its hidden units. Only W1 rows of pixels that occur are written; they are marked in
-    `touched` (a bool array, one per pixel). Each row is summed over its steps in step
-    order and added once, so the large accumulators are read and written once per call,
-    not once per step.
-    """
+    """Add to the flat float64 vectors `out_a` and `out_b` the gradients of
+    sum_t coef_a[t] * logit_t and sum_t coef_b[t] * logit_t over steps t < `count` of the CSR
+    inputs (idx, vals, indptr), hs[t] their hidden units. Only the W1 rows of pixels that
+    occur are written (marked in `touched`), each summed in step order and added once."""
     cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
     cdef Py_ssize_t base = pixels * hidden  # W2's offset in the flat vectors
-    cdef Py_ssize_t t, k, j, p, q, row, entries
+    cdef Py_ssize_t t, k, p, q, row, entries
     cdef double ca, cb, hk
     cdef float* dh = NULL
     cdef int64_t* first = NULL
@@ -203,12 +205,7 @@ def accumulate(
             and coef_a.shape[0] >= count and coef_b.shape[0] >= count
             and out_a.shape[0] == (pixels + 1) * hidden and out_b.shape[0] == out_a.shape[0]):
         raise ValueError("accumulate: arrays of mismatched sizes")
-    entries = indptr[count]
-    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("accumulate: indptr points outside idx")
-    for j in range(entries):
-        if not 0 <= idx[j] < pixels:
-            raise IndexError(f"accumulate: pixel {idx[j]} out of range")
+    entries = _check_csr(idx, vals, indptr, count, pixels, "accumulate")
     try:
         dh = <float*>malloc(max(count * hidden, 1) * sizeof(float))
         first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
@@ -287,16 +284,20 @@ def finish(
                 out[k] = 0.0
 
 
-def value(const float[::1] h, const float[::1] head) -> float:
-    """The value head's estimate for hidden units `h`: head[hidden] (the bias) plus
-    sum_k head[k] * h[k], added in k order in float64."""
-    cdef Py_ssize_t hidden = h.shape[0], k
+cdef inline double _value(const float* h, const float[::1] head, Py_ssize_t hidden):
+    cdef Py_ssize_t k
     cdef double total = 0.0
-    if head.shape[0] != hidden + 1:
-        raise ValueError("value: arrays of mismatched sizes")
     for k in range(hidden):
         total += <double>head[k] * h[k]
     return total + head[hidden]
+
+
+def value(const float[::1] h, const float[::1] head) -> float:
+    """The value head's estimate for hidden units `h`: head[hidden] (the bias) plus
+    sum_k head[k] * h[k], added in k order in float64."""
+    if head.shape[0] != h.shape[0] + 1:
+        raise ValueError("value: arrays of mismatched sizes")
+    return _value(&h[0] if h.shape[0] else NULL, head, h.shape[0])
 
 
 # -- the actor-critic's loops over a stored trajectory (ppo.py) ------------------------------
@@ -329,21 +330,15 @@ def forward_many(
     """For steps t < `count` of CSR inputs (idx, vals, indptr): the hidden units into hs[t],
     the logit of P(UP) into logits[t] and the value head's estimate into values[t], each
     added in the order `forward_logit` and `value` add."""
-    cdef Py_ssize_t hidden = w2.shape[0], t, k
-    cdef double total
+    cdef Py_ssize_t hidden = w2.shape[0], t
     if not (w1t.shape[1] == hidden and head.shape[0] == hidden + 1 and hs.shape[1] == hidden
             and 0 <= count <= hs.shape[0] and count < indptr.shape[0]
             and logits.shape[0] >= count and values.shape[0] >= count):
         raise ValueError("forward_many: arrays of mismatched sizes")
-    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("forward_many: indptr points outside idx")
-    _check_pixels(idx, 0, indptr[count], w1t.shape[0], "forward_many")
+    _check_csr(idx, vals, indptr, count, w1t.shape[0], "forward_many")
     for t in range(count):
         logits[t] = _logit(w1t, w2, idx, vals, indptr[t], indptr[t + 1], &hs[t, 0])
-        total = 0.0
-        for k in range(hidden):
-            total += <double>head[k] * hs[t, k]
-        values[t] = total + head[hidden]
+        values[t] = _value(&hs[t, 0], head, hidden)
 
 
 cdef inline double _softplus(double x):
@@ -377,15 +372,11 @@ def ppo_coefficients(
     double[::1] coef_logit,
     double[::1] coef_value,
 ) -> tuple:
-    """The clipped surrogate's per-step derivatives, for steps t < len(logits).
-
-    The objective of a step is min(r A, clip(r, 1 - clip, 1 + clip) A)
-    - value_coef / 2 (V - R)^2 + entropy_coef H(p), with r = pi(a) / pi_old(a), a the
-    step's action (1 UP, 0 DOWN). Writes d objective / d logit into coef_logit and
-    d objective / d V into coef_value. Returns (steps whose ratio left 1 +- clip, as
-    CleanRL and Stable-Baselines3 count their clip fraction; sum of entropies, sum of
-    (V - R)^2, sum of logp_old - logp): the statistics of the pass.
-    """
+    """The clipped surrogate's per-step derivatives, for steps t < len(logits): of
+    min(r A, clip(r, 1 - clip, 1 + clip) A) - value_coef / 2 (V - R)^2 + entropy_coef H(p),
+    r = pi(a) / pi_old(a) (a: 1 UP, 0 DOWN), w.r.t. the logit into coef_logit and V into
+    coef_value. Returns (steps whose ratio left 1 +- clip, CleanRL's and SB3's clip fraction;
+    sum of entropies, of (V - R)^2, of logp_old - logp)."""
     cdef Py_ssize_t n = logits.shape[0], t, clipped = 0
     cdef double z, p, logp, ratio, adv, grad, err, ent, entropy_sum = 0.0
     cdef double error_sum = 0.0, kl_sum = 0.0
@@ -440,19 +431,14 @@ def ppo_accumulate(
     uint8_t[::1] touched,
     double[:, ::1] dh_out=None,
 ) -> None:
-    """Add to the flat float64 policy gradient `out` (W1 transposed, then W2) and to the
-    value head's `out_value` (weights, then the bias) the gradient of
-    sum_t coef_logit[t] * logit_t + coef_value[t] * V_t over steps t < `count`, the value
-    reaching the hidden layer as the logit does (a shared trunk).
-
-    W1 rows are summed over their steps in step order and added once, as in `accumulate`,
-    and marked in `touched`. With `dh_out` (count x hidden), the gradient w.r.t. each
-    step's hidden units before the relu goes there too (what --policy conv's layer below
-    needs).
-    """
+    """Add to the flat float64 policy gradient `out` (W1 transposed, then W2) and the value
+    head's `out_value` (weights, then the bias) the gradient of sum_t coef_logit[t] * logit_t
+    + coef_value[t] * V_t over steps t < `count` (a shared trunk), W1's rows as `accumulate`
+    adds them. With `dh_out` (count x hidden), the gradient w.r.t. each step's hidden units
+    before the relu goes there too (for --policy conv's layer below)."""
     cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
     cdef Py_ssize_t base = pixels * hidden
-    cdef Py_ssize_t t, k, j, p, q, row, entries
+    cdef Py_ssize_t t, k, p, q, row, entries
     cdef double cz, cv, hk, s
     cdef double* dh = NULL
     cdef int64_t* first = NULL
@@ -467,12 +453,7 @@ def ppo_accumulate(
         raise ValueError("ppo_accumulate: arrays of mismatched sizes")
     if dh_out is not None and not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
         raise ValueError("ppo_accumulate: dh_out of the wrong shape")
-    entries = indptr[count]
-    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("ppo_accumulate: indptr points outside idx")
-    for j in range(entries):
-        if not 0 <= idx[j] < pixels:
-            raise IndexError(f"ppo_accumulate: pixel {idx[j]} out of range")
+    entries = _check_csr(idx, vals, indptr, count, pixels, "ppo_accumulate")
     try:
         dh = <double*>malloc(max(count * hidden, 1) * sizeof(double))
         first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
@@ -555,21 +536,44 @@ cdef inline Py_ssize_t _windows(int32_t pixel, Py_ssize_t* positions, Py_ssize_t
     return n
 
 
-cdef Py_ssize_t _relu_out(
+cdef Py_ssize_t _conv_step(
+    const float[:, :, ::1] kernel,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    Py_ssize_t first,
+    Py_ssize_t last,
     float* pre,
     uint8_t* seen,
     int32_t* positions,
-    Py_ssize_t n_pos,
-    Py_ssize_t channels,
     int32_t* out_idx,
     float* out_vals,
 ):
-    # The positive sums of a layer's n_pos touched positions (pre: position x channels)
-    # into out_idx/out_vals, feature position * channels + channel in increasing order;
-    # returns their count. Clears `pre` and `seen` at those positions.
-    cdef Py_ssize_t a, b, c, pos, n = 0
+    # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
+    # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
+    cdef Py_ssize_t channels = kernel.shape[2], j, w, windows, a, b
+    cdef Py_ssize_t c, pos, n_pos = 0, n = 0
+    cdef Py_ssize_t at[4]
+    cdef Py_ssize_t tap[4]
+    cdef const float* filters = &kernel[0, 0, 0]
+    cdef const float* row
     cdef float* dst
+    cdef float v
     cdef int32_t keep
+    for j in range(first, last):
+        v = vals[j]
+        windows = _windows(idx[j], at, tap)
+        for w in range(windows):
+            pos = at[w]
+            if not seen[pos]:
+                seen[pos] = 1
+                positions[n_pos] = <int32_t>pos
+                n_pos += 1
+            row = &filters[tap[w] * channels]
+            dst = &pre[pos * channels]
+            for c in range(channels):
+                dst[c] += v * row[c]
+    # The positive sums of the touched positions, feature position * channels + channel in
+    # increasing order; `pre` and `seen` cleared there.
     for a in range(1, n_pos):  # insertion sort: a few dozen positions
         keep = positions[a]
         b = a - 1
@@ -588,44 +592,6 @@ cdef Py_ssize_t _relu_out(
                 n += 1
             dst[c] = 0.0
     return n
-
-
-cdef Py_ssize_t _conv_step(
-    const float[:, :, ::1] kernel,
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    Py_ssize_t first,
-    Py_ssize_t last,
-    float* pre,
-    uint8_t* seen,
-    int32_t* positions,
-    int32_t* out_idx,
-    float* out_vals,
-):
-    # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
-    # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
-    cdef Py_ssize_t channels = kernel.shape[2], j, w, windows
-    cdef Py_ssize_t c, pos, n_pos = 0
-    cdef Py_ssize_t at[4]
-    cdef Py_ssize_t tap[4]
-    cdef const float* filters = &kernel[0, 0, 0]
-    cdef const float* row
-    cdef float* dst
-    cdef float v
-    for j in range(first, last):
-        v = vals[j]
-        windows = _windows(idx[j], at, tap)
-        for w in range(windows):
-            pos = at[w]
-            if not seen[pos]:
-                seen[pos] = 1
-                positions[n_pos] = <int32_t>pos
-                n_pos += 1
-            row = &filters[tap[w] * channels]
-            dst = &pre[pos * channels]
-            for c in range(channels):
-                dst[c] += v * row[c]
-    return _relu_out(pre, seen, positions, n_pos, channels, out_idx, out_vals)
 
 
 cdef void _check_kernel(const float[:, :, ::1] kernel, str name) except *:
@@ -652,7 +618,7 @@ def conv_step(
             or out_vals.shape[0] < _SIDE * _SIDE * channels \
             or pre.shape[0] != _SIDE * _SIDE * channels or seen.shape[0] != _SIDE * _SIDE:
         raise ValueError("conv_step: arrays of mismatched sizes")
-    _check_pixels(idx, 0, idx.shape[0], _WIDTH * _WIDTH, "conv_step")
+    _check_pixels(idx, idx.shape[0], _WIDTH * _WIDTH, "conv_step")
     return _conv_step(kernel, idx, vals, 0, idx.shape[0], &pre[0], &seen[0], positions,
                       &out_idx[0], &out_vals[0])
 
@@ -674,9 +640,7 @@ def conv_many(
     _check_kernel(kernel, "conv_many")
     if not (0 <= count < indptr.shape[0]):
         raise ValueError("conv_many: arrays of mismatched sizes")
-    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("conv_many: indptr points outside idx")
-    _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv_many")
+    _check_csr(idx, vals, indptr, count, _WIDTH * _WIDTH, "conv_many")
     step_room = _SIDE * _SIDE * channels
     # A pixel reaches at most 4 positions: room for every feature of those, or of all.
     room = min(4 * channels * indptr[count], step_room * count) + 1
@@ -739,12 +703,11 @@ def conv_backward(
             and 0 <= count <= dh.shape[0] and count < indptr.shape[0]
             and count < findptr.shape[0]):
         raise ValueError("conv_backward: arrays of mismatched sizes")
-    if not (0 <= indptr[count] <= min(idx.shape[0], vals.shape[0])
-            and 0 <= findptr[count] <= fidx.shape[0]):
+    if not 0 <= findptr[count] <= fidx.shape[0]:
         raise ValueError("conv_backward: indptr points outside idx")
+    _check_csr(idx, vals, indptr, count, _WIDTH * _WIDTH, "conv_backward")
+    _check_pixels(fidx, findptr[count], w1t.shape[0], "conv_backward")
     sums = &out[0, 0, 0]
-    _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv_backward")
-    _check_pixels(fidx, 0, findptr[count], w1t.shape[0], "conv_backward")
     try:
         grad = <double*>calloc(_SIDE * _SIDE * channels, sizeof(double))
         if not grad:
