@@ -24,6 +24,7 @@ builds them).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,7 +34,7 @@ import numpy as np
 from pong_mp.backends.base import Backend
 from pong_mp.batch_sum import BatchSum
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task
-from pong_mp.optim import dropped
+from pong_mp.optim import MeanStep, dropped
 from pong_mp.signals import check_stop
 from pong_mp.state import TrainState
 
@@ -97,13 +98,28 @@ def running_reward(running: float | None, rewards: list[float]) -> float | None:
 
 
 def l2_norm(values: np.ndarray) -> float:
-    """The Euclidean norm of `values`, with the same bits on every CPU.
-
-    numpy's own pairwise sum, not BLAS: `np.linalg.norm` calls a BLAS kernel chosen for the
-    CPU, and the kernels add in different orders, so a run replayed on another machine would
-    record other last digits beside the very same weights.
-    """
+    """The Euclidean norm of `values`, with the same bits on every CPU: numpy's own pairwise
+    sum, not `np.linalg.norm`'s BLAS kernel, whose order of additions depends on the CPU."""
     return float(np.sqrt(np.add.reduce(np.square(values), axis=None)))
+
+
+def next_state(
+    state: TrainState, stepper: MeanStep, batch: BatchSum, steps: int, **changes: Any
+) -> TrainState:
+    """The state after an update of `steps` optimizer steps on `batch`, which takes over the
+    stepper's arrays (its own copies), with `changes` besides."""
+    return dataclasses.replace(
+        state,
+        params=stepper.params,
+        cache=stepper.cache,
+        momentum=stepper.momentum,
+        batch=state.batch + 1,
+        episodes=state.episodes + batch.count,
+        steps=state.steps + batch.steps,
+        running_reward=running_reward(state.running_reward, batch.episode_rewards),
+        optimizer_steps=state.optimizer_steps + steps,
+        **changes,
+    )
 
 
 def update_stats(

@@ -28,7 +28,7 @@ from typing import Any
 
 from pong_mp import checkpoint, policy
 from pong_mp.backends import RolloutSpec, make_backend
-from pong_mp.backends.base import Backend, WorkerSpec
+from pong_mp.backends.base import Backend
 from pong_mp.config import TrainConfig
 from pong_mp.envs import env_args_text
 from pong_mp.files import FileError
@@ -60,7 +60,9 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
     return RolloutSpec(
         env_id=config.env,
         shape=config.shape,
-        learner=worker_spec(config),
+        learner=PPOWork(policy.GAMMA)
+        if config.algo == "ppo"
+        else PGWork(policy.GAMMA, config.entropy_bonus),
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
@@ -98,13 +100,6 @@ def make_learner(config: TrainConfig) -> Learner:
             batches=config.batches,
         )
     )
-
-
-def worker_spec(config: TrainConfig) -> WorkerSpec:
-    """What the run's workers run: the learner's side of a task."""
-    if config.algo == "ppo":
-        return PPOWork(policy.GAMMA)
-    return PGWork(policy.GAMMA, config.entropy_bonus)
 
 
 def train(
