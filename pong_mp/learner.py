@@ -10,16 +10,13 @@ learners share.
                                           (pg: its gradients summed; the actor-critic: its
                                           episodes' data, kept where they were played)
       state, stats = learner.learn(state, played, backend)
-                                          one update: the optimizer's steps (the
-                                          actor-critic hands out its passes), the new
+                                          one update: the optimizer's steps, the new
                                           weights published, the next batch under way
       metrics line, checkpoint ...
 
-A learner talks to the backend through its calls (publish, submit, results), and to the
-workers through the tasks it hands out and the `backends.base.WorkerSpec` it gives the
-backend: backends and the episode loop know tasks and results, never a learner's types.
-A learner takes its own settings, never the run's TrainConfig (`trainer.make_learner`
-builds them).
+A learner reaches the workers only through the backend's calls, its tasks and its
+`backends.base.WorkerSpec`: backends and the episode loop never see a learner's types. It
+takes its own settings, never the run's TrainConfig (`trainer.make_learner` builds them).
 """
 
 from __future__ import annotations
@@ -73,10 +70,7 @@ class NonFiniteError(RuntimeError):
 class Schedule:
     """A value that changes with the env steps played: `value`, or from each point of `at`
     on (increasing), the value of `to` at that point (--lr-drop-at, --entropy-drop-at).
-
-    Counting env steps rather than updates ties it to the experience played, so a setting
-    means the same at any batch size, and a resumed run carries on where it was (the
-    checkpoint holds the steps)."""
+    Env steps, not updates: a setting means the same at any batch size."""
 
     value: float
     at: tuple[float, ...] = ()
@@ -126,8 +120,7 @@ def update_stats(
     state: TrainState, new_state: TrainState, batch: BatchSum, grad_norm: float, lr: float
 ) -> Stats:
     """The statistics every learner records of the update from `state` to `new_state` on
-    `batch` (its last step's gradient norm and its rate given): a few ms on 1.3 M
-    parameters, for watching (TensorBoard)."""
+    `batch`, given its last step's gradient norm and its rate."""
     with np.errstate(over="ignore"):  # huge but finite weights: an inf norm says enough
         return {
             "reward_mean": float(np.mean(batch.episode_rewards)),

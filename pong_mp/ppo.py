@@ -273,9 +273,8 @@ class PassStats:
 
 
 class PassWork:
-    """A worker's working memory for gradient passes: a float64 accumulator of the policy's
-    gradient, kept zero between passes (only the rows a pass touched are cleared), and the
-    value head's."""
+    """A worker's working memory for gradient passes: float64 accumulators, kept zero between
+    passes (only the rows a pass touched are cleared)."""
 
     def __init__(self, shape: policy.NetShape) -> None:
         """Memory for policies of `shape`."""
@@ -298,10 +297,8 @@ class PassWork:
         out: np.ndarray,
     ) -> PassStats:
         """The gradient of the actor-critic's objective, summed over `steps` of
-        `trajectory`, w.r.t. the flat parameters of `weights` (W1 transposed, W2, value
-        head, the filters with --policy conv), written into the flat float32 `out`.
-        Advantages are standardised with the batch's mean and scale; the entropy is
-        weighed by `entropy_coef`."""
+        `trajectory`, w.r.t. the flat parameters of `weights`, into the flat float32 `out`;
+        advantages standardised with the batch's mean and scale."""
         if weights.value is None:
             raise ValueError("the actor-critic's weights need a value head")
         hidden = self.hidden
@@ -349,10 +346,8 @@ class PassWork:
 
 @dataclass(frozen=True)
 class EpochTask(PassTask):
-    """What a worker needs to compute one episode's share of one minibatch's gradient: the
-    episode (its index, seed and, as `data`, its Trajectory), which pass and part, and the
-    batch's advantage statistics. The gradient is a pure function of this and the
-    weights."""
+    """One episode's share of one minibatch's gradient (its Trajectory as `data`): with the
+    weights, all that the gradient is a function of."""
 
     epoch: int
     """The pass over the batch (0, 1, ...)."""
@@ -371,8 +366,7 @@ class EpochTask(PassTask):
 
     @property
     def trajectory(self) -> Trajectory | None:
-        """The episode as it was played (`data`); None on its way to a worker that keeps
-        it."""
+        """The episode as it was played; None on its way to a worker that keeps it."""
         assert self.data is None or isinstance(self.data, Trajectory)
         return self.data
 
@@ -519,14 +513,10 @@ class Played:
 
 
 class PPOLearner:
-    """The actor-critic on a backend (`learner.Learner`): play a batch with the current
-    weights, then --epochs passes of --minibatches optimizer steps each over the episodes
-    the workers played, every step's gradient computed by the workers from the trajectories
-    and summed in the batch's fixed order.
-
-    Weights versions count optimizer steps, so each step's weights are published as a
-    version of their own before the next minibatch is handed out.
-    """
+    """The actor-critic on a backend (`learner.Learner`): play a batch, then --epochs passes
+    of --minibatches optimizer steps, each step's gradient computed by the workers and summed
+    in the batch's fixed order. Weights versions count optimizer steps: each step's weights
+    are published before the next minibatch is handed out."""
 
     def __init__(self, settings: PPOLearning) -> None:
         """A learner with `settings`; `start` readies it for a run's state."""
