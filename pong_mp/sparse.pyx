@@ -105,16 +105,13 @@ cdef void _check_pixels(const int32_t[::1] idx, Py_ssize_t count, Py_ssize_t pix
             raise IndexError(f"{name}: pixel {idx[j]} out of range")
 
 
-cdef Py_ssize_t _check_csr(const int32_t[::1] idx, const float[::1] vals,
-                           const int64_t[::1] indptr, Py_ssize_t count, Py_ssize_t pixels,
-                           str name) except -1:
+cdef void _check_csr(const int32_t[::1] idx, const float[::1] vals, const int64_t[::1] indptr,
+                     Py_ssize_t count, Py_ssize_t pixels, str name) except *:
     # The entries of steps < count (count < len(indptr), checked by the caller), all inside
     # idx and vals, and their pixels.
-    cdef Py_ssize_t entries = indptr[count]
-    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
+    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
         raise ValueError(f"{name}: indptr points outside idx")
-    _check_pixels(idx, entries, pixels, name)
-    return entries
+    _check_pixels(idx, indptr[count], pixels, name)
 
 
 cdef double _checked_logit(
@@ -145,32 +142,41 @@ def forward(
     return _sigmoid(_checked_logit(w1t, w2, idx, vals, h, "forward"))
 
 
-cdef void _group_by_pixel(
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    const int64_t[::1] indptr,
-    Py_ssize_t count,
-    Py_ssize_t pixels,
-    int64_t* first,
-    int64_t* fill,
-    int32_t* step_of,
-    double* sign,
-):
-    # The entries of steps < count grouped by pixel (a counting sort), in step order within
-    # a pixel: pixel p's are step_of/sign[first[p]:first[p + 1]]. `first` comes zeroed
-    # (pixels + 1 of them); `fill` is scratch of the same size.
-    cdef Py_ssize_t t, j, p
-    for j in range(indptr[count]):
-        first[idx[j] + 1] += 1
-    for p in range(pixels):
-        first[p + 1] += first[p]
-    memcpy(fill, first, (pixels + 1) * sizeof(int64_t))
-    for t in range(count):
-        for j in range(indptr[t], indptr[t + 1]):
-            p = idx[j]
-            step_of[fill[p]] = <int32_t>t
-            sign[fill[p]] = vals[j]
-            fill[p] += 1
+cdef class _ByPixel:
+    # The entries of steps < count of checked CSR inputs grouped by pixel (a counting sort),
+    # in step order within a pixel: pixel p's are step_of/sign[first[p]:first[p + 1]].
+    cdef int64_t* first
+    cdef int32_t* step_of
+    cdef double* sign
+
+    def __cinit__(self, const int32_t[::1] idx, const float[::1] vals,
+                  const int64_t[::1] indptr, Py_ssize_t count, Py_ssize_t pixels):
+        cdef Py_ssize_t t, j, p, entries = indptr[count]
+        cdef int64_t* fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
+        self.first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
+        self.step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
+        self.sign = <double*>malloc(max(entries, 1) * sizeof(double))
+        try:
+            if not (fill and self.first and self.step_of and self.sign):
+                raise MemoryError()
+            for j in range(entries):
+                self.first[idx[j] + 1] += 1
+            for p in range(pixels):
+                self.first[p + 1] += self.first[p]
+            memcpy(fill, self.first, (pixels + 1) * sizeof(int64_t))
+            for t in range(count):
+                for j in range(indptr[t], indptr[t + 1]):
+                    p = idx[j]
+                    self.step_of[fill[p]] = <int32_t>t
+                    self.sign[fill[p]] = vals[j]
+                    fill[p] += 1
+        finally:
+            free(fill)
+
+    def __dealloc__(self):
+        free(self.first)
+        free(self.step_of)
+        free(self.sign)
 
 
 def accumulate(
@@ -192,29 +198,22 @@ def accumulate(
     occur are written (marked in `touched`), each summed in step order and added once."""
     cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
     cdef Py_ssize_t base = pixels * hidden  # W2's offset in the flat vectors
-    cdef Py_ssize_t t, k, p, q, row, entries
+    cdef Py_ssize_t t, k, p, q, row
     cdef double ca, cb, hk
+    cdef _ByPixel by
     cdef float* dh = NULL
-    cdef int64_t* first = NULL
-    cdef int64_t* fill = NULL
-    cdef int32_t* step_of = NULL
-    cdef double* sign = NULL
     cdef double* sum_a = NULL
     cdef double* sum_b = NULL
     if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
             and coef_a.shape[0] >= count and coef_b.shape[0] >= count
             and out_a.shape[0] == (pixels + 1) * hidden and out_b.shape[0] == out_a.shape[0]):
         raise ValueError("accumulate: arrays of mismatched sizes")
-    entries = _check_csr(idx, vals, indptr, count, pixels, "accumulate")
+    _check_csr(idx, vals, indptr, count, pixels, "accumulate")
     try:
         dh = <float*>malloc(max(count * hidden, 1) * sizeof(float))
-        first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
-        fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
-        step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
-        sign = <double*>malloc(max(entries, 1) * sizeof(double))
         sum_a = <double*>malloc(max(hidden, 1) * sizeof(double))
         sum_b = <double*>malloc(max(hidden, 1) * sizeof(double))
-        if not (dh and first and fill and step_of and sign and sum_a and sum_b):
+        if not (dh and sum_a and sum_b):
             raise MemoryError()
         # d logit / d h where the relu lets it through; and the W2 gradient, h itself.
         for t in range(count):
@@ -225,18 +224,18 @@ def accumulate(
                 out_a[base + k] += ca * hk
                 out_b[base + k] += cb * hk
                 dh[t * hidden + k] = w2[k] if hk > 0.0 else 0.0
-        _group_by_pixel(idx, vals, indptr, count, pixels, first, fill, step_of, sign)
+        by = _ByPixel(idx, vals, indptr, count, pixels)
         for p in range(pixels):
-            if first[p] == first[p + 1]:
+            if by.first[p] == by.first[p + 1]:
                 continue
             touched[p] = 1
             for k in range(hidden):
                 sum_a[k] = 0.0
                 sum_b[k] = 0.0
-            for q in range(first[p], first[p + 1]):
-                t = step_of[q]
-                ca = coef_a[t] * sign[q]
-                cb = coef_b[t] * sign[q]
+            for q in range(by.first[p], by.first[p + 1]):
+                t = by.step_of[q]
+                ca = coef_a[t] * by.sign[q]
+                cb = coef_b[t] * by.sign[q]
                 for k in range(hidden):
                     sum_a[k] += ca * dh[t * hidden + k]
                     sum_b[k] += cb * dh[t * hidden + k]
@@ -246,10 +245,6 @@ def accumulate(
                 out_b[row + k] += sum_b[k]
     finally:
         free(dh)
-        free(first)
-        free(fill)
-        free(step_of)
-        free(sign)
         free(sum_a)
         free(sum_b)
 
@@ -438,13 +433,10 @@ def ppo_accumulate(
     before the relu goes there too (for --policy conv's layer below)."""
     cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
     cdef Py_ssize_t base = pixels * hidden
-    cdef Py_ssize_t t, k, p, q, row, entries
+    cdef Py_ssize_t t, k, p, q, row
     cdef double cz, cv, hk, s
+    cdef _ByPixel by
     cdef double* dh = NULL
-    cdef int64_t* first = NULL
-    cdef int64_t* fill = NULL
-    cdef int32_t* step_of = NULL
-    cdef double* sign = NULL
     cdef double* total = NULL
     if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
             and head.shape[0] == hidden + 1 and coef_logit.shape[0] >= count
@@ -453,15 +445,11 @@ def ppo_accumulate(
         raise ValueError("ppo_accumulate: arrays of mismatched sizes")
     if dh_out is not None and not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
         raise ValueError("ppo_accumulate: dh_out of the wrong shape")
-    entries = _check_csr(idx, vals, indptr, count, pixels, "ppo_accumulate")
+    _check_csr(idx, vals, indptr, count, pixels, "ppo_accumulate")
     try:
         dh = <double*>malloc(max(count * hidden, 1) * sizeof(double))
-        first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
-        fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
-        step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
-        sign = <double*>malloc(max(entries, 1) * sizeof(double))
         total = <double*>malloc(max(hidden, 1) * sizeof(double))
-        if not (dh and first and fill and step_of and sign and total):
+        if not (dh and total):
             raise MemoryError()
         # W2 and the value head: h itself; d objective / d h where the relu lets it through.
         for t in range(count):
@@ -477,16 +465,16 @@ def ppo_accumulate(
             for t in range(count):
                 for k in range(hidden):
                     dh_out[t, k] = dh[t * hidden + k]
-        _group_by_pixel(idx, vals, indptr, count, pixels, first, fill, step_of, sign)
+        by = _ByPixel(idx, vals, indptr, count, pixels)
         for p in range(pixels):
-            if first[p] == first[p + 1]:
+            if by.first[p] == by.first[p + 1]:
                 continue
             touched[p] = 1
             for k in range(hidden):
                 total[k] = 0.0
-            for q in range(first[p], first[p + 1]):
-                t = step_of[q]
-                s = sign[q]
+            for q in range(by.first[p], by.first[p + 1]):
+                t = by.step_of[q]
+                s = by.sign[q]
                 for k in range(hidden):
                     total[k] += s * dh[t * hidden + k]
             row = p * hidden
@@ -494,10 +482,6 @@ def ppo_accumulate(
                 out[row + k] += total[k]
     finally:
         free(dh)
-        free(first)
-        free(fill)
-        free(step_of)
-        free(sign)
         free(total)
 
 
