@@ -28,6 +28,7 @@ A point scored ends a rally: returns and advantages restart there, as Karpathy's
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable
@@ -565,42 +566,36 @@ class PPOLearner:
         lr = settings.lr(state.steps)
         entropy_bonus = settings.entropy(state.steps)
         coordinator = 0.0  # the workers wait on the coordinator between minibatches
-        first = state.episodes
+        first, update, parts = state.episodes, state.batch + 1, settings.minibatches
         with stepper:
-            for epoch in range(settings.epochs):
-                for part in range(settings.minibatches):
-                    epoch_tasks = [
-                        EpochTask(
-                            task.index, task.seed, played.trajectories[task.index], epoch, part,
-                            settings.minibatches, moments.mean, moments.standardizing_scale,
-                            entropy_bonus,
-                        )
-                        for task in tasks
-                    ]
-                    summed = BatchSum(first, settings.batch_size, self._total)
-                    passes = {
-                        stats.index: stats.report
-                        for stats in run_round(backend, self._version, epoch_tasks, summed)
-                    }
-                    for task in tasks:  # added in episode order: the same bits every time
-                        report = passes.get(task.index)
-                        seen += report if isinstance(report, PassStats) else PassStats()
-                    arrived = time.perf_counter()
-                    step = state.optimizer_steps + epoch * settings.minibatches + part + 1
-                    divisor = max(1, summed.steps)  # the minibatch's mean
-                    grad_norm = stepper.norm(summed.total, divisor)
-                    if not math.isfinite(grad_norm):
-                        raise NonFiniteError(
-                            f"update {state.batch + 1}: the summed gradient is not finite"
-                        )
-                    scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
-                    if not stepper.step(summed.total, divisor, scale, step, lr):
-                        raise NonFiniteError(
-                            f"update {state.batch + 1}: the new weights would not be finite"
-                        )
-                    self._version += 1
-                    backend.publish(self._version, stepper.weights)
-                    coordinator += time.perf_counter() - arrived
+            for epoch, part in itertools.product(range(settings.epochs), range(parts)):
+                epoch_tasks = [
+                    EpochTask(
+                        task.index, task.seed, played.trajectories[task.index], epoch, part, parts,
+                        moments.mean, moments.standardizing_scale, entropy_bonus,
+                    )
+                    for task in tasks
+                ]
+                summed = BatchSum(first, settings.batch_size, self._total)
+                passes = {
+                    stats.index: stats.report
+                    for stats in run_round(backend, self._version, epoch_tasks, summed)
+                }
+                for task in tasks:  # added in episode order: the same bits every time
+                    report = passes.get(task.index)
+                    seen += report if isinstance(report, PassStats) else PassStats()
+                arrived = time.perf_counter()
+                step = state.optimizer_steps + epoch * parts + part + 1
+                divisor = max(1, summed.steps)  # the minibatch's mean
+                grad_norm = stepper.norm(summed.total, divisor)
+                if not math.isfinite(grad_norm):
+                    raise NonFiniteError(f"update {update}: the summed gradient is not finite")
+                scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
+                if not stepper.step(summed.total, divisor, scale, step, lr):
+                    raise NonFiniteError(f"update {update}: the new weights would not be finite")
+                self._version += 1
+                backend.publish(self._version, stepper.weights)
+                coordinator += time.perf_counter() - arrived
         new_state = next_state(state, stepper, played.summed, self.steps_per_update)
         stats = {
             **update_stats(state, new_state, played.summed, grad_norm, lr),
