@@ -617,15 +617,13 @@ def conv_many(
     """The non-zero features of steps t < `count` of CSR inputs (idx, vals, indptr), each
     as `conv_step` computes them: (int32 features, float32 values, int64 indptr)."""
     import numpy as np
-    cdef Py_ssize_t channels = kernel.shape[2], t, n = 0, room, step_room
-    cdef float* pre = NULL
-    cdef uint8_t* seen = NULL
-    cdef int32_t* positions = NULL
+    cdef Py_ssize_t channels = kernel.shape[2], t, n = 0, room
+    cdef Py_ssize_t step_room = _SIDE * _SIDE * channels
+    cdef int32_t positions[_SIDE * _SIDE]
     _check_kernel(kernel, "conv_many")
     if not (0 <= count < indptr.shape[0]):
         raise ValueError("conv_many: arrays of mismatched sizes")
     _check_csr(idx, vals, indptr, count, _WIDTH * _WIDTH, "conv_many")
-    step_room = _SIDE * _SIDE * channels
     # A pixel reaches at most 4 positions: room for every feature of those, or of all.
     room = min(4 * channels * indptr[count], step_room * count) + 1
     out_idx = np.empty(room, np.int32)
@@ -634,20 +632,12 @@ def conv_many(
     cdef int32_t[::1] oi = out_idx
     cdef float[::1] ov = out_vals
     cdef int64_t[::1] op = out_indptr
-    try:
-        pre = <float*>calloc(step_room, sizeof(float))
-        seen = <uint8_t*>calloc(_SIDE * _SIDE, sizeof(uint8_t))
-        positions = <int32_t*>malloc(_SIDE * _SIDE * sizeof(int32_t))
-        if not (pre and seen and positions):
-            raise MemoryError()
-        for t in range(count):
-            n += _conv_step(kernel, idx, vals, indptr[t], indptr[t + 1], pre, seen, positions,
-                            &oi[n], &ov[n])
-            op[t + 1] = n
-    finally:
-        free(pre)
-        free(seen)
-        free(positions)
+    cdef float[::1] pre = np.zeros(step_room, np.float32)  # zeroed scratch, left zeroed
+    cdef uint8_t[::1] seen = np.zeros(_SIDE * _SIDE, np.uint8)
+    for t in range(count):
+        n += _conv_step(kernel, idx, vals, indptr[t], indptr[t + 1], &pre[0], &seen[0],
+                        positions, &oi[n], &ov[n])
+        op[t + 1] = n
     return out_idx[:n], out_vals[:n], out_indptr
 
 
