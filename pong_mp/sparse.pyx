@@ -657,12 +657,14 @@ def conv_backward(
     relu) of the features fidx[findptr[t]:findptr[t + 1]] of input t (idx, vals, indptr),
     with W1 transposed `w1t`: a feature's gradient is its W1 row . dh[t] (0 where the relu
     cut it), and it reaches the filter taps of each pixel in its window."""
+    import numpy as np
     cdef Py_ssize_t hidden = w1t.shape[1], channels = out.shape[2]
     cdef Py_ssize_t t, j, e, k, w, c, windows
     cdef Py_ssize_t at[4]
     cdef Py_ssize_t taps[4]
     cdef double total, v, s0, s1, s2, s3
-    cdef double* grad = NULL
+    cdef double[::1] scratch
+    cdef double* grad
     cdef double* sums
     cdef double* dst
     cdef const double* src
@@ -682,46 +684,42 @@ def conv_backward(
     _check_csr(idx, vals, indptr, count, _WIDTH * _WIDTH, "conv_backward")
     _check_pixels(fidx, findptr[count], w1t.shape[0], "conv_backward")
     sums = &out[0, 0, 0]
-    try:
-        grad = <double*>calloc(_SIDE * _SIDE * channels, sizeof(double))
-        if not grad:
-            raise MemoryError()
-        for t in range(count):
-            d = &dh[t, 0]
-            e = findptr[t]
-            # Four features at a time: four independent sums, each still added in k's order
-            # (the same bits as one at a time, without waiting on one chain of additions).
-            while e + 4 <= findptr[t + 1]:
-                r0, r1 = &w1t[fidx[e], 0], &w1t[fidx[e + 1], 0]
-                r2, r3 = &w1t[fidx[e + 2], 0], &w1t[fidx[e + 3], 0]
-                s0 = s1 = s2 = s3 = 0.0
-                for k in range(hidden):
-                    s0 += r0[k] * d[k]
-                    s1 += r1[k] * d[k]
-                    s2 += r2[k] * d[k]
-                    s3 += r3[k] * d[k]
-                grad[fidx[e]], grad[fidx[e + 1]] = s0, s1
-                grad[fidx[e + 2]], grad[fidx[e + 3]] = s2, s3
-                e += 4
-            while e < findptr[t + 1]:
-                row = &w1t[fidx[e], 0]
-                total = 0.0
-                for k in range(hidden):
-                    total += row[k] * d[k]
-                grad[fidx[e]] = total
-                e += 1
-            for j in range(indptr[t], indptr[t + 1]):
-                v = vals[j]
-                windows = _windows(idx[j], at, taps)
-                for w in range(windows):
-                    dst = &sums[taps[w] * channels]
-                    src = &grad[at[w] * channels]
-                    for c in range(channels):
-                        dst[c] += v * src[c]
-            for e in range(findptr[t], findptr[t + 1]):
-                grad[fidx[e]] = 0.0
-    finally:
-        free(grad)
+    scratch = np.zeros(_SIDE * _SIDE * channels)  # each feature's gradient, zero between steps
+    grad = &scratch[0]
+    for t in range(count):
+        d = &dh[t, 0]
+        e = findptr[t]
+        # Four features at a time: four independent sums, each still added in k's order
+        # (the same bits as one at a time, without waiting on one chain of additions).
+        while e + 4 <= findptr[t + 1]:
+            r0, r1 = &w1t[fidx[e], 0], &w1t[fidx[e + 1], 0]
+            r2, r3 = &w1t[fidx[e + 2], 0], &w1t[fidx[e + 3], 0]
+            s0 = s1 = s2 = s3 = 0.0
+            for k in range(hidden):
+                s0 += r0[k] * d[k]
+                s1 += r1[k] * d[k]
+                s2 += r2[k] * d[k]
+                s3 += r3[k] * d[k]
+            grad[fidx[e]], grad[fidx[e + 1]] = s0, s1
+            grad[fidx[e + 2]], grad[fidx[e + 3]] = s2, s3
+            e += 4
+        while e < findptr[t + 1]:
+            row = &w1t[fidx[e], 0]
+            total = 0.0
+            for k in range(hidden):
+                total += row[k] * d[k]
+            grad[fidx[e]] = total
+            e += 1
+        for j in range(indptr[t], indptr[t + 1]):
+            v = vals[j]
+            windows = _windows(idx[j], at, taps)
+            for w in range(windows):
+                dst = &sums[taps[w] * channels]
+                src = &grad[at[w] * channels]
+                for c in range(channels):
+                    dst[c] += v * src[c]
+        for e in range(findptr[t], findptr[t + 1]):
+            grad[fidx[e]] = 0.0
 
 
 # -- the coordinator's loops over the flat parameters (optim.py, batch_sum.py) ---------------
