@@ -81,6 +81,22 @@ class Schedule:
         return dropped(self.value, steps, self.at, self.to)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Learning:
+    """What every learner's coordinator needs of the run (pg.PGLearning, ppo.PPOLearning)."""
+
+    seed: int
+    """The run's seed: every episode's derives from it."""
+    batch_size: int
+    """Episodes an update."""
+    optimizer: str
+    """adam or rmsprop (optim.OPTIMIZERS)."""
+    lr: Schedule
+    """The learning rate, by env steps played before the update's batch."""
+    decay_rate: float = 0.99
+    """RMSProp's decay of the mean of squared gradients."""
+
+
 def running_reward(running: float | None, rewards: list[float]) -> float | None:
     """The running reward after `rewards` (in episode order), from `running` (None before
     any episode): Karpathy's exponential mean, one episode at a time."""

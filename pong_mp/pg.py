@@ -40,7 +40,7 @@ from pong_mp.episode import (
 )
 from pong_mp.frames import InputStream
 from pong_mp.gradient import EpisodeGradient
-from pong_mp.learner import NonFiniteError, Schedule, Stats, l2_norm, next_state
+from pong_mp.learner import Learning, NonFiniteError, Stats, l2_norm, next_state
 from pong_mp.optim import MeanStep
 from pong_mp.signals import check_stop
 from pong_mp.state import TrainState, with_policy_lag
@@ -125,20 +125,10 @@ def play_episode(
 # -- the coordinator's side ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PGLearning:
+@dataclass(frozen=True, kw_only=True)
+class PGLearning(Learning):
     """What pg's coordinator needs of the run."""
 
-    seed: int
-    """The run's seed: every episode's derives from it."""
-    batch_size: int
-    """Episodes an update."""
-    optimizer: str
-    """rmsprop or adam (optim.OPTIMIZERS)."""
-    lr: Schedule
-    """The learning rate, by env steps played before the update's batch."""
-    decay_rate: float = 0.99
-    """RMSProp's decay of the mean of squared gradients."""
     lag: int = 0
     """--policy-lag: batch k is played with the weights of update k-1-L."""
     batches: int | None = None

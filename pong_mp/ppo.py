@@ -53,6 +53,7 @@ from pong_mp.episode import (
 from pong_mp.frames import InputStream
 from pong_mp.gradient import Moments
 from pong_mp.learner import (
+    Learning,
     NonFiniteError,
     Schedule,
     Stats,
@@ -479,26 +480,16 @@ share of steps whose ratio r left 1 +- clip (CleanRL's and SB3's clip fraction),
 mean of log pi_old - log pi."""
 
 
-@dataclass(frozen=True)
-class PPOLearning:
+@dataclass(frozen=True, kw_only=True)
+class PPOLearning(Learning):
     """What the actor-critic's coordinator needs of the run."""
 
-    seed: int
-    """The run's seed: every episode's derives from it."""
-    batch_size: int
-    """Episodes an update."""
     epochs: int
     """Passes over each batch."""
     minibatches: int
     """Optimizer steps a pass."""
-    optimizer: str
-    """adam or rmsprop (optim.OPTIMIZERS)."""
-    lr: Schedule
-    """The learning rate, by env steps played before the update's batch."""
     entropy: Schedule
-    """The entropy's weight in the objective, by the same steps."""
-    decay_rate: float = 0.99
-    """RMSProp's decay of the mean of squared gradients."""
+    """The entropy's weight in the objective, by the same steps as the rate's."""
     step_threads: int = 1
     """Threads of each optimizer step (`optim.MeanStep`): any count gives the same bits."""
 
