@@ -19,6 +19,8 @@ from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
 
+import numpy as np
+
 UNSEEN = 2
 """An entry of `palette_diff`'s table for a pair of palette indices not met yet."""
 
@@ -201,52 +203,44 @@ def accumulate(
     cdef Py_ssize_t t, k, p, q, row
     cdef double ca, cb, hk
     cdef _ByPixel by
-    cdef float* dh = NULL
-    cdef double* sum_a = NULL
-    cdef double* sum_b = NULL
     if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
             and coef_a.shape[0] >= count and coef_b.shape[0] >= count
             and out_a.shape[0] == (pixels + 1) * hidden and out_b.shape[0] == out_a.shape[0]):
         raise ValueError("accumulate: arrays of mismatched sizes")
     _check_csr(idx, vals, indptr, count, pixels, "accumulate")
-    try:
-        dh = <float*>malloc(max(count * hidden, 1) * sizeof(float))
-        sum_a = <double*>malloc(max(hidden, 1) * sizeof(double))
-        sum_b = <double*>malloc(max(hidden, 1) * sizeof(double))
-        if not (dh and sum_a and sum_b):
-            raise MemoryError()
-        # d logit / d h where the relu lets it through; and the W2 gradient, h itself.
-        for t in range(count):
-            ca = coef_a[t]
-            cb = coef_b[t]
+    cdef float[::1] dh_room = np.empty(max(count * hidden, 1), np.float32)
+    cdef double[:, ::1] sums = np.empty((2, max(hidden, 1)))
+    cdef float* dh = &dh_room[0]
+    cdef double* sum_a = &sums[0, 0]
+    cdef double* sum_b = &sums[1, 0]
+    # d logit / d h where the relu lets it through; and the W2 gradient, h itself.
+    for t in range(count):
+        ca = coef_a[t]
+        cb = coef_b[t]
+        for k in range(hidden):
+            hk = hs[t, k]
+            out_a[base + k] += ca * hk
+            out_b[base + k] += cb * hk
+            dh[t * hidden + k] = w2[k] if hk > 0.0 else 0.0
+    by = _ByPixel(idx, vals, indptr, count, pixels)
+    for p in range(pixels):
+        if by.first[p] == by.first[p + 1]:
+            continue
+        touched[p] = 1
+        for k in range(hidden):
+            sum_a[k] = 0.0
+            sum_b[k] = 0.0
+        for q in range(by.first[p], by.first[p + 1]):
+            t = by.step_of[q]
+            ca = coef_a[t] * by.sign[q]
+            cb = coef_b[t] * by.sign[q]
             for k in range(hidden):
-                hk = hs[t, k]
-                out_a[base + k] += ca * hk
-                out_b[base + k] += cb * hk
-                dh[t * hidden + k] = w2[k] if hk > 0.0 else 0.0
-        by = _ByPixel(idx, vals, indptr, count, pixels)
-        for p in range(pixels):
-            if by.first[p] == by.first[p + 1]:
-                continue
-            touched[p] = 1
-            for k in range(hidden):
-                sum_a[k] = 0.0
-                sum_b[k] = 0.0
-            for q in range(by.first[p], by.first[p + 1]):
-                t = by.step_of[q]
-                ca = coef_a[t] * by.sign[q]
-                cb = coef_b[t] * by.sign[q]
-                for k in range(hidden):
-                    sum_a[k] += ca * dh[t * hidden + k]
-                    sum_b[k] += cb * dh[t * hidden + k]
-            row = p * hidden
-            for k in range(hidden):
-                out_a[row + k] += sum_a[k]
-                out_b[row + k] += sum_b[k]
-    finally:
-        free(dh)
-        free(sum_a)
-        free(sum_b)
+                sum_a[k] += ca * dh[t * hidden + k]
+                sum_b[k] += cb * dh[t * hidden + k]
+        row = p * hidden
+        for k in range(hidden):
+            out_a[row + k] += sum_a[k]
+            out_b[row + k] += sum_b[k]
 
 
 def finish(
@@ -436,8 +430,6 @@ def ppo_accumulate(
     cdef Py_ssize_t t, k, p, q, row
     cdef double cz, cv, hk, s
     cdef _ByPixel by
-    cdef double* dh = NULL
-    cdef double* total = NULL
     if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
             and head.shape[0] == hidden + 1 and coef_logit.shape[0] >= count
             and coef_value.shape[0] >= count and out.shape[0] == (pixels + 1) * hidden
@@ -446,43 +438,39 @@ def ppo_accumulate(
     if dh_out is not None and not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
         raise ValueError("ppo_accumulate: dh_out of the wrong shape")
     _check_csr(idx, vals, indptr, count, pixels, "ppo_accumulate")
-    try:
-        dh = <double*>malloc(max(count * hidden, 1) * sizeof(double))
-        total = <double*>malloc(max(hidden, 1) * sizeof(double))
-        if not (dh and total):
-            raise MemoryError()
-        # W2 and the value head: h itself; d objective / d h where the relu lets it through.
+    cdef double[::1] dh_room = np.empty(max(count * hidden, 1))
+    cdef double[::1] total_room = np.empty(max(hidden, 1))
+    cdef double* dh = &dh_room[0]
+    cdef double* total = &total_room[0]
+    # W2 and the value head: h itself; d objective / d h where the relu lets it through.
+    for t in range(count):
+        cz = coef_logit[t]
+        cv = coef_value[t]
+        for k in range(hidden):
+            hk = hs[t, k]
+            out[base + k] += cz * hk
+            out_value[k] += cv * hk
+            dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
+        out_value[hidden] += cv
+    if dh_out is not None:
         for t in range(count):
-            cz = coef_logit[t]
-            cv = coef_value[t]
             for k in range(hidden):
-                hk = hs[t, k]
-                out[base + k] += cz * hk
-                out_value[k] += cv * hk
-                dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
-            out_value[hidden] += cv
-        if dh_out is not None:
-            for t in range(count):
-                for k in range(hidden):
-                    dh_out[t, k] = dh[t * hidden + k]
-        by = _ByPixel(idx, vals, indptr, count, pixels)
-        for p in range(pixels):
-            if by.first[p] == by.first[p + 1]:
-                continue
-            touched[p] = 1
+                dh_out[t, k] = dh[t * hidden + k]
+    by = _ByPixel(idx, vals, indptr, count, pixels)
+    for p in range(pixels):
+        if by.first[p] == by.first[p + 1]:
+            continue
+        touched[p] = 1
+        for k in range(hidden):
+            total[k] = 0.0
+        for q in range(by.first[p], by.first[p + 1]):
+            t = by.step_of[q]
+            s = by.sign[q]
             for k in range(hidden):
-                total[k] = 0.0
-            for q in range(by.first[p], by.first[p + 1]):
-                t = by.step_of[q]
-                s = by.sign[q]
-                for k in range(hidden):
-                    total[k] += s * dh[t * hidden + k]
-            row = p * hidden
-            for k in range(hidden):
-                out[row + k] += total[k]
-    finally:
-        free(dh)
-        free(total)
+                total[k] += s * dh[t * hidden + k]
+        row = p * hidden
+        for k in range(hidden):
+            out[row + k] += total[k]
 
 
 # -- --policy conv's first layer: a convolution of the sparse input -------------------------
@@ -616,7 +604,6 @@ def conv_many(
 ):
     """The non-zero features of steps t < `count` of CSR inputs (idx, vals, indptr), each
     as `conv_step` computes them: (int32 features, float32 values, int64 indptr)."""
-    import numpy as np
     cdef Py_ssize_t channels = kernel.shape[2], t, n = 0, room
     cdef Py_ssize_t step_room = _SIDE * _SIDE * channels
     cdef int32_t positions[_SIDE * _SIDE]
@@ -657,7 +644,6 @@ def conv_backward(
     relu) of the features fidx[findptr[t]:findptr[t + 1]] of input t (idx, vals, indptr),
     with W1 transposed `w1t`: a feature's gradient is its W1 row . dh[t] (0 where the relu
     cut it), and it reaches the filter taps of each pixel in its window."""
-    import numpy as np
     cdef Py_ssize_t hidden = w1t.shape[1], channels = out.shape[2]
     cdef Py_ssize_t t, j, e, k, w, c, windows
     cdef Py_ssize_t at[4]
@@ -865,7 +851,6 @@ def mean_squares(
 def _check_range(name, arrays, Py_ssize_t start, Py_ssize_t stop) -> None:
     # The in-place step's arrays: one length, the range inside it, no two sharing memory
     # (the C loops mark them restrict).
-    import numpy as np
     n = len(arrays[0])
     if any(len(a) != n for a in arrays) or not 0 <= start <= stop <= n:
         raise ValueError(f"{name}: arrays of mismatched sizes")
