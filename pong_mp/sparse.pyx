@@ -35,11 +35,8 @@ def palette_diff(
     float[::1] vals,
 ) -> int:
     """Write the pixels whose colour class changed from `prev` to `cur` (uint8 palette
-    indices, of a length that is a multiple of 8) into `idx` and their signs into `vals`;
-    return how many, or -1 if a pair of indices has no entry in `change` yet.
-
-    `change[a, b]` (int8) is binary(b) - binary(a), or UNSEEN.
-    """
+    indices, a multiple of 8 of them) into `idx` and their signs into `vals`; return how
+    many, or -1 where `change[a, b]` (binary(b) - binary(a), int8) is still UNSEEN."""
     cdef Py_ssize_t n = 0, w, p
     cdef uint64_t now, before
     cdef int8_t c
@@ -639,11 +636,9 @@ def conv_backward(
     Py_ssize_t count,
     double[:, :, ::1] out,
 ) -> None:
-    """Add to `out` (the filters' shape) the gradient w.r.t. the filters of
-    sum_t dh[t] . h_t over steps t < `count`, where h_t are the hidden units (before their
-    relu) of the features fidx[findptr[t]:findptr[t + 1]] of input t (idx, vals, indptr),
-    with W1 transposed `w1t`: a feature's gradient is its W1 row . dh[t] (0 where the relu
-    cut it), and it reaches the filter taps of each pixel in its window."""
+    """Add to `out` (the filters' shape) the gradient w.r.t. the filters of sum_t dh[t] . h_t
+    over steps t < `count`, h_t the hidden units (before their relu) of input t's features
+    fidx[findptr[t]:findptr[t + 1]] (of idx, vals, indptr), with W1 transposed `w1t`."""
     cdef Py_ssize_t hidden = w1t.shape[1], channels = out.shape[2]
     cdef Py_ssize_t t, j, e, k, w, c, windows
     cdef Py_ssize_t at[4]
@@ -836,9 +831,8 @@ def mean_squares(
     Py_ssize_t last,
     Py_ssize_t block,
 ) -> None:
-    """Each block first..last-1 (of `block` elements)'s sum of (total / divisor)^2, added in
-    a fixed order of its own, into partials[block]; the GIL is released, so that threads
-    can share the blocks out."""
+    """Each block first..last-1 (of `block` elements)'s sum of (total / divisor)^2, in a fixed
+    order of its own, into partials[block], with the GIL released (threads share blocks)."""
     cdef Py_ssize_t n = total.shape[0]
     if block < 1 or partials.shape[0] * block < n or not 0 <= first <= last <= partials.shape[0]:
         raise ValueError("mean_squares: blocks that do not fit the arrays")
