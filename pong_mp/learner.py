@@ -10,20 +10,18 @@ learners share.
                                           (pg: its gradients summed; the actor-critic: its
                                           episodes' data, kept where they were played)
       state, stats = learner.learn(state, played, backend)
-                                          one update: the optimizer's steps (the
-                                          actor-critic hands out its passes), the new
+                                          one update: the optimizer's steps, the new
                                           weights published, the next batch under way
       metrics line, checkpoint ...
 
-A learner talks to the backend through its calls (publish, submit, results), and to the
-workers through the tasks it hands out and the `backends.base.WorkerSpec` it gives the
-backend: backends and the episode loop know tasks and results, never a learner's types.
-A learner takes its own settings, never the run's TrainConfig (`trainer.make_learner`
-builds them).
+A learner reaches the workers only through the backend's calls, its tasks and its
+`backends.base.WorkerSpec`: backends and the episode loop never see a learner's types. It
+takes its own settings, never the run's TrainConfig (`trainer.make_learner` builds them).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -33,7 +31,7 @@ import numpy as np
 from pong_mp.backends.base import Backend
 from pong_mp.batch_sum import BatchSum
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task
-from pong_mp.optim import dropped
+from pong_mp.optim import MeanStep, dropped
 from pong_mp.signals import check_stop
 from pong_mp.state import TrainState
 
@@ -72,10 +70,7 @@ class NonFiniteError(RuntimeError):
 class Schedule:
     """A value that changes with the env steps played: `value`, or from each point of `at`
     on (increasing), the value of `to` at that point (--lr-drop-at, --entropy-drop-at).
-
-    Counting env steps rather than updates ties it to the experience played, so a setting
-    means the same at any batch size, and a resumed run carries on where it was (the
-    checkpoint holds the steps)."""
+    Env steps, not updates: a setting means the same at any batch size."""
 
     value: float
     at: tuple[float, ...] = ()
@@ -84,6 +79,22 @@ class Schedule:
     def __call__(self, steps: int) -> float:
         """The value after `steps` env steps."""
         return dropped(self.value, steps, self.at, self.to)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Learning:
+    """What every learner's coordinator needs of the run (pg.PGLearning, ppo.PPOLearning)."""
+
+    seed: int
+    """The run's seed: every episode's derives from it."""
+    batch_size: int
+    """Episodes an update."""
+    optimizer: str
+    """adam or rmsprop (optim.OPTIMIZERS)."""
+    lr: Schedule
+    """The learning rate, by env steps played before the update's batch."""
+    decay_rate: float = 0.99
+    """RMSProp's decay of the mean of squared gradients."""
 
 
 def running_reward(running: float | None, rewards: list[float]) -> float | None:
@@ -97,21 +108,35 @@ def running_reward(running: float | None, rewards: list[float]) -> float | None:
 
 
 def l2_norm(values: np.ndarray) -> float:
-    """The Euclidean norm of `values`, with the same bits on every CPU.
-
-    numpy's own pairwise sum, not BLAS: `np.linalg.norm` calls a BLAS kernel chosen for the
-    CPU, and the kernels add in different orders, so a run replayed on another machine would
-    record other last digits beside the very same weights.
-    """
+    """The Euclidean norm of `values`, with the same bits on every CPU: numpy's own pairwise
+    sum, not `np.linalg.norm`'s BLAS kernel, whose order of additions depends on the CPU."""
     return float(np.sqrt(np.add.reduce(np.square(values), axis=None)))
+
+
+def next_state(
+    state: TrainState, stepper: MeanStep, batch: BatchSum, steps: int, **changes: Any
+) -> TrainState:
+    """The state after an update of `steps` optimizer steps on `batch`, which takes over the
+    stepper's arrays (its own copies), with `changes` besides."""
+    return dataclasses.replace(
+        state,
+        params=stepper.params,
+        cache=stepper.cache,
+        momentum=stepper.momentum,
+        batch=state.batch + 1,
+        episodes=state.episodes + batch.count,
+        steps=state.steps + batch.steps,
+        running_reward=running_reward(state.running_reward, batch.episode_rewards),
+        optimizer_steps=state.optimizer_steps + steps,
+        **changes,
+    )
 
 
 def update_stats(
     state: TrainState, new_state: TrainState, batch: BatchSum, grad_norm: float, lr: float
 ) -> Stats:
     """The statistics every learner records of the update from `state` to `new_state` on
-    `batch` (its last step's gradient norm and its rate given): a few ms on 1.3 M
-    parameters, for watching (TensorBoard)."""
+    `batch`, given its last step's gradient norm and its rate."""
     with np.errstate(over="ignore"):  # huge but finite weights: an inf norm says enough
         return {
             "reward_mean": float(np.mean(batch.episode_rewards)),

@@ -40,9 +40,8 @@ def dropped(
     value: float, steps: int, drop_at: Sequence[float], drop_to: Sequence[float]
 ) -> float:
     """`value`, or once `steps` env steps reach a point of `drop_at` (increasing), the value
-    of `drop_to` at the last point reached: the rule of --lr-drop-at and --entropy-drop-at.
-    A drop at S steps gives the bytes of a run forked with the new value at its first update
-    to start at S or later."""
+    of `drop_to` at the last point reached (--lr-drop-at, --entropy-drop-at): a drop at S
+    steps gives the bytes of a run forked with the new value at its first update from S on."""
     if not drop_at:  # no drop: its values are not read
         return value
     for point, to in zip(drop_at, drop_to, strict=True):
@@ -63,8 +62,8 @@ parameters, and a few threads already take what memory gives."""
 
 
 def step_threads() -> int:
-    """Threads for the actor-critic's optimizer step: the CPUs this process may run on, at
-    most MAX_STEP_THREADS. The workers wait while it runs, so their cores are free."""
+    """Threads for the actor-critic's optimizer step: the CPUs this process may run on (the
+    workers wait while it runs), at most MAX_STEP_THREADS."""
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -73,22 +72,16 @@ def step_threads() -> int:
 
 
 class MeanStep:
-    """An optimizer step from a summed gradient: its mean, its norm, the clipped step and
-    the float32 weights to publish, in two passes over memory that `threads` threads share
-    out (the caller's thread and, inside `with`, the others). Each element gets the formula
-    above, in that order, on `grad = total / divisor`, scaled as `grad *= scale`. Karpathy's
-    learner steps on its sum itself (divisor and scale 1), the actor-critic on a minibatch's
-    clipped mean.
-
-    It updates its own copies of a state's arrays in place (`load`), which moves less
-    memory than writing new ones: the caller's state stays as it was, so an update refused
-    half-way (a non-finite step) changes nothing. A signal only records a stop (see
-    `signals.py`), so no step is ever cut off half-way.
-    """
+    """An optimizer step from a summed gradient: its norm, then the formula above on
+    `grad = total / divisor` scaled as `grad *= scale`, and the float32 weights to publish,
+    in passes over memory that `threads` threads share out (the others inside `with`).
+    Karpathy's learner steps on its sum itself (divisor and scale 1), the actor-critic on a
+    minibatch's clipped mean. It updates its own copies of a state's arrays in place
+    (`load`; less memory moved than new arrays): the caller's state stays as it was, so an
+    update refused half-way changes nothing, and a signal only records a stop."""
 
     def __init__(self, name: str, decay: float, threads: int = 1) -> None:
-        """A step of optimizer `name` (one of OPTIMIZERS; RMSProp's `decay`) on `threads`
-        threads."""
+        """A step of optimizer `name` (OPTIMIZERS; RMSProp's `decay`) on `threads` threads."""
         if name not in OPTIMIZERS:
             raise ValueError(f"unknown optimizer {name!r}; choose one of {', '.join(OPTIMIZERS)}")
         self.name, self.decay, self.threads = name, decay, max(1, threads)

@@ -19,10 +19,10 @@ while the next L play on.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -40,7 +40,7 @@ from pong_mp.episode import (
 )
 from pong_mp.frames import InputStream
 from pong_mp.gradient import EpisodeGradient
-from pong_mp.learner import NonFiniteError, Schedule, Stats, l2_norm, running_reward
+from pong_mp.learner import Learning, NonFiniteError, Stats, l2_norm, next_state
 from pong_mp.optim import MeanStep
 from pong_mp.signals import check_stop
 from pong_mp.state import TrainState, with_policy_lag
@@ -52,15 +52,11 @@ from pong_mp.state import TrainState, with_policy_lag
 class PGWork:
     """What pg's workers need (`backends.base.WorkerSpec`)."""
 
+    value_head: ClassVar[bool] = False
     gamma: float
     """Discount factor of the returns; they restart at every point."""
     entropy_bonus: float = 0.0
     """Weight of the policy's entropy in each episode's objective (0: none)."""
-
-    @property
-    def value_head(self) -> bool:
-        """pg's weights carry no value head."""
-        return False
 
     def worker(self, shape: policy.NetShape) -> PGWorker:
         """A worker's working memory for policies of `shape` (pg has no conv layer)."""
@@ -100,18 +96,12 @@ def play_episode(
     out: np.ndarray | None = None,
     work: EpisodeGradient | None = None,
 ) -> EpisodeResult:
-    """Play one episode with the stochastic policy `weights`, and return its gradient.
-
-    The gradient is written into `out` (flat float32) when given, else into a new array.
-    `work` is the gradient's working memory; a worker passes the same one to every episode
-    so that nothing large is allocated per episode. The env is reset with a seed derived
-    from the task's seed, and actions are sampled from a generator seeded the same way, so
-    the result depends only on (weights, task).
-    """
+    """Play one episode with the stochastic policy `weights` into its gradient, written into
+    `out` (flat float32) when given; `work` is the working memory a worker reuses. The
+    result depends only on (weights, task)."""
     start = time.perf_counter()
-    hidden = weights.w2.shape[0]
     if work is None:
-        work = EpisodeGradient(hidden)
+        work = EpisodeGradient(weights.w2.shape[0])
     work.start(weights, gamma)
     record = work.add
 
@@ -135,41 +125,14 @@ def play_episode(
 # -- the coordinator's side ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PGLearning:
+@dataclass(frozen=True, kw_only=True)
+class PGLearning(Learning):
     """What pg's coordinator needs of the run."""
 
-    seed: int
-    """The run's seed: every episode's derives from it."""
-    batch_size: int
-    """Episodes an update."""
-    optimizer: str
-    """rmsprop or adam (optim.OPTIMIZERS)."""
-    lr: Schedule
-    """The learning rate, by env steps played before the update's batch."""
-    decay_rate: float = 0.99
-    """RMSProp's decay of the mean of squared gradients."""
     lag: int = 0
     """--policy-lag: batch k is played with the weights of update k-1-L."""
     batches: int | None = None
     """The run's last update: no batch past it is handed out (None: no last)."""
-
-
-def batch_weights_version(batch: int, lag: int) -> int:
-    """The update whose weights play batch `batch` (1-based): batch - 1 - lag, or 0 (the
-    initial weights) where there is no such update yet. Fixed by the batch's number alone,
-    so that the bytes do not depend on timing, workers or backend."""
-    return max(0, batch - 1 - lag)
-
-
-def with_lagged(state: TrainState, lag: int) -> TrainState:
-    """`state` with the float32 weights its next `lag` batches are played with: a new run's
-    are its initial weights (a resumed run's come from its checkpoint)."""
-    if len(state.lagged) == lag:
-        return state
-    if state.batch != 0:
-        raise ValueError(f"update {state.batch} has no weights for a policy lag of {lag}")
-    return with_policy_lag(state, lag)
 
 
 class PGLearner:
@@ -189,7 +152,10 @@ class PGLearner:
     ) -> TrainState:
         """Publish the weights of the batches in flight from `state`, and hand them out."""
         lag = self.settings.lag
-        state = with_lagged(state, lag)
+        if len(state.lagged) != lag:  # a new run's are its initial weights
+            if state.batch != 0:
+                raise ValueError(f"update {state.batch} has no weights for a policy lag of {lag}")
+            state = with_policy_lag(state, lag)
         self._more = more
         # Batch k sums into sums[k % (lag + 1)].
         self._sums = [np.empty(len(state.params)) for _ in range(lag + 1)]
@@ -212,8 +178,10 @@ class PGLearner:
             first = state.episodes + (self._submitted - state.batch - 1) * size
             out = self._sums[self._submitted % (lag + 1)]
             self._in_flight[first] = BatchSum(first, size, out)
-            tasks = make_tasks(self.settings.seed, first, size)
-            backend.submit(batch_weights_version(self._submitted, lag), tasks)
+            # Played with update k-1-L's weights (0: the initial), fixed by the batch's
+            # number alone so that the bytes do not depend on timing, workers or backend.
+            version = max(0, self._submitted - 1 - lag)
+            backend.submit(version, make_tasks(self.settings.seed, first, size))
 
     def play(self, state: TrainState, backend: Backend) -> BatchSum:
         """The summed gradients of the batch after `state` (others in flight are summed as
@@ -237,11 +205,9 @@ class PGLearner:
         """One optimizer step from the batch's summed gradient; the new weights and the next
         batch go out before the update's norms are taken."""
         new_state, grad, lr = self.step(state, played)
-        # The critical path: the workers wait for these weights and their next episodes.
-        # The rest of the update's work (its norms here, the trainer's metrics line,
-        # TensorBoard, progress and checkpoint) is done while they play. (The sum that
-        # `grad` may be is the next batch's too, but results are only added to it in the
-        # next `play`.)
+        # The critical path: the workers wait for these weights and their next episodes; the
+        # norms, metrics and checkpoint are done while they play. (`grad` may be the next
+        # batch's sum too, but results are only added to it in the next `play`.)
         backend.publish(new_state.batch, new_state.params.astype(np.float32))
         if self._more(new_state):
             self._submit_ahead(new_state, backend)
@@ -252,7 +218,7 @@ class PGLearner:
 
     def apply(self, state: TrainState, summed: BatchSum) -> tuple[TrainState, Stats]:
         """The state after one update from a batch's summed gradients, and its statistics,
-        with no backend (`step` and `update_stats`)."""
+        with no backend."""
         new_state, grad, lr = self.step(state, summed)
         return new_state, update_stats(state, new_state, summed, grad, lr)
 
@@ -265,9 +231,7 @@ class PGLearner:
         # An overflow is no warning to print: the sums below tell, and the update is refused.
         with np.errstate(over="ignore", invalid="ignore"):
             if not np.isfinite(grad.sum()):  # NaN/inf iff some element is (or it overflows)
-                raise NonFiniteError(
-                    f"update {state.batch + 1}: the summed gradient is not finite"
-                )
+                raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
             # The rate at the env steps played before this batch: update 1 uses --lr itself.
             lr = self.settings.lr(state.steps)
         # The summed gradient itself (divisor and scale 1 are exact): Karpathy's step.
@@ -275,27 +239,15 @@ class PGLearner:
         stepper.load(state.params, state.cache, state.momentum)
         if not stepper.step(grad, 1.0, 1.0, state.optimizer_steps + 1, lr):
             raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
-        new_state = dataclasses.replace(
-            state,
-            params=stepper.params,
-            # The weights that batches in flight are played with move on by one update.
-            lagged=(*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else (),
-            cache=stepper.cache,
-            momentum=stepper.momentum,
-            batch=state.batch + 1,
-            episodes=state.episodes + summed.count,
-            steps=state.steps + summed.steps,
-            running_reward=running_reward(state.running_reward, summed.episode_rewards),
-            optimizer_steps=state.optimizer_steps + 1,
-        )
-        return new_state, grad, lr
+        # The weights that batches in flight are played with move on by one update.
+        lagged = (*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else ()
+        return next_state(state, stepper, summed, 1, lagged=lagged), grad, lr
 
 
 def update_stats(
     state: TrainState, new_state: TrainState, summed: BatchSum, grad: np.ndarray, lr: float
 ) -> Stats:
-    """The statistics of the update from `state` to `new_state` (`PGLearner.step`'s), taken
-    while the next batch plays."""
+    """The statistics of `PGLearner.step`'s update, taken while the next batch plays."""
     with np.errstate(over="ignore"):  # an overflowing norm is inf, which says enough
         grad_norm = l2_norm(grad)
     return learner.update_stats(state, new_state, summed, grad_norm, lr)

@@ -13,31 +13,27 @@ Data flow of one update:
                           ──worker──> gradient over the episode's steps of minibatch m
         sum in the batch's fixed order ──> optimizer step ──> weights k + 1
 
-Each step of an episode falls in one minibatch per epoch, dealt from the episode's seed
-and the epoch's number by a hash written here (`minibatch_steps`): which steps form a
-minibatch depends only on indices, not on the numpy version, and every gradient is a pure
-function of (weights, task), so the bytes do not depend on which worker, backend or retry
-computes it.
+Each step of an episode falls in one minibatch per epoch, dealt by a hash of the episode's
+seed and the epoch written here (`minibatch_steps`, not numpy's generator), and every
+gradient is a pure function of (weights, task): the bytes do not depend on which worker,
+backend or retry computes it.
 
-The policy is the MLP with a value head on its hidden layer (the layout of
-`policy.param_count(shape, value=True)`); the value loss's gradient reaches the hidden
-layer's weights too (a shared trunk, as in PPO's Atari
-setting). With --policy conv the hidden layer sees the features of a convolutional layer
-(`sparse.conv_step`) instead of the pixels, and the gradient reaches its filters too
-(`sparse.conv_backward`); a trajectory keeps the pixels, whose features each pass computes
-again with the filters it is sent.
-
-A point scored ends a rally: returns and advantages restart there, as Karpathy's returns
-do, and a rally's last step bootstraps from nothing.
+The policy is the MLP with a value head on its hidden layer, whose gradient reaches the
+hidden layer too (a shared trunk, as in PPO's Atari setting). With --policy conv the hidden
+layer sees a convolutional layer's features instead of the pixels, and the gradient reaches
+its filters; a trajectory keeps the pixels, and each pass computes the features again.
+A point scored ends a rally: returns and advantages restart there, as Karpathy's do.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -57,11 +53,12 @@ from pong_mp.episode import (
 from pong_mp.frames import InputStream
 from pong_mp.gradient import Moments
 from pong_mp.learner import (
+    Learning,
     NonFiniteError,
     Schedule,
     Stats,
+    next_state,
     run_round,
-    running_reward,
     update_stats,
 )
 from pong_mp.optim import MeanStep
@@ -70,10 +67,8 @@ from pong_mp.state import TrainState
 
 @dataclass(frozen=True)
 class PPOSettings:
-    """What a worker needs of the actor-critic's hyperparameters, fixed at PPO's usual
-    values (docs/learning-notes.md: no other was worth an option). How many passes and minibatches
-    an update has, and the entropy's weight (which may change during a run), are the
-    coordinator's: each EpochTask carries them."""
+    """The actor-critic's constants a worker needs, at PPO's usual values
+    (docs/learning-notes.md: no other was worth an option); each EpochTask carries the rest."""
 
     clip: float = 0.1
     """The surrogate's clipping range: the ratio is held within 1 +- clip."""
@@ -121,11 +116,7 @@ class Trajectory:
         np.cumsum(lengths, out=indptr[1:])
         # Entry j of the gather comes from starts[step] + (j - indptr[step]).
         where = np.repeat(starts - indptr[:-1], lengths) + np.arange(indptr[-1])
-        return (
-            self.pixels[where].astype(np.int32),
-            self.signs[where].astype(np.float32),
-            indptr,
-        )
+        return self.pixels[where].astype(np.int32), self.signs[where].astype(np.float32), indptr
 
 
 def gae(
@@ -173,11 +164,6 @@ class TrajectoryRecorder:
         self.reward_sum = 0.0
         """Sum of the rewards added so far."""
 
-    @property
-    def steps(self) -> int:
-        """Steps added so far."""
-        return len(self._actions)
-
     def start(self, weights: policy.Weights32) -> None:
         """Begin an episode played with `weights` (which must have a value head)."""
         if weights.value is None:
@@ -219,15 +205,8 @@ class TrajectoryRecorder:
         values = np.array(self._values, np.float64)
         advantages, returns = gae(rewards, values, gamma, lam)
         trajectory = Trajectory(
-            pixels=pixels,
-            signs=signs,
-            indptr=indptr,
-            actions=np.array(self._actions, np.uint8),
-            logp_old=np.array(self._logp, np.float64),
-            values=values,
-            rewards=rewards,
-            advantages=advantages,
-            returns=returns,
+            pixels, signs, indptr, np.array(self._actions, np.uint8),
+            np.array(self._logp, np.float64), values, rewards, advantages, returns,
         )
         self._clear()
         return trajectory
@@ -252,14 +231,10 @@ def _mix64(x: np.ndarray) -> np.ndarray:
 
 
 def deal_keys(seed: int, epoch: int, steps: int) -> np.ndarray:
-    """The uint64 key of each step 0 .. steps - 1 of an episode whose seed is `seed`, in pass
-    `epoch`: splitmix64's stream at counter t + 1 from a start that is the stream of the
-    mixed seed at counter epoch + 1.
-
-    Written here, in integer arithmetic that wraps mod 2^64, rather than drawn from a
-    library's generator: numpy does not promise `Generator.permutation`'s output across
-    versions, and workers of mixed versions on a cluster must deal alike.
-    """
+    """The uint64 key of each step 0 .. steps - 1 in pass `epoch` of an episode seeded `seed`:
+    splitmix64's stream at counter t + 1 from the stream of the mixed seed at counter
+    epoch + 1. Integer arithmetic mod 2^64, not a numpy generator (whose output numpy does not
+    promise across versions): workers of mixed versions on a cluster must deal alike."""
     mask = (1 << 64) - 1
     with np.errstate(over="ignore"):
         mixed = _mix64(np.array([seed & mask], np.uint64))
@@ -268,14 +243,9 @@ def deal_keys(seed: int, epoch: int, steps: int) -> np.ndarray:
 
 
 def minibatch_steps(seed: int, epoch: int, steps: int, minibatches: int, part: int) -> np.ndarray:
-    """The step numbers (increasing) of an episode of `steps` steps whose seed is `seed`
-    that fall in minibatch `part` of pass `epoch`.
-
-    The steps are ordered by their `deal_keys` (a stable sort: ties by step number) and the
-    order is cut into `minibatches` runs, the first `steps % minibatches` one step longer:
-    every step falls in exactly one minibatch a pass, and the dealing depends only on these
-    integers.
-    """
+    """The step numbers (increasing) in minibatch `part` of pass `epoch` over an episode of
+    `steps` steps seeded `seed`: the steps ordered by `deal_keys` (stably), cut into
+    `minibatches` runs, the first `steps % minibatches` one step longer."""
     order = np.argsort(deal_keys(seed, epoch, steps), kind="stable")
     size, extra = divmod(steps, minibatches)
     start = part * size + min(part, extra)
@@ -300,19 +270,13 @@ class PassStats:
     """Sum of log pi_old(a) - log pi(a): an estimate of KL(old || new) times the steps."""
 
     def __add__(self, other: PassStats) -> PassStats:
-        return PassStats(
-            self.steps + other.steps,
-            self.clipped + other.clipped,
-            self.entropy + other.entropy,
-            self.value_error + other.value_error,
-            self.kl + other.kl,
-        )
+        pairs = zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)
+        return PassStats(*(mine + theirs for mine, theirs in pairs))
 
 
 class PassWork:
-    """A worker's working memory for gradient passes: a float64 accumulator of the policy's
-    gradient, kept zero between passes (only the rows a pass touched are cleared), and the
-    value head's."""
+    """A worker's working memory for gradient passes: float64 accumulators, kept zero between
+    passes (only the rows a pass touched are cleared)."""
 
     def __init__(self, shape: policy.NetShape) -> None:
         """Memory for policies of `shape`."""
@@ -335,10 +299,8 @@ class PassWork:
         out: np.ndarray,
     ) -> PassStats:
         """The gradient of the actor-critic's objective, summed over `steps` of
-        `trajectory`, w.r.t. the flat parameters of `weights` (W1 transposed, W2, value
-        head, the filters with --policy conv), written into the flat float32 `out`.
-        Advantages are standardised with the batch's mean and scale; the entropy is
-        weighed by `entropy_coef`."""
+        `trajectory`, w.r.t. the flat parameters of `weights`, into the flat float32 `out`;
+        advantages standardised with the batch's mean and scale."""
         if weights.value is None:
             raise ValueError("the actor-critic's weights need a value head")
         hidden = self.hidden
@@ -386,10 +348,8 @@ class PassWork:
 
 @dataclass(frozen=True)
 class EpochTask(PassTask):
-    """What a worker needs to compute one episode's share of one minibatch's gradient: the
-    episode (its index, seed and, as `data`, its Trajectory), which pass and part, and the
-    batch's advantage statistics. The gradient is a pure function of this and the
-    weights."""
+    """One episode's share of one minibatch's gradient (its Trajectory as `data`): with the
+    weights, all that the gradient is a function of."""
 
     epoch: int
     """The pass over the batch (0, 1, ...)."""
@@ -408,31 +368,9 @@ class EpochTask(PassTask):
 
     @property
     def trajectory(self) -> Trajectory | None:
-        """The episode as it was played (`data`); None on its way to a worker that keeps
-        it."""
+        """The episode as it was played; None on its way to a worker that keeps it."""
         assert self.data is None or isinstance(self.data, Trajectory)
         return self.data
-
-
-def epoch_gradient(
-    weights: policy.Weights32,
-    task: EpochTask,
-    settings: PPOSettings,
-    out: np.ndarray,
-    work: PassWork | None = None,
-) -> PassStats:
-    """Write into `out` the gradient, summed over the episode's steps in the task's
-    minibatch, of the actor-critic's objective at `weights`; return what the pass saw."""
-    trajectory = task.trajectory
-    if trajectory is None:
-        raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
-    steps = minibatch_steps(task.seed, task.epoch, trajectory.steps, task.parts, task.part)
-    if work is None:
-        work = PassWork(weights.shape)
-    return work.gradient(
-        weights, trajectory, steps, task.advantage_mean, task.advantage_scale,
-        task.entropy_coef, settings, out,
-    )
 
 
 # -- the worker's side ---------------------------------------------------------------------
@@ -442,15 +380,11 @@ def epoch_gradient(
 class PPOWork:
     """What the actor-critic's workers need (`backends.base.WorkerSpec`)."""
 
+    value_head: ClassVar[bool] = True
     gamma: float
     """Discount factor of the returns; they restart at every point."""
     settings: PPOSettings = PPOSettings()
     """The surrogate's and GAE's constants."""
-
-    @property
-    def value_head(self) -> bool:
-        """The actor-critic's weights carry a value head."""
-        return True
 
     def worker(self, shape: policy.NetShape) -> PPOWorker:
         """A worker's working memory for policies of `shape`."""
@@ -481,44 +415,25 @@ class PPOWorker:
             return epoch_pass(weights, task, self.work.settings, out, self._passes)
         if not isinstance(task, EpisodeTask):
             raise TypeError(f"the actor-critic has no task {type(task).__name__}")
-        stats = play_recorded(
-            env, inputs, weights, self.work.gamma, self.work.settings.gae_lambda, task,
-            self._recorder,
+        # The episode played: the result depends only on (weights, task).
+        start = time.perf_counter()
+        recorder = self._recorder
+        recorder.start(weights)
+        run_episode(
+            env, inputs, task.seed, recorder.forward,
+            lambda action, p_up, reward: recorder.add(action, reward),
+        )
+        reward_sum, entropy = recorder.reward_sum, recorder.entropy_sum
+        trajectory = recorder.finish(self.work.gamma, self.work.settings.gae_lambda)
+        stats = EpisodeStats(
+            index=task.index,
+            reward_sum=reward_sum,
+            steps=trajectory.steps,
+            seconds=time.perf_counter() - start,
+            entropy=entropy,
+            data=trajectory,
         )
         return EpisodeResult(stats, None)
-
-
-def play_recorded(
-    env: gym.Env,
-    inputs: InputStream,
-    weights: policy.Weights32,
-    gamma: float,
-    lam: float,
-    task: EpisodeTask,
-    recorder: TrajectoryRecorder | None = None,
-) -> EpisodeStats:
-    """Play one episode with the actor-critic's weights (with a value head) and return its
-    statistics with its trajectory as its data (GAE(`lam`) advantages); `recorder` is the
-    working memory a worker reuses. The result depends only on (weights, task)."""
-    start = time.perf_counter()
-    if recorder is None:
-        recorder = TrajectoryRecorder(weights.shape)
-    recorder.start(weights)
-
-    def on_step(action: int, p_up: float, reward: float) -> None:
-        recorder.add(action, reward)
-
-    run_episode(env, inputs, task.seed, recorder.forward, on_step)
-    reward_sum, entropy = recorder.reward_sum, recorder.entropy_sum
-    trajectory = recorder.finish(gamma, lam)
-    return EpisodeStats(
-        index=task.index,
-        reward_sum=reward_sum,
-        steps=trajectory.steps,
-        seconds=time.perf_counter() - start,
-        entropy=entropy,
-        data=trajectory,
-    )
 
 
 def epoch_pass(
@@ -528,13 +443,19 @@ def epoch_pass(
     out: np.ndarray | None = None,
     work: PassWork | None = None,
 ) -> EpisodeResult:
-    """An episode's share of one minibatch's gradient (`epoch_gradient`) at `weights`,
-    written into `out` (flat float32) when given; its `steps` are the steps it covers.
-    `work` is the working memory a worker reuses."""
+    """An episode's share of one minibatch's gradient at `weights` (summed over its steps in
+    the task's minibatch), written into `out` (flat float32) when given, with what the pass
+    saw as its report. `work` is the working memory a worker reuses."""
     start = time.perf_counter()
-    size = weights.shape.size(value=True)
-    grad = np.empty(size, np.float32) if out is None else out
-    seen = epoch_gradient(weights, task, settings, grad, work)
+    trajectory = task.trajectory
+    if trajectory is None:
+        raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
+    steps = minibatch_steps(task.seed, task.epoch, trajectory.steps, task.parts, task.part)
+    grad = np.empty(weights.shape.size(value=True), np.float32) if out is None else out
+    seen = (work or PassWork(weights.shape)).gradient(
+        weights, trajectory, steps, task.advantage_mean, task.advantage_scale,
+        task.entropy_coef, settings, grad,
+    )
     stats = EpisodeStats(
         index=task.index,
         reward_sum=0.0,
@@ -559,26 +480,16 @@ share of steps whose ratio r left 1 +- clip (CleanRL's and SB3's clip fraction),
 mean of log pi_old - log pi."""
 
 
-@dataclass(frozen=True)
-class PPOLearning:
+@dataclass(frozen=True, kw_only=True)
+class PPOLearning(Learning):
     """What the actor-critic's coordinator needs of the run."""
 
-    seed: int
-    """The run's seed: every episode's derives from it."""
-    batch_size: int
-    """Episodes an update."""
     epochs: int
     """Passes over each batch."""
     minibatches: int
     """Optimizer steps a pass."""
-    optimizer: str
-    """adam or rmsprop (optim.OPTIMIZERS)."""
-    lr: Schedule
-    """The learning rate, by env steps played before the update's batch."""
     entropy: Schedule
-    """The entropy's weight in the objective, by the same steps."""
-    decay_rate: float = 0.99
-    """RMSProp's decay of the mean of squared gradients."""
+    """The entropy's weight in the objective, by the same steps as the rate's."""
     step_threads: int = 1
     """Threads of each optimizer step (`optim.MeanStep`): any count gives the same bits."""
 
@@ -594,14 +505,10 @@ class Played:
 
 
 class PPOLearner:
-    """The actor-critic on a backend (`learner.Learner`): play a batch with the current
-    weights, then --epochs passes of --minibatches optimizer steps each over the episodes
-    the workers played, every step's gradient computed by the workers from the trajectories
-    and summed in the batch's fixed order.
-
-    Weights versions count optimizer steps, so each step's weights are published as a
-    version of their own before the next minibatch is handed out.
-    """
+    """The actor-critic on a backend (`learner.Learner`): play a batch, then --epochs passes
+    of --minibatches optimizer steps, each step's gradient computed by the workers and summed
+    in the batch's fixed order. Weights versions count optimizer steps: each step's weights
+    are published before the next minibatch is handed out."""
 
     def __init__(self, settings: PPOLearning) -> None:
         """A learner with `settings`; `start` readies it for a run's state."""
@@ -650,57 +557,39 @@ class PPOLearner:
         lr = settings.lr(state.steps)
         entropy_bonus = settings.entropy(state.steps)
         coordinator = 0.0  # the workers wait on the coordinator between minibatches
-        first = state.episodes
+        first, update, parts = state.episodes, state.batch + 1, settings.minibatches
         with stepper:
-            for epoch in range(settings.epochs):
-                for part in range(settings.minibatches):
-                    epoch_tasks = [
-                        EpochTask(
-                            task.index, task.seed, played.trajectories[task.index], epoch, part,
-                            settings.minibatches, moments.mean, moments.standardizing_scale,
-                            entropy_bonus,
-                        )
-                        for task in tasks
-                    ]
-                    summed = BatchSum(first, settings.batch_size, self._total)
-                    passes = {
-                        stats.index: stats.report
-                        for stats in run_round(backend, self._version, epoch_tasks, summed)
-                    }
-                    for task in tasks:  # added in episode order: the same bits every time
-                        report = passes.get(task.index)
-                        seen += report if isinstance(report, PassStats) else PassStats()
-                    arrived = time.perf_counter()
-                    step = state.optimizer_steps + epoch * settings.minibatches + part + 1
-                    divisor = max(1, summed.steps)  # the minibatch's mean
-                    grad_norm = stepper.norm(summed.total, divisor)
-                    if not math.isfinite(grad_norm):
-                        raise NonFiniteError(
-                            f"update {state.batch + 1}: the summed gradient is not finite"
-                        )
-                    scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
-                    if not stepper.step(summed.total, divisor, scale, step, lr):
-                        raise NonFiniteError(
-                            f"update {state.batch + 1}: the new weights would not be finite"
-                        )
-                    self._version += 1
-                    backend.publish(self._version, stepper.weights)
-                    coordinator += time.perf_counter() - arrived
-        batch = played.summed
-        # The stepper's arrays are its own: the state takes them over.
-        new_state = dataclasses.replace(
-            state,
-            params=stepper.params,
-            cache=stepper.cache,
-            momentum=stepper.momentum,
-            batch=state.batch + 1,
-            episodes=state.episodes + batch.count,
-            steps=state.steps + batch.steps,
-            running_reward=running_reward(state.running_reward, batch.episode_rewards),
-            optimizer_steps=state.optimizer_steps + self.steps_per_update,
-        )
+            for epoch, part in itertools.product(range(settings.epochs), range(parts)):
+                epoch_tasks = [
+                    EpochTask(
+                        task.index, task.seed, played.trajectories[task.index], epoch, part, parts,
+                        moments.mean, moments.standardizing_scale, entropy_bonus,
+                    )
+                    for task in tasks
+                ]
+                summed = BatchSum(first, settings.batch_size, self._total)
+                passes = {
+                    stats.index: stats.report
+                    for stats in run_round(backend, self._version, epoch_tasks, summed)
+                }
+                for task in tasks:  # added in episode order: the same bits every time
+                    report = passes.get(task.index)
+                    seen += report if isinstance(report, PassStats) else PassStats()
+                arrived = time.perf_counter()
+                step = state.optimizer_steps + epoch * parts + part + 1
+                divisor = max(1, summed.steps)  # the minibatch's mean
+                grad_norm = stepper.norm(summed.total, divisor)
+                if not math.isfinite(grad_norm):
+                    raise NonFiniteError(f"update {update}: the summed gradient is not finite")
+                scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
+                if not stepper.step(summed.total, divisor, scale, step, lr):
+                    raise NonFiniteError(f"update {update}: the new weights would not be finite")
+                self._version += 1
+                backend.publish(self._version, stepper.weights)
+                coordinator += time.perf_counter() - arrived
+        new_state = next_state(state, stepper, played.summed, self.steps_per_update)
         stats = {
-            **update_stats(state, new_state, batch, grad_norm, lr),
+            **update_stats(state, new_state, played.summed, grad_norm, lr),
             "entropy_bonus": entropy_bonus,
             "value_loss": seen.value_error / 2 / seen.steps if seen.steps else None,
             "clip_fraction": seen.clipped / seen.steps if seen.steps else None,

@@ -2,15 +2,10 @@
 """The per-step loops of an episode, compiled: frame differences, the sparse forward pass,
 and the gradient sums.
 
-An env step of Pong costs ~230 us in the emulator. Written as numpy calls, the work around
-it (the frame difference, the forward pass, the gradient) took ~40 us a step: a dozen calls
-of ~1 us overhead each on arrays of a few dozen elements, and scipy.sparse's scalar loops.
-These loops do the same arithmetic in a few us. `policy.py` keeps the dense float64
-reference (Karpathy's code, pure numpy); tests check these loops against it.
-
-Cython, not numba: numba does the job as well, but loading LLVM puts ~150 MB into every
-worker's RSS, against a budget of 150 MB per worker. This module is compiled when pong-mp
-is installed (setup.py) and costs nothing at run time.
+An env step of Pong costs ~230 us in the emulator; as numpy calls (a dozen of ~1 us
+overhead each on a few dozen elements) the work around it took ~40 us, and takes a few us
+here. `policy.py` keeps the dense float64 reference, which tests check these loops against.
+Cython, not numba: loading LLVM puts ~150 MB into every worker's RSS, its whole budget.
 
 The rules that keep results reproducible:
 - every sum is added in the order written here (compiled with -ffp-contract=off and no
@@ -23,6 +18,8 @@ from libc.math cimport exp, fabs, log1p, sqrt
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy
+
+import numpy as np
 
 UNSEEN = 2
 """An entry of `palette_diff`'s table for a pair of palette indices not met yet."""
@@ -38,11 +35,8 @@ def palette_diff(
     float[::1] vals,
 ) -> int:
     """Write the pixels whose colour class changed from `prev` to `cur` (uint8 palette
-    indices, of a length that is a multiple of 8) into `idx` and their signs into `vals`;
-    return how many, or -1 if a pair of indices has no entry in `change` yet.
-
-    `change[a, b]` (int8) is binary(b) - binary(a), or UNSEEN.
-    """
+    indices, a multiple of 8 of them) into `idx` and their signs into `vals`; return how
+    many, or -1 where `change[a, b]` (binary(b) - binary(a), int8) is still UNSEEN."""
     cdef Py_ssize_t n = 0, w, p
     cdef uint64_t now, before
     cdef int8_t c
@@ -102,12 +96,21 @@ cdef double _logit(
     return logit
 
 
-cdef void _check_pixels(const int32_t[::1] idx, Py_ssize_t first, Py_ssize_t last,
-                        Py_ssize_t pixels, str name) except *:
+cdef void _check_pixels(const int32_t[::1] idx, Py_ssize_t count, Py_ssize_t pixels,
+                        str name) except *:
     cdef Py_ssize_t j
-    for j in range(first, last):
+    for j in range(count):
         if not 0 <= idx[j] < pixels:
             raise IndexError(f"{name}: pixel {idx[j]} out of range")
+
+
+cdef void _check_csr(const int32_t[::1] idx, const float[::1] vals, const int64_t[::1] indptr,
+                     Py_ssize_t count, Py_ssize_t pixels, str name) except *:
+    # The entries of steps < count (count < len(indptr), checked by the caller), all inside
+    # idx and vals, and their pixels.
+    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
+        raise ValueError(f"{name}: indptr points outside idx")
+    _check_pixels(idx, indptr[count], pixels, name)
 
 
 cdef double _checked_logit(
@@ -122,7 +125,7 @@ cdef double _checked_logit(
     if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
             or vals.shape[0] < idx.shape[0]:
         raise ValueError(f"{name}: arrays of mismatched sizes")
-    _check_pixels(idx, 0, idx.shape[0], w1t.shape[0], name)
+    _check_pixels(idx, idx.shape[0], w1t.shape[0], name)
     return _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
 
 
@@ -138,32 +141,41 @@ def forward(
     return _sigmoid(_checked_logit(w1t, w2, idx, vals, h, "forward"))
 
 
-cdef void _group_by_pixel(
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    const int64_t[::1] indptr,
-    Py_ssize_t count,
-    Py_ssize_t pixels,
-    int64_t* first,
-    int64_t* fill,
-    int32_t* step_of,
-    double* sign,
-):
-    # The entries of steps < count grouped by pixel (a counting sort), in step order within
-    # a pixel: pixel p's are step_of/sign[first[p]:first[p + 1]]. `first` comes zeroed
-    # (pixels + 1 of them); `fill` is scratch of the same size.
-    cdef Py_ssize_t t, j, p
-    for j in range(indptr[count]):
-        first[idx[j] + 1] += 1
-    for p in range(pixels):
-        first[p + 1] += first[p]
-    memcpy(fill, first, (pixels + 1) * sizeof(int64_t))
-    for t in range(count):
-        for j in range(indptr[t], indptr[t + 1]):
-            p = idx[j]
-            step_of[fill[p]] = <int32_t>t
-            sign[fill[p]] = vals[j]
-            fill[p] += 1
+cdef class _ByPixel:
+    # The entries of steps < count of checked CSR inputs grouped by pixel (a counting sort),
+    # in step order within a pixel: pixel p's are step_of/sign[first[p]:first[p + 1]].
+    cdef int64_t* first
+    cdef int32_t* step_of
+    cdef double* sign
+
+    def __cinit__(self, const int32_t[::1] idx, const float[::1] vals,
+                  const int64_t[::1] indptr, Py_ssize_t count, Py_ssize_t pixels):
+        cdef Py_ssize_t t, j, p, entries = indptr[count]
+        cdef int64_t* fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
+        self.first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
+        self.step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
+        self.sign = <double*>malloc(max(entries, 1) * sizeof(double))
+        try:
+            if not (fill and self.first and self.step_of and self.sign):
+                raise MemoryError()
+            for j in range(entries):
+                self.first[idx[j] + 1] += 1
+            for p in range(pixels):
+                self.first[p + 1] += self.first[p]
+            memcpy(fill, self.first, (pixels + 1) * sizeof(int64_t))
+            for t in range(count):
+                for j in range(indptr[t], indptr[t + 1]):
+                    p = idx[j]
+                    self.step_of[fill[p]] = <int32_t>t
+                    self.sign[fill[p]] = vals[j]
+                    fill[p] += 1
+        finally:
+            free(fill)
+
+    def __dealloc__(self):
+        free(self.first)
+        free(self.step_of)
+        free(self.sign)
 
 
 def accumulate(
@@ -179,82 +191,53 @@ def accumulate(
     double[::1] out_b,
     uint8_t[::1] touched,
 ) -> None:
-    """Add to the flat float64 parameter vectors `out_a` and `out_b` the gradients of
-    sum_t coef_a[t] * logit_t and sum_t coef_b[t] * logit_t over steps t < `count`.
-
-    Step t's input has values vals[indptr[t]:indptr[t+1]] at pixels idx[...], and hs[t] are
-    its hidden units. Only W1 rows of pixels that occur are written; they are marked in
-    `touched` (a bool array, one per pixel). Each row is summed over its steps in step
-    order and added once, so the large accumulators are read and written once per call,
-    not once per step.
-    """
+    """Add to the flat float64 vectors `out_a` and `out_b` the gradients of
+    sum_t coef_a[t] * logit_t and sum_t coef_b[t] * logit_t over steps t < `count` of the CSR
+    inputs (idx, vals, indptr), hs[t] their hidden units. Only the W1 rows of pixels that
+    occur are written (marked in `touched`), each summed in step order and added once."""
     cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
     cdef Py_ssize_t base = pixels * hidden  # W2's offset in the flat vectors
-    cdef Py_ssize_t t, k, j, p, q, row, entries
+    cdef Py_ssize_t t, k, p, q, row
     cdef double ca, cb, hk
-    cdef float* dh = NULL
-    cdef int64_t* first = NULL
-    cdef int64_t* fill = NULL
-    cdef int32_t* step_of = NULL
-    cdef double* sign = NULL
-    cdef double* sum_a = NULL
-    cdef double* sum_b = NULL
+    cdef _ByPixel by
     if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
             and coef_a.shape[0] >= count and coef_b.shape[0] >= count
             and out_a.shape[0] == (pixels + 1) * hidden and out_b.shape[0] == out_a.shape[0]):
         raise ValueError("accumulate: arrays of mismatched sizes")
-    entries = indptr[count]
-    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("accumulate: indptr points outside idx")
-    for j in range(entries):
-        if not 0 <= idx[j] < pixels:
-            raise IndexError(f"accumulate: pixel {idx[j]} out of range")
-    try:
-        dh = <float*>malloc(max(count * hidden, 1) * sizeof(float))
-        first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
-        fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
-        step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
-        sign = <double*>malloc(max(entries, 1) * sizeof(double))
-        sum_a = <double*>malloc(max(hidden, 1) * sizeof(double))
-        sum_b = <double*>malloc(max(hidden, 1) * sizeof(double))
-        if not (dh and first and fill and step_of and sign and sum_a and sum_b):
-            raise MemoryError()
-        # d logit / d h where the relu lets it through; and the W2 gradient, h itself.
-        for t in range(count):
-            ca = coef_a[t]
-            cb = coef_b[t]
+    _check_csr(idx, vals, indptr, count, pixels, "accumulate")
+    cdef float[::1] dh_room = np.empty(max(count * hidden, 1), np.float32)
+    cdef double[:, ::1] sums = np.empty((2, max(hidden, 1)))
+    cdef float* dh = &dh_room[0]
+    cdef double* sum_a = &sums[0, 0]
+    cdef double* sum_b = &sums[1, 0]
+    # d logit / d h where the relu lets it through; and the W2 gradient, h itself.
+    for t in range(count):
+        ca = coef_a[t]
+        cb = coef_b[t]
+        for k in range(hidden):
+            hk = hs[t, k]
+            out_a[base + k] += ca * hk
+            out_b[base + k] += cb * hk
+            dh[t * hidden + k] = w2[k] if hk > 0.0 else 0.0
+    by = _ByPixel(idx, vals, indptr, count, pixels)
+    for p in range(pixels):
+        if by.first[p] == by.first[p + 1]:
+            continue
+        touched[p] = 1
+        for k in range(hidden):
+            sum_a[k] = 0.0
+            sum_b[k] = 0.0
+        for q in range(by.first[p], by.first[p + 1]):
+            t = by.step_of[q]
+            ca = coef_a[t] * by.sign[q]
+            cb = coef_b[t] * by.sign[q]
             for k in range(hidden):
-                hk = hs[t, k]
-                out_a[base + k] += ca * hk
-                out_b[base + k] += cb * hk
-                dh[t * hidden + k] = w2[k] if hk > 0.0 else 0.0
-        _group_by_pixel(idx, vals, indptr, count, pixels, first, fill, step_of, sign)
-        for p in range(pixels):
-            if first[p] == first[p + 1]:
-                continue
-            touched[p] = 1
-            for k in range(hidden):
-                sum_a[k] = 0.0
-                sum_b[k] = 0.0
-            for q in range(first[p], first[p + 1]):
-                t = step_of[q]
-                ca = coef_a[t] * sign[q]
-                cb = coef_b[t] * sign[q]
-                for k in range(hidden):
-                    sum_a[k] += ca * dh[t * hidden + k]
-                    sum_b[k] += cb * dh[t * hidden + k]
-            row = p * hidden
-            for k in range(hidden):
-                out_a[row + k] += sum_a[k]
-                out_b[row + k] += sum_b[k]
-    finally:
-        free(dh)
-        free(first)
-        free(fill)
-        free(step_of)
-        free(sign)
-        free(sum_a)
-        free(sum_b)
+                sum_a[k] += ca * dh[t * hidden + k]
+                sum_b[k] += cb * dh[t * hidden + k]
+        row = p * hidden
+        for k in range(hidden):
+            out_a[row + k] += sum_a[k]
+            out_b[row + k] += sum_b[k]
 
 
 def finish(
@@ -287,16 +270,20 @@ def finish(
                 out[k] = 0.0
 
 
-def value(const float[::1] h, const float[::1] head) -> float:
-    """The value head's estimate for hidden units `h`: head[hidden] (the bias) plus
-    sum_k head[k] * h[k], added in k order in float64."""
-    cdef Py_ssize_t hidden = h.shape[0], k
+cdef inline double _value(const float* h, const float[::1] head, Py_ssize_t hidden):
+    cdef Py_ssize_t k
     cdef double total = 0.0
-    if head.shape[0] != hidden + 1:
-        raise ValueError("value: arrays of mismatched sizes")
     for k in range(hidden):
         total += <double>head[k] * h[k]
     return total + head[hidden]
+
+
+def value(const float[::1] h, const float[::1] head) -> float:
+    """The value head's estimate for hidden units `h`: head[hidden] (the bias) plus
+    sum_k head[k] * h[k], added in k order in float64."""
+    if head.shape[0] != h.shape[0] + 1:
+        raise ValueError("value: arrays of mismatched sizes")
+    return _value(&h[0] if h.shape[0] else NULL, head, h.shape[0])
 
 
 # -- the actor-critic's loops over a stored trajectory (ppo.py) ------------------------------
@@ -329,21 +316,15 @@ def forward_many(
     """For steps t < `count` of CSR inputs (idx, vals, indptr): the hidden units into hs[t],
     the logit of P(UP) into logits[t] and the value head's estimate into values[t], each
     added in the order `forward_logit` and `value` add."""
-    cdef Py_ssize_t hidden = w2.shape[0], t, k
-    cdef double total
+    cdef Py_ssize_t hidden = w2.shape[0], t
     if not (w1t.shape[1] == hidden and head.shape[0] == hidden + 1 and hs.shape[1] == hidden
             and 0 <= count <= hs.shape[0] and count < indptr.shape[0]
             and logits.shape[0] >= count and values.shape[0] >= count):
         raise ValueError("forward_many: arrays of mismatched sizes")
-    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("forward_many: indptr points outside idx")
-    _check_pixels(idx, 0, indptr[count], w1t.shape[0], "forward_many")
+    _check_csr(idx, vals, indptr, count, w1t.shape[0], "forward_many")
     for t in range(count):
         logits[t] = _logit(w1t, w2, idx, vals, indptr[t], indptr[t + 1], &hs[t, 0])
-        total = 0.0
-        for k in range(hidden):
-            total += <double>head[k] * hs[t, k]
-        values[t] = total + head[hidden]
+        values[t] = _value(&hs[t, 0], head, hidden)
 
 
 cdef inline double _softplus(double x):
@@ -377,15 +358,11 @@ def ppo_coefficients(
     double[::1] coef_logit,
     double[::1] coef_value,
 ) -> tuple:
-    """The clipped surrogate's per-step derivatives, for steps t < len(logits).
-
-    The objective of a step is min(r A, clip(r, 1 - clip, 1 + clip) A)
-    - value_coef / 2 (V - R)^2 + entropy_coef H(p), with r = pi(a) / pi_old(a), a the
-    step's action (1 UP, 0 DOWN). Writes d objective / d logit into coef_logit and
-    d objective / d V into coef_value. Returns (steps whose ratio left 1 +- clip, as
-    CleanRL and Stable-Baselines3 count their clip fraction; sum of entropies, sum of
-    (V - R)^2, sum of logp_old - logp): the statistics of the pass.
-    """
+    """The clipped surrogate's per-step derivatives, for steps t < len(logits): of
+    min(r A, clip(r, 1 - clip, 1 + clip) A) - value_coef / 2 (V - R)^2 + entropy_coef H(p),
+    r = pi(a) / pi_old(a) (a: 1 UP, 0 DOWN), w.r.t. the logit into coef_logit and V into
+    coef_value. Returns (steps whose ratio left 1 +- clip, CleanRL's and SB3's clip fraction;
+    sum of entropies, of (V - R)^2, of logp_old - logp)."""
     cdef Py_ssize_t n = logits.shape[0], t, clipped = 0
     cdef double z, p, logp, ratio, adv, grad, err, ent, entropy_sum = 0.0
     cdef double error_sum = 0.0, kl_sum = 0.0
@@ -440,26 +417,16 @@ def ppo_accumulate(
     uint8_t[::1] touched,
     double[:, ::1] dh_out=None,
 ) -> None:
-    """Add to the flat float64 policy gradient `out` (W1 transposed, then W2) and to the
-    value head's `out_value` (weights, then the bias) the gradient of
-    sum_t coef_logit[t] * logit_t + coef_value[t] * V_t over steps t < `count`, the value
-    reaching the hidden layer as the logit does (a shared trunk).
-
-    W1 rows are summed over their steps in step order and added once, as in `accumulate`,
-    and marked in `touched`. With `dh_out` (count x hidden), the gradient w.r.t. each
-    step's hidden units before the relu goes there too (what --policy conv's layer below
-    needs).
-    """
+    """Add to the flat float64 policy gradient `out` (W1 transposed, then W2) and the value
+    head's `out_value` (weights, then the bias) the gradient of sum_t coef_logit[t] * logit_t
+    + coef_value[t] * V_t over steps t < `count` (a shared trunk), W1's rows as `accumulate`
+    adds them. With `dh_out` (count x hidden), the gradient w.r.t. each step's hidden units
+    before the relu goes there too (for --policy conv's layer below)."""
     cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
     cdef Py_ssize_t base = pixels * hidden
-    cdef Py_ssize_t t, k, j, p, q, row, entries
+    cdef Py_ssize_t t, k, p, q, row
     cdef double cz, cv, hk, s
-    cdef double* dh = NULL
-    cdef int64_t* first = NULL
-    cdef int64_t* fill = NULL
-    cdef int32_t* step_of = NULL
-    cdef double* sign = NULL
-    cdef double* total = NULL
+    cdef _ByPixel by
     if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
             and head.shape[0] == hidden + 1 and coef_logit.shape[0] >= count
             and coef_value.shape[0] >= count and out.shape[0] == (pixels + 1) * hidden
@@ -467,57 +434,40 @@ def ppo_accumulate(
         raise ValueError("ppo_accumulate: arrays of mismatched sizes")
     if dh_out is not None and not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
         raise ValueError("ppo_accumulate: dh_out of the wrong shape")
-    entries = indptr[count]
-    if not 0 <= entries <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("ppo_accumulate: indptr points outside idx")
-    for j in range(entries):
-        if not 0 <= idx[j] < pixels:
-            raise IndexError(f"ppo_accumulate: pixel {idx[j]} out of range")
-    try:
-        dh = <double*>malloc(max(count * hidden, 1) * sizeof(double))
-        first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
-        fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
-        step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
-        sign = <double*>malloc(max(entries, 1) * sizeof(double))
-        total = <double*>malloc(max(hidden, 1) * sizeof(double))
-        if not (dh and first and fill and step_of and sign and total):
-            raise MemoryError()
-        # W2 and the value head: h itself; d objective / d h where the relu lets it through.
+    _check_csr(idx, vals, indptr, count, pixels, "ppo_accumulate")
+    cdef double[::1] dh_room = np.empty(max(count * hidden, 1))
+    cdef double[::1] total_room = np.empty(max(hidden, 1))
+    cdef double* dh = &dh_room[0]
+    cdef double* total = &total_room[0]
+    # W2 and the value head: h itself; d objective / d h where the relu lets it through.
+    for t in range(count):
+        cz = coef_logit[t]
+        cv = coef_value[t]
+        for k in range(hidden):
+            hk = hs[t, k]
+            out[base + k] += cz * hk
+            out_value[k] += cv * hk
+            dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
+        out_value[hidden] += cv
+    if dh_out is not None:
         for t in range(count):
-            cz = coef_logit[t]
-            cv = coef_value[t]
             for k in range(hidden):
-                hk = hs[t, k]
-                out[base + k] += cz * hk
-                out_value[k] += cv * hk
-                dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
-            out_value[hidden] += cv
-        if dh_out is not None:
-            for t in range(count):
-                for k in range(hidden):
-                    dh_out[t, k] = dh[t * hidden + k]
-        _group_by_pixel(idx, vals, indptr, count, pixels, first, fill, step_of, sign)
-        for p in range(pixels):
-            if first[p] == first[p + 1]:
-                continue
-            touched[p] = 1
+                dh_out[t, k] = dh[t * hidden + k]
+    by = _ByPixel(idx, vals, indptr, count, pixels)
+    for p in range(pixels):
+        if by.first[p] == by.first[p + 1]:
+            continue
+        touched[p] = 1
+        for k in range(hidden):
+            total[k] = 0.0
+        for q in range(by.first[p], by.first[p + 1]):
+            t = by.step_of[q]
+            s = by.sign[q]
             for k in range(hidden):
-                total[k] = 0.0
-            for q in range(first[p], first[p + 1]):
-                t = step_of[q]
-                s = sign[q]
-                for k in range(hidden):
-                    total[k] += s * dh[t * hidden + k]
-            row = p * hidden
-            for k in range(hidden):
-                out[row + k] += total[k]
-    finally:
-        free(dh)
-        free(first)
-        free(fill)
-        free(step_of)
-        free(sign)
-        free(total)
+                total[k] += s * dh[t * hidden + k]
+        row = p * hidden
+        for k in range(hidden):
+            out[row + k] += total[k]
 
 
 # -- --policy conv's first layer: a convolution of the sparse input -------------------------
@@ -555,21 +505,44 @@ cdef inline Py_ssize_t _windows(int32_t pixel, Py_ssize_t* positions, Py_ssize_t
     return n
 
 
-cdef Py_ssize_t _relu_out(
+cdef Py_ssize_t _conv_step(
+    const float[:, :, ::1] kernel,
+    const int32_t[::1] idx,
+    const float[::1] vals,
+    Py_ssize_t first,
+    Py_ssize_t last,
     float* pre,
     uint8_t* seen,
     int32_t* positions,
-    Py_ssize_t n_pos,
-    Py_ssize_t channels,
     int32_t* out_idx,
     float* out_vals,
 ):
-    # The positive sums of a layer's n_pos touched positions (pre: position x channels)
-    # into out_idx/out_vals, feature position * channels + channel in increasing order;
-    # returns their count. Clears `pre` and `seen` at those positions.
-    cdef Py_ssize_t a, b, c, pos, n = 0
+    # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
+    # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
+    cdef Py_ssize_t channels = kernel.shape[2], j, w, windows, a, b
+    cdef Py_ssize_t c, pos, n_pos = 0, n = 0
+    cdef Py_ssize_t at[4]
+    cdef Py_ssize_t tap[4]
+    cdef const float* filters = &kernel[0, 0, 0]
+    cdef const float* row
     cdef float* dst
+    cdef float v
     cdef int32_t keep
+    for j in range(first, last):
+        v = vals[j]
+        windows = _windows(idx[j], at, tap)
+        for w in range(windows):
+            pos = at[w]
+            if not seen[pos]:
+                seen[pos] = 1
+                positions[n_pos] = <int32_t>pos
+                n_pos += 1
+            row = &filters[tap[w] * channels]
+            dst = &pre[pos * channels]
+            for c in range(channels):
+                dst[c] += v * row[c]
+    # The positive sums of the touched positions, feature position * channels + channel in
+    # increasing order; `pre` and `seen` cleared there.
     for a in range(1, n_pos):  # insertion sort: a few dozen positions
         keep = positions[a]
         b = a - 1
@@ -588,44 +561,6 @@ cdef Py_ssize_t _relu_out(
                 n += 1
             dst[c] = 0.0
     return n
-
-
-cdef Py_ssize_t _conv_step(
-    const float[:, :, ::1] kernel,
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    Py_ssize_t first,
-    Py_ssize_t last,
-    float* pre,
-    uint8_t* seen,
-    int32_t* positions,
-    int32_t* out_idx,
-    float* out_vals,
-):
-    # The non-zero features of input idx[first:last] into out_idx/out_vals; returns their
-    # count. `pre` (side^2 x channels) and `seen` (side^2) come zeroed and are left so.
-    cdef Py_ssize_t channels = kernel.shape[2], j, w, windows
-    cdef Py_ssize_t c, pos, n_pos = 0
-    cdef Py_ssize_t at[4]
-    cdef Py_ssize_t tap[4]
-    cdef const float* filters = &kernel[0, 0, 0]
-    cdef const float* row
-    cdef float* dst
-    cdef float v
-    for j in range(first, last):
-        v = vals[j]
-        windows = _windows(idx[j], at, tap)
-        for w in range(windows):
-            pos = at[w]
-            if not seen[pos]:
-                seen[pos] = 1
-                positions[n_pos] = <int32_t>pos
-                n_pos += 1
-            row = &filters[tap[w] * channels]
-            dst = &pre[pos * channels]
-            for c in range(channels):
-                dst[c] += v * row[c]
-    return _relu_out(pre, seen, positions, n_pos, channels, out_idx, out_vals)
 
 
 cdef void _check_kernel(const float[:, :, ::1] kernel, str name) except *:
@@ -652,7 +587,7 @@ def conv_step(
             or out_vals.shape[0] < _SIDE * _SIDE * channels \
             or pre.shape[0] != _SIDE * _SIDE * channels or seen.shape[0] != _SIDE * _SIDE:
         raise ValueError("conv_step: arrays of mismatched sizes")
-    _check_pixels(idx, 0, idx.shape[0], _WIDTH * _WIDTH, "conv_step")
+    _check_pixels(idx, idx.shape[0], _WIDTH * _WIDTH, "conv_step")
     return _conv_step(kernel, idx, vals, 0, idx.shape[0], &pre[0], &seen[0], positions,
                       &out_idx[0], &out_vals[0])
 
@@ -666,18 +601,13 @@ def conv_many(
 ):
     """The non-zero features of steps t < `count` of CSR inputs (idx, vals, indptr), each
     as `conv_step` computes them: (int32 features, float32 values, int64 indptr)."""
-    import numpy as np
-    cdef Py_ssize_t channels = kernel.shape[2], t, n = 0, room, step_room
-    cdef float* pre = NULL
-    cdef uint8_t* seen = NULL
-    cdef int32_t* positions = NULL
+    cdef Py_ssize_t channels = kernel.shape[2], t, n = 0, room
+    cdef Py_ssize_t step_room = _SIDE * _SIDE * channels
+    cdef int32_t positions[_SIDE * _SIDE]
     _check_kernel(kernel, "conv_many")
     if not (0 <= count < indptr.shape[0]):
         raise ValueError("conv_many: arrays of mismatched sizes")
-    if not 0 <= indptr[count] <= min(idx.shape[0], vals.shape[0]):
-        raise ValueError("conv_many: indptr points outside idx")
-    _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv_many")
-    step_room = _SIDE * _SIDE * channels
+    _check_csr(idx, vals, indptr, count, _WIDTH * _WIDTH, "conv_many")
     # A pixel reaches at most 4 positions: room for every feature of those, or of all.
     room = min(4 * channels * indptr[count], step_room * count) + 1
     out_idx = np.empty(room, np.int32)
@@ -686,20 +616,12 @@ def conv_many(
     cdef int32_t[::1] oi = out_idx
     cdef float[::1] ov = out_vals
     cdef int64_t[::1] op = out_indptr
-    try:
-        pre = <float*>calloc(step_room, sizeof(float))
-        seen = <uint8_t*>calloc(_SIDE * _SIDE, sizeof(uint8_t))
-        positions = <int32_t*>malloc(_SIDE * _SIDE * sizeof(int32_t))
-        if not (pre and seen and positions):
-            raise MemoryError()
-        for t in range(count):
-            n += _conv_step(kernel, idx, vals, indptr[t], indptr[t + 1], pre, seen, positions,
-                            &oi[n], &ov[n])
-            op[t + 1] = n
-    finally:
-        free(pre)
-        free(seen)
-        free(positions)
+    cdef float[::1] pre = np.zeros(step_room, np.float32)  # zeroed scratch, left zeroed
+    cdef uint8_t[::1] seen = np.zeros(_SIDE * _SIDE, np.uint8)
+    for t in range(count):
+        n += _conv_step(kernel, idx, vals, indptr[t], indptr[t + 1], &pre[0], &seen[0],
+                        positions, &oi[n], &ov[n])
+        op[t + 1] = n
     return out_idx[:n], out_vals[:n], out_indptr
 
 
@@ -714,17 +636,16 @@ def conv_backward(
     Py_ssize_t count,
     double[:, :, ::1] out,
 ) -> None:
-    """Add to `out` (the filters' shape) the gradient w.r.t. the filters of
-    sum_t dh[t] . h_t over steps t < `count`, where h_t are the hidden units (before their
-    relu) of the features fidx[findptr[t]:findptr[t + 1]] of input t (idx, vals, indptr),
-    with W1 transposed `w1t`: a feature's gradient is its W1 row . dh[t] (0 where the relu
-    cut it), and it reaches the filter taps of each pixel in its window."""
+    """Add to `out` (the filters' shape) the gradient w.r.t. the filters of sum_t dh[t] . h_t
+    over steps t < `count`, h_t the hidden units (before their relu) of input t's features
+    fidx[findptr[t]:findptr[t + 1]] (of idx, vals, indptr), with W1 transposed `w1t`."""
     cdef Py_ssize_t hidden = w1t.shape[1], channels = out.shape[2]
     cdef Py_ssize_t t, j, e, k, w, c, windows
     cdef Py_ssize_t at[4]
     cdef Py_ssize_t taps[4]
     cdef double total, v, s0, s1, s2, s3
-    cdef double* grad = NULL
+    cdef double[::1] scratch
+    cdef double* grad
     cdef double* sums
     cdef double* dst
     cdef const double* src
@@ -739,52 +660,47 @@ def conv_backward(
             and 0 <= count <= dh.shape[0] and count < indptr.shape[0]
             and count < findptr.shape[0]):
         raise ValueError("conv_backward: arrays of mismatched sizes")
-    if not (0 <= indptr[count] <= min(idx.shape[0], vals.shape[0])
-            and 0 <= findptr[count] <= fidx.shape[0]):
+    if not 0 <= findptr[count] <= fidx.shape[0]:
         raise ValueError("conv_backward: indptr points outside idx")
+    _check_csr(idx, vals, indptr, count, _WIDTH * _WIDTH, "conv_backward")
+    _check_pixels(fidx, findptr[count], w1t.shape[0], "conv_backward")
     sums = &out[0, 0, 0]
-    _check_pixels(idx, 0, indptr[count], _WIDTH * _WIDTH, "conv_backward")
-    _check_pixels(fidx, 0, findptr[count], w1t.shape[0], "conv_backward")
-    try:
-        grad = <double*>calloc(_SIDE * _SIDE * channels, sizeof(double))
-        if not grad:
-            raise MemoryError()
-        for t in range(count):
-            d = &dh[t, 0]
-            e = findptr[t]
-            # Four features at a time: four independent sums, each still added in k's order
-            # (the same bits as one at a time, without waiting on one chain of additions).
-            while e + 4 <= findptr[t + 1]:
-                r0, r1 = &w1t[fidx[e], 0], &w1t[fidx[e + 1], 0]
-                r2, r3 = &w1t[fidx[e + 2], 0], &w1t[fidx[e + 3], 0]
-                s0 = s1 = s2 = s3 = 0.0
-                for k in range(hidden):
-                    s0 += r0[k] * d[k]
-                    s1 += r1[k] * d[k]
-                    s2 += r2[k] * d[k]
-                    s3 += r3[k] * d[k]
-                grad[fidx[e]], grad[fidx[e + 1]] = s0, s1
-                grad[fidx[e + 2]], grad[fidx[e + 3]] = s2, s3
-                e += 4
-            while e < findptr[t + 1]:
-                row = &w1t[fidx[e], 0]
-                total = 0.0
-                for k in range(hidden):
-                    total += row[k] * d[k]
-                grad[fidx[e]] = total
-                e += 1
-            for j in range(indptr[t], indptr[t + 1]):
-                v = vals[j]
-                windows = _windows(idx[j], at, taps)
-                for w in range(windows):
-                    dst = &sums[taps[w] * channels]
-                    src = &grad[at[w] * channels]
-                    for c in range(channels):
-                        dst[c] += v * src[c]
-            for e in range(findptr[t], findptr[t + 1]):
-                grad[fidx[e]] = 0.0
-    finally:
-        free(grad)
+    scratch = np.zeros(_SIDE * _SIDE * channels)  # each feature's gradient, zero between steps
+    grad = &scratch[0]
+    for t in range(count):
+        d = &dh[t, 0]
+        e = findptr[t]
+        # Four features at a time: four independent sums, each still added in k's order
+        # (the same bits as one at a time, without waiting on one chain of additions).
+        while e + 4 <= findptr[t + 1]:
+            r0, r1 = &w1t[fidx[e], 0], &w1t[fidx[e + 1], 0]
+            r2, r3 = &w1t[fidx[e + 2], 0], &w1t[fidx[e + 3], 0]
+            s0 = s1 = s2 = s3 = 0.0
+            for k in range(hidden):
+                s0 += r0[k] * d[k]
+                s1 += r1[k] * d[k]
+                s2 += r2[k] * d[k]
+                s3 += r3[k] * d[k]
+            grad[fidx[e]], grad[fidx[e + 1]] = s0, s1
+            grad[fidx[e + 2]], grad[fidx[e + 3]] = s2, s3
+            e += 4
+        while e < findptr[t + 1]:
+            row = &w1t[fidx[e], 0]
+            total = 0.0
+            for k in range(hidden):
+                total += row[k] * d[k]
+            grad[fidx[e]] = total
+            e += 1
+        for j in range(indptr[t], indptr[t + 1]):
+            v = vals[j]
+            windows = _windows(idx[j], at, taps)
+            for w in range(windows):
+                dst = &sums[taps[w] * channels]
+                src = &grad[at[w] * channels]
+                for c in range(channels):
+                    dst[c] += v * src[c]
+        for e in range(findptr[t], findptr[t + 1]):
+            grad[fidx[e]] = 0.0
 
 
 # -- the coordinator's loops over the flat parameters (optim.py, batch_sum.py) ---------------
@@ -915,9 +831,8 @@ def mean_squares(
     Py_ssize_t last,
     Py_ssize_t block,
 ) -> None:
-    """Each block first..last-1 (of `block` elements)'s sum of (total / divisor)^2, added in
-    a fixed order of its own, into partials[block]; the GIL is released, so that threads
-    can share the blocks out."""
+    """Each block first..last-1 (of `block` elements)'s sum of (total / divisor)^2, in a fixed
+    order of its own, into partials[block], with the GIL released (threads share blocks)."""
     cdef Py_ssize_t n = total.shape[0]
     if block < 1 or partials.shape[0] * block < n or not 0 <= first <= last <= partials.shape[0]:
         raise ValueError("mean_squares: blocks that do not fit the arrays")
@@ -930,7 +845,6 @@ def mean_squares(
 def _check_range(name, arrays, Py_ssize_t start, Py_ssize_t stop) -> None:
     # The in-place step's arrays: one length, the range inside it, no two sharing memory
     # (the C loops mark them restrict).
-    import numpy as np
     n = len(arrays[0])
     if any(len(a) != n for a in arrays) or not 0 <= start <= stop <= n:
         raise ValueError(f"{name}: arrays of mismatched sizes")

@@ -28,7 +28,7 @@ from typing import Any
 
 from pong_mp import checkpoint, policy
 from pong_mp.backends import RolloutSpec, make_backend
-from pong_mp.backends.base import Backend, WorkerSpec
+from pong_mp.backends.base import Backend
 from pong_mp.config import TrainConfig
 from pong_mp.envs import env_args_text
 from pong_mp.files import FileError
@@ -60,7 +60,9 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
     return RolloutSpec(
         env_id=config.env,
         shape=config.shape,
-        learner=worker_spec(config),
+        learner=PPOWork(policy.GAMMA)
+        if config.algo == "ppo"
+        else PGWork(policy.GAMMA, config.entropy_bonus),
         workers=config.workers,
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
@@ -100,13 +102,6 @@ def make_learner(config: TrainConfig) -> Learner:
     )
 
 
-def worker_spec(config: TrainConfig) -> WorkerSpec:
-    """What the run's workers run: the learner's side of a task."""
-    if config.algo == "ppo":
-        return PPOWork(policy.GAMMA)
-    return PGWork(policy.GAMMA, config.entropy_bonus)
-
-
 def train(
     config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] = print
 ) -> TrainState:
@@ -123,15 +118,11 @@ def run(
     resumed: bool = False,
     reporter: Reporter | None = None,
 ) -> TrainState:
-    """Train from `state` until `config.batches` updates are done or a stop signal arrives.
-
-    The caller holds the run directory (`rundir.open_run`). The run's files are written
-    once the backend has started, so a backend that cannot start leaves the run directory
-    as it was. Raises Interrupted, with the last update reached, when a stop signal
-    arrives or the reporter's output is closed (after saving that update, unless a second
-    signal cuts the save short); on any exit after the start the last complete update is
-    saved (unless saving is what failed: FileError), and the backend is always closed.
-    """
+    """Train from `state` until `config.batches` updates are done or a stop signal arrives,
+    in the run directory the caller holds (`rundir.open_run`), written only once the
+    backend has started. Raises Interrupted, with the last update reached, on a stop signal
+    or a closed output; on any exit after the start the last complete update is saved
+    (unless saving is what failed: FileError), and the backend is always closed."""
     run_dir = Path(config.run_dir)
     reporter = GuardedReporter(reporter or LineReporter())
     reporter.banner(_banner(config, state, resumed))
@@ -212,10 +203,9 @@ def reached_target(config: TrainConfig, state: TrainState) -> bool:
 def updates(
     config: TrainConfig, state: TrainState, backend: Backend, learner: Learner | None = None
 ) -> Iterator[tuple[TrainState, dict[str, Any]]]:
-    """Updates from `state` until `config.batches` (forever if None) or the target reward,
-    by the run's learner (or `learner`) on a started backend: each new state and its metrics
-    record. Writes nothing. Asking for the next update means the caller took the last one
-    (the learners' optimizers reuse the arrays of the states before)."""
+    """Each new state and its metrics record, from `state` until `config.batches` (forever if
+    None) or the target reward, by the run's learner (or `learner`) on a started backend.
+    Writes nothing; asking for the next update means the caller took the last one."""
     learner = learner or make_learner(config)
 
     def more(state: TrainState) -> bool:

@@ -72,4 +72,4 @@ def test_a_light_task_of_an_episode_not_kept_is_refused() -> None:
     with pytest.raises(LookupError, match="episode 9 came without its data"):
         KeptData().whole(_task(9, None))
     with pytest.raises(ValueError, match="carries no trajectory"):
-        ppo.epoch_gradient(None, _task(9, None), ppo.PPOSettings(), np.zeros(1))  # type: ignore[arg-type]
+        ppo.epoch_pass(None, _task(9, None), ppo.PPOSettings(), np.zeros(1))  # type: ignore[arg-type]

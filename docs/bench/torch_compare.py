@@ -4,7 +4,7 @@ Whether a CPU deep-learning framework would do a worker's job faster than pong-m
 loops: this measures it, for the two things a worker computes:
 
 - a gradient pass of the actor-critic (the clipped surrogate, the value loss and the
-  entropy term, summed over a minibatch's steps): pong-mp's `ppo.epoch_gradient` against
+  entropy term, summed over a minibatch's steps): pong-mp's `ppo.epoch_pass` against
   the same objective written in PyTorch (dense conv2d and matmuls, autograd), fed the same
   steps; PyTorch's time includes turning the stored sparse inputs into dense 80x80 planes,
   which it needs and pong-mp does not, and is also given without it;
@@ -166,7 +166,7 @@ def main(model: str) -> None:
     index, seed, trajectory = episodes[0]
     steps = ppo.minibatch_steps(seed, 0, trajectory.steps, MINIBATCHES, 0)
     with threadpool_limits(1):
-        ppo.epoch_gradient(weights, task(index, seed, trajectory, 0), settings, out, work)
+        ppo.epoch_pass(weights, task(index, seed, trajectory, 0), settings, out, work)
     net.zero_grad()
     objective(net, dense(trajectory, steps), trajectory, steps, mean, scale, settings).backward()
     theirs = net.flat_grad()
@@ -175,7 +175,7 @@ def main(model: str) -> None:
     def time_pong_mp() -> float:
         start = time.perf_counter()
         for index, seed, trajectory, part in minibatches():
-            ppo.epoch_gradient(weights, task(index, seed, trajectory, part), settings, out, work)
+            ppo.epoch_pass(weights, task(index, seed, trajectory, part), settings, out, work)
         return time.perf_counter() - start
 
     def time_torch(densify_only: bool = False) -> float:
