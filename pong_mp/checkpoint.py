@@ -99,12 +99,11 @@ def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str
         views = [policy.split(flat, shape) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
-    if policy.value_head(state.params, shape) is not None:  # ppo (no policy lag)
-        for prefix, flat in flats.items():
-            arrays[prefix + "value"] = policy.value_head(flat, shape)
-    if shape.channels:  # --policy conv (no policy lag)
-        for prefix, flat in flats.items():
-            arrays[prefix + "conv"] = policy.conv_kernel(flat, shape)
+    # ppo's value head and --policy conv's filters (neither has a policy lag)
+    for key, part in (("value", policy.value_head), ("conv", policy.conv_kernel)):
+        if part(state.params, shape) is not None:
+            for prefix, flat in flats.items():
+                arrays[prefix + key] = part(flat, shape)
     write_atomic(Path(path), lambda fh: np.savez(fh, **arrays))
 
 
@@ -212,18 +211,26 @@ def _conv_of(data: dict[str, np.ndarray]) -> int:
     return channels if ok and 1 <= channels <= MAX_CHANNELS else 0
 
 
-def _filters(
-    data: dict[str, np.ndarray], shape: policy.NetShape, prefixes: tuple[str, ...], dtype: type
+def _tails(
+    data: dict[str, np.ndarray],
+    prefixes: tuple[str, ...],
+    shape: policy.NetShape,
+    dtype: type,
+    value_head: bool,
 ) -> list[np.ndarray]:
-    # --policy conv's filters (and the optimizer's state for them), one flat float64 vector
-    # a prefix: empty ones for the MLP.
-    if not shape.channels:
-        return [np.empty(0)] * len(prefixes)
-    kernel, needs = policy.kernel_shape(shape), "this --policy conv run"
-    return [
-        _checked(data, prefix + "conv", kernel, dtype, needs).ravel().astype(np.float64)
-        for prefix in prefixes
+    # What follows W1 and W2 in the flat float64 vector of each prefix (the weights, the
+    # optimizer's states): the value head if `value_head`, then --policy conv's filters.
+    parts = (  # key, shape, the kind of run that has it (None: not this one)
+        ("value", (shape.hidden + 1,), "a run with a value head" if value_head else None),
+        ("conv", policy.kernel_shape(shape), "this --policy conv run" if shape.channels else None),
+    )
+    columns = [
+        [_checked(data, prefix + key, size, dtype, needs).ravel() for prefix in prefixes]
+        for key, size, needs in parts
+        if needs is not None
     ]
+    rows = zip(*columns, strict=True) if columns else [()] * len(prefixes)
+    return [np.concatenate([np.empty(0), *row]) for row in rows]
 
 
 def _checked(
@@ -285,11 +292,10 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
     _check_config(config, shape.hidden)
     lagged = _lagged(data, config, data["W1"].shape)
-    heads = _value_heads(data, config, shape, prefixes)
-    filters = _filters(data, shape, prefixes, np.float64)
+    tails = _tails(data, prefixes, shape, np.float64, stored_value_head(config))
     params, cache, *momentum = (
-        np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), head, kernel])
-        for prefix, head, kernel in zip(prefixes, heads, filters, strict=True)
+        np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), tail])
+        for prefix, tail in zip(prefixes, tails, strict=True)
     )
     state = TrainState(
         params=params,
@@ -313,24 +319,10 @@ def _optimizer_steps(data: dict[str, np.ndarray], config: dict, batch: int) -> i
         if stored_option(config, "algo") != "ppo":
             return batch
         return batch * stored_option(config, "epochs") * stored_option(config, "minibatches")
-    try:
-        steps = data["optimizer_steps"].item()
-    except ValueError:
-        steps = None
+    steps = data["optimizer_steps"].item() if data["optimizer_steps"].size == 1 else None
     if not isinstance(steps, int) or steps < 0:
         raise CheckpointError(f"optimizer_steps must be a whole number >= 0, not {steps!r}")
     return steps
-
-
-def _value_heads(
-    data: dict[str, np.ndarray], config: dict, shape: policy.NetShape, prefixes: tuple[str, ...]
-) -> list[np.ndarray]:
-    # A run with a value head (--algo ppo, which has no policy lag): the head and the
-    # optimizer's state for it, one a prefix; empty ones for a run without one.
-    if not stored_value_head(config):
-        return [np.empty(0)] * len(prefixes)
-    needs = "a run with a value head"
-    return [_checked(data, p + "value", (shape.hidden + 1,), np.float64, needs) for p in prefixes]
 
 
 def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:
@@ -349,17 +341,6 @@ def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -
 
 _MACHINE_FIELDS = ("run_dir", "ray_address")
 """Config fields that name where a run lived: a model file leaves them out."""
-
-
-def _model_provenance(checkpoint_path: Path, config: dict) -> tuple[str, dict]:
-    """(the run's name, its options) as a model file records them: names, not paths (the
-    name of the checkpoint's directory, `fork_from`'s last part, not where the run lived)."""
-    path = Path(checkpoint_path).resolve()
-    run = path.name if path.is_dir() else path.parent.name
-    options = {key: value for key, value in config.items() if key not in _MACHINE_FIELDS}
-    if options.get("fork_from"):
-        options["fork_from"] = Path(str(options["fork_from"])).name
-    return run, options
 
 
 def export_model(checkpoint_path: Path, out: Path) -> Path:
@@ -383,7 +364,12 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
     shape = stored_shape(config)
     w1t, w2 = policy.split(state.params, shape)
-    run, options = _model_provenance(checkpoint_path, config)
+    # Names, not paths: the checkpoint's directory, `fork_from`'s last part.
+    source = Path(checkpoint_path).resolve()
+    run = source.name if source.is_dir() else source.parent.name
+    options = {key: value for key, value in config.items() if key not in _MACHINE_FIELDS}
+    if options.get("fork_from"):
+        options["fork_from"] = Path(str(options["fork_from"])).name
     arrays = {
         "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
         "W2": w2.astype(np.float32),
@@ -417,10 +403,10 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
         shape = _shape_of(data)
         _check_finite(data, ("W1", "W2"))
         _check_config(config, shape.hidden)
-        filters = _filters(data, shape, ("",), np.float32)
+        (tail,) = _tails(data, ("",), shape, np.float32, value_head=False)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    return np.concatenate([policy.join(w1, w2), *filters]), config
+    return np.concatenate([policy.join(w1, w2), tail]), config
 
 
 def stored_shape(config: dict) -> policy.NetShape:
