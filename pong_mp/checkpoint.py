@@ -21,19 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from pong_mp import policy
-from pong_mp.config import (
-    MAX_CHANNELS,
-    MAX_HIDDEN,
-    MAX_POLICY_LAG,
-    ConfigError,
-    check_types,
-    parse_json,
-    stored_conv_channels,
-    stored_option,
-    stored_value_head,
-    without_removed,
-)
+from pong_mp import config, policy
 from pong_mp.files import write_atomic
 from pong_mp.state import TrainState
 
@@ -49,9 +37,11 @@ class CheckpointError(ValueError):
 
 MAX_ARRAY_BYTES = max(
     # W1 (and each optimizer state of it) of the widest policy, in float64
-    MAX_HIDDEN * policy.input_rows(policy.NetShape(MAX_HIDDEN, MAX_CHANNELS)) * 8,
+    config.MAX_HIDDEN
+    * policy.input_rows(policy.NetShape(config.MAX_HIDDEN, config.MAX_CHANNELS))
+    * 8,
     # the MLP's weights in flight with the longest policy lag, in float32
-    MAX_POLICY_LAG * MAX_HIDDEN * policy.INPUT_SIZE * 4,
+    config.MAX_POLICY_LAG * config.MAX_HIDDEN * policy.INPUT_SIZE * 4,
 )
 """The largest array a checkpoint or model file of pong-mp's limits holds (839 MB): what an
 array's header in such a file may claim."""
@@ -199,16 +189,16 @@ def _conv_of(data: dict[str, np.ndarray]) -> int:
     # A run of an option pong-mp no longer has is named first: its weights fit no policy
     # of today's.
     try:
-        config = parse_json(str(data["config"]))
-        channels = stored_conv_channels(config)
+        stored = config.parse_json(str(data["config"]))
+        channels = config.stored_conv_channels(stored)
     except (ValueError, TypeError, AttributeError, KeyError):
         return 0
     try:
-        without_removed(config)
-    except ConfigError as exc:
+        config.without_removed(stored)
+    except config.ConfigError as exc:
         raise CheckpointError(str(exc)) from None
     ok = isinstance(channels, int) and not isinstance(channels, bool)
-    return channels if ok and 1 <= channels <= MAX_CHANNELS else 0
+    return channels if ok and 1 <= channels <= config.MAX_CHANNELS else 0
 
 
 def _tails(
@@ -254,12 +244,12 @@ def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
             raise CheckpointError(f"{key} holds non-finite values")
 
 
-def _check_config(config: object, hidden: int) -> None:
-    if not isinstance(config, dict) or config.get("hidden") != hidden:
+def _check_config(stored: object, hidden: int) -> None:
+    if not isinstance(stored, dict) or stored.get("hidden") != hidden:
         raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
     try:
-        check_types(config)
-    except ConfigError as exc:
+        config.check_types(stored)
+    except config.ConfigError as exc:
         raise CheckpointError(f"bad config ({exc})") from None
 
 
@@ -282,7 +272,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             raise CheckpointError(f"{key} has dtype {data[key].dtype}, not float64")
         _check_finite(data, (key,))
     try:
-        config = parse_json(str(data["config"]))
+        stored = config.parse_json(str(data["config"]))
         scalars = {key: data[key].item() for key in _SCALARS}
         running = float(data["running_reward"])
     except (ValueError, TypeError) as exc:
@@ -290,9 +280,9 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     for key, value in scalars.items():
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
-    _check_config(config, shape.hidden)
-    lagged = _lagged(data, config, data["W1"].shape)
-    tails = _tails(data, prefixes, shape, np.float64, stored_value_head(config))
+    _check_config(stored, shape.hidden)
+    lagged = _lagged(data, stored, data["W1"].shape)
+    tails = _tails(data, prefixes, shape, np.float64, config.stored_value_head(stored))
     params, cache, *momentum = (
         np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), tail])
         for prefix, tail in zip(prefixes, tails, strict=True)
@@ -307,27 +297,28 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         running_reward=None if np.isnan(running) else running,
         momentum=momentum[0] if momentum else None,
         lagged=lagged,
-        optimizer_steps=_optimizer_steps(data, config, int(scalars["batch"])),
+        optimizer_steps=_optimizer_steps(data, stored, int(scalars["batch"])),
     )
-    return state, config
+    return state, stored
 
 
-def _optimizer_steps(data: dict[str, np.ndarray], config: dict, batch: int) -> int:
+def _optimizer_steps(data: dict[str, np.ndarray], stored: dict, batch: int) -> int:
     # A checkpoint written before the state counted them took one step an update (pg) or
     # one a minibatch (ppo) since its run began.
     if "optimizer_steps" not in data:
-        if stored_option(config, "algo") != "ppo":
+        if config.stored_option(stored, "algo") != "ppo":
             return batch
-        return batch * stored_option(config, "epochs") * stored_option(config, "minibatches")
+        passes = config.stored_option(stored, "epochs")
+        return batch * passes * config.stored_option(stored, "minibatches")
     steps = data["optimizer_steps"].item() if data["optimizer_steps"].size == 1 else None
     if not isinstance(steps, int) or steps < 0:
         raise CheckpointError(f"optimizer_steps must be a whole number >= 0, not {steps!r}")
     return steps
 
 
-def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:
+def _lagged(data: dict[str, np.ndarray], stored: dict, shape: tuple[int, ...]) -> tuple:
     # The weights of the batches in flight: L of them for a run with --policy-lag L.
-    lag = stored_option(config, "policy_lag")
+    lag = config.stored_option(stored, "policy_lag")
     if not lag:
         return ()
     needs = f"a run with --policy-lag {lag}"
@@ -350,7 +341,7 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
     out = Path(out)
     if out.exists() and Path(checkpoint_path).exists() and out.samefile(checkpoint_path):
         raise CheckpointError(f"{out} is the checkpoint itself: name another model file")
-    state, config = load(checkpoint_path)
+    state, stored = load(checkpoint_path)
     if out.exists():
         # Only an older model file may be replaced: a model has no optimizer state, so
         # writing one over a run's checkpoint would end that run's --resume.
@@ -362,12 +353,12 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
             raise CheckpointError(f"{out} is a training checkpoint: refusing to overwrite it")
         if "W1" not in existing:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
-    shape = stored_shape(config)
+    shape = stored_shape(stored)
     w1t, w2 = policy.split(state.params, shape)
     # Names, not paths: the checkpoint's directory, `fork_from`'s last part.
     source = Path(checkpoint_path).resolve()
     run = source.name if source.is_dir() else source.parent.name
-    options = {key: value for key, value in config.items() if key not in _MACHINE_FIELDS}
+    options = {key: value for key, value in stored.items() if key not in _MACHINE_FIELDS}
     if options.get("fork_from"):
         options["fork_from"] = Path(str(options["fork_from"])).name
     arrays = {
@@ -393,22 +384,22 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
     data = _read(path)
     try:
         if "rmsprop_W1" in data:  # a full checkpoint
-            state, config = _validate(data)
-            return state.params, config
+            state, stored = _validate(data)
+            return state.params, stored
         try:
             w1, w2 = data["W1"], data["W2"]
-            config = parse_json(str(data["config"]))
+            stored = config.parse_json(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
         shape = _shape_of(data)
         _check_finite(data, ("W1", "W2"))
-        _check_config(config, shape.hidden)
+        _check_config(stored, shape.hidden)
         (tail,) = _tails(data, ("",), shape, np.float32, value_head=False)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    return np.concatenate([policy.join(w1, w2), tail]), config
+    return np.concatenate([policy.join(w1, w2), tail]), stored
 
 
-def stored_shape(config: dict) -> policy.NetShape:
+def stored_shape(stored: dict) -> policy.NetShape:
     """The policy's shape in a checkpoint's or model's stored config."""
-    return policy.NetShape(int(config["hidden"]), stored_conv_channels(config))
+    return policy.NetShape(int(stored["hidden"]), config.stored_conv_channels(stored))
