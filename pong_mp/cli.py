@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from pong_mp import config
+from pong_mp import config, signals
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy, stored_shape
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
@@ -29,13 +29,6 @@ from pong_mp.files import FileError
 from pong_mp.learner import NonFiniteError
 from pong_mp.progress import make_reporter, output_gone
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
-from pong_mp.signals import (
-    STOP_SIGNALS,
-    Interrupted,
-    output_closed,
-    raise_stop_signals,
-    stop_signals_raise,
-)
 from pong_mp.tools import bench, plot
 from pong_mp.tools.bench import format_bench, run_bench
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
@@ -78,7 +71,7 @@ def _echo_or_stop(text: str) -> None:
     except OSError as exc:
         if not output_gone(exc):
             raise
-        raise output_closed() from None
+        raise signals.output_closed() from None
 
 
 def _detach_stdout() -> None:
@@ -115,9 +108,9 @@ def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(command)
     def stoppable(*args: Any, **kwargs: Any) -> None:
         try:
-            with stop_signals_raise():
+            with signals.stop_signals_raise():
                 command(*args, **kwargs)
-        except Interrupted as exc:
+        except signals.Interrupted as exc:
             _exit_stopped(f"pong-mp: stopped by {exc}", exc.exit_code)
 
     return stoppable
@@ -351,7 +344,7 @@ def train_command(
     run_dir = Path(options["run_dir"])
     # A stop signal is Interrupted from here to the exit, the checks included: the trainer's
     # own handlers, on their way out, give these back rather than Python's default.
-    raise_stop_signals()
+    signals.raise_stop_signals()
     try:
         given = config.apply_preset(preset, given if typed_only else options, explicit=set(given))
         with open_run(run_dir, resume, given) as (cfg, state):
@@ -365,9 +358,9 @@ def train_command(
                 _fail(f"out of memory (--hidden {cfg.hidden} may be too large)", EXIT_ERROR)
     except (config.ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
-    except Interrupted as exc:
+    except signals.Interrupted as exc:
         # All is saved: a further Ctrl-C must not turn this clean exit into a death by signal.
-        for signum in STOP_SIGNALS:
+        for signum in signals.STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         # Named from the disk: a second Ctrl-C may have cut the last save short, and a stop
         # while the workers start has saved nothing.
