@@ -21,19 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from pong_mp import policy
-from pong_mp.config import (
-    MAX_CHANNELS,
-    MAX_HIDDEN,
-    MAX_POLICY_LAG,
-    ConfigError,
-    check_types,
-    parse_json,
-    stored_conv_channels,
-    stored_option,
-    stored_value_head,
-    without_removed,
-)
+from pong_mp import config, policy
 from pong_mp.files import write_atomic
 from pong_mp.state import TrainState
 
@@ -49,9 +37,11 @@ class CheckpointError(ValueError):
 
 MAX_ARRAY_BYTES = max(
     # W1 (and each optimizer state of it) of the widest policy, in float64
-    MAX_HIDDEN * policy.input_rows(policy.NetShape(MAX_HIDDEN, MAX_CHANNELS)) * 8,
+    config.MAX_HIDDEN
+    * policy.input_rows(policy.NetShape(config.MAX_HIDDEN, config.MAX_CHANNELS))
+    * 8,
     # the MLP's weights in flight with the longest policy lag, in float32
-    MAX_POLICY_LAG * MAX_HIDDEN * policy.INPUT_SIZE * 4,
+    config.MAX_POLICY_LAG * config.MAX_HIDDEN * policy.INPUT_SIZE * 4,
 )
 """The largest array a checkpoint or model file of pong-mp's limits holds (839 MB): what an
 array's header in such a file may claim."""
@@ -99,12 +89,11 @@ def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str
         views = [policy.split(flat, shape) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
-    if policy.value_head(state.params, shape) is not None:  # ppo (no policy lag)
-        for prefix, flat in flats.items():
-            arrays[prefix + "value"] = policy.value_head(flat, shape)
-    if shape.channels:  # --policy conv (no policy lag)
-        for prefix, flat in flats.items():
-            arrays[prefix + "conv"] = policy.conv_kernel(flat, shape)
+    # ppo's value head and --policy conv's filters (neither has a policy lag)
+    for key, part in (("value", policy.value_head), ("conv", policy.conv_kernel)):
+        if part(state.params, shape) is not None:
+            for prefix, flat in flats.items():
+                arrays[prefix + key] = part(flat, shape)
     write_atomic(Path(path), lambda fh: np.savez(fh, **arrays))
 
 
@@ -200,30 +189,38 @@ def _conv_of(data: dict[str, np.ndarray]) -> int:
     # A run of an option pong-mp no longer has is named first: its weights fit no policy
     # of today's.
     try:
-        config = parse_json(str(data["config"]))
-        channels = stored_conv_channels(config)
+        stored = config.parse_json(str(data["config"]))
+        channels = config.stored_conv_channels(stored)
     except (ValueError, TypeError, AttributeError, KeyError):
         return 0
     try:
-        without_removed(config)
-    except ConfigError as exc:
+        config.without_removed(stored)
+    except config.ConfigError as exc:
         raise CheckpointError(str(exc)) from None
     ok = isinstance(channels, int) and not isinstance(channels, bool)
-    return channels if ok and 1 <= channels <= MAX_CHANNELS else 0
+    return channels if ok and 1 <= channels <= config.MAX_CHANNELS else 0
 
 
-def _filters(
-    data: dict[str, np.ndarray], shape: policy.NetShape, prefixes: tuple[str, ...], dtype: type
+def _tails(
+    data: dict[str, np.ndarray],
+    prefixes: tuple[str, ...],
+    shape: policy.NetShape,
+    dtype: type,
+    value_head: bool,
 ) -> list[np.ndarray]:
-    # --policy conv's filters (and the optimizer's state for them), one flat float64 vector
-    # a prefix: empty ones for the MLP.
-    if not shape.channels:
-        return [np.empty(0)] * len(prefixes)
-    kernel, needs = policy.kernel_shape(shape), "this --policy conv run"
-    return [
-        _checked(data, prefix + "conv", kernel, dtype, needs).ravel().astype(np.float64)
-        for prefix in prefixes
+    # What follows W1 and W2 in the flat float64 vector of each prefix (the weights, the
+    # optimizer's states): the value head if `value_head`, then --policy conv's filters.
+    parts = (  # key, shape, the kind of run that has it (None: not this one)
+        ("value", (shape.hidden + 1,), "a run with a value head" if value_head else None),
+        ("conv", policy.kernel_shape(shape), "this --policy conv run" if shape.channels else None),
+    )
+    columns = [
+        [_checked(data, prefix + key, size, dtype, needs).ravel() for prefix in prefixes]
+        for key, size, needs in parts
+        if needs is not None
     ]
+    rows = zip(*columns, strict=True) if columns else [()] * len(prefixes)
+    return [np.concatenate([np.empty(0), *row]) for row in rows]
 
 
 def _checked(
@@ -247,12 +244,12 @@ def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
             raise CheckpointError(f"{key} holds non-finite values")
 
 
-def _check_config(config: object, hidden: int) -> None:
-    if not isinstance(config, dict) or config.get("hidden") != hidden:
+def _check_config(stored: object, hidden: int) -> None:
+    if not isinstance(stored, dict) or stored.get("hidden") != hidden:
         raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
     try:
-        check_types(config)
-    except ConfigError as exc:
+        config.check_types(stored)
+    except config.ConfigError as exc:
         raise CheckpointError(f"bad config ({exc})") from None
 
 
@@ -275,7 +272,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             raise CheckpointError(f"{key} has dtype {data[key].dtype}, not float64")
         _check_finite(data, (key,))
     try:
-        config = parse_json(str(data["config"]))
+        stored = config.parse_json(str(data["config"]))
         scalars = {key: data[key].item() for key in _SCALARS}
         running = float(data["running_reward"])
     except (ValueError, TypeError) as exc:
@@ -283,13 +280,12 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     for key, value in scalars.items():
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
-    _check_config(config, shape.hidden)
-    lagged = _lagged(data, config, data["W1"].shape)
-    heads = _value_heads(data, config, shape, prefixes)
-    filters = _filters(data, shape, prefixes, np.float64)
+    _check_config(stored, shape.hidden)
+    lagged = _lagged(data, stored, data["W1"].shape)
+    tails = _tails(data, prefixes, shape, np.float64, config.stored_value_head(stored))
     params, cache, *momentum = (
-        np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), head, kernel])
-        for prefix, head, kernel in zip(prefixes, heads, filters, strict=True)
+        np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), tail])
+        for prefix, tail in zip(prefixes, tails, strict=True)
     )
     state = TrainState(
         params=params,
@@ -301,41 +297,28 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         running_reward=None if np.isnan(running) else running,
         momentum=momentum[0] if momentum else None,
         lagged=lagged,
-        optimizer_steps=_optimizer_steps(data, config, int(scalars["batch"])),
+        optimizer_steps=_optimizer_steps(data, stored, int(scalars["batch"])),
     )
-    return state, config
+    return state, stored
 
 
-def _optimizer_steps(data: dict[str, np.ndarray], config: dict, batch: int) -> int:
+def _optimizer_steps(data: dict[str, np.ndarray], stored: dict, batch: int) -> int:
     # A checkpoint written before the state counted them took one step an update (pg) or
     # one a minibatch (ppo) since its run began.
     if "optimizer_steps" not in data:
-        if stored_option(config, "algo") != "ppo":
+        if config.stored_option(stored, "algo") != "ppo":
             return batch
-        return batch * stored_option(config, "epochs") * stored_option(config, "minibatches")
-    try:
-        steps = data["optimizer_steps"].item()
-    except ValueError:
-        steps = None
+        passes = config.stored_option(stored, "epochs")
+        return batch * passes * config.stored_option(stored, "minibatches")
+    steps = data["optimizer_steps"].item() if data["optimizer_steps"].size == 1 else None
     if not isinstance(steps, int) or steps < 0:
         raise CheckpointError(f"optimizer_steps must be a whole number >= 0, not {steps!r}")
     return steps
 
 
-def _value_heads(
-    data: dict[str, np.ndarray], config: dict, shape: policy.NetShape, prefixes: tuple[str, ...]
-) -> list[np.ndarray]:
-    # A run with a value head (--algo ppo, which has no policy lag): the head and the
-    # optimizer's state for it, one a prefix; empty ones for a run without one.
-    if not stored_value_head(config):
-        return [np.empty(0)] * len(prefixes)
-    needs = "a run with a value head"
-    return [_checked(data, p + "value", (shape.hidden + 1,), np.float64, needs) for p in prefixes]
-
-
-def _lagged(data: dict[str, np.ndarray], config: dict, shape: tuple[int, ...]) -> tuple:
+def _lagged(data: dict[str, np.ndarray], stored: dict, shape: tuple[int, ...]) -> tuple:
     # The weights of the batches in flight: L of them for a run with --policy-lag L.
-    lag = stored_option(config, "policy_lag")
+    lag = config.stored_option(stored, "policy_lag")
     if not lag:
         return ()
     needs = f"a run with --policy-lag {lag}"
@@ -351,17 +334,6 @@ _MACHINE_FIELDS = ("run_dir", "ray_address")
 """Config fields that name where a run lived: a model file leaves them out."""
 
 
-def _model_provenance(checkpoint_path: Path, config: dict) -> tuple[str, dict]:
-    """(the run's name, its options) as a model file records them: names, not paths (the
-    name of the checkpoint's directory, `fork_from`'s last part, not where the run lived)."""
-    path = Path(checkpoint_path).resolve()
-    run = path.name if path.is_dir() else path.parent.name
-    options = {key: value for key, value in config.items() if key not in _MACHINE_FIELDS}
-    if options.get("fork_from"):
-        options["fork_from"] = Path(str(options["fork_from"])).name
-    return run, options
-
-
 def export_model(checkpoint_path: Path, out: Path) -> Path:
     """Write the policy of a checkpoint atomically as a small float32 model file: W1, W2 (and
     the filters) and where they come from (the run's name, its update, episodes, env steps
@@ -369,7 +341,7 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
     out = Path(out)
     if out.exists() and Path(checkpoint_path).exists() and out.samefile(checkpoint_path):
         raise CheckpointError(f"{out} is the checkpoint itself: name another model file")
-    state, config = load(checkpoint_path)
+    state, stored = load(checkpoint_path)
     if out.exists():
         # Only an older model file may be replaced: a model has no optimizer state, so
         # writing one over a run's checkpoint would end that run's --resume.
@@ -381,9 +353,14 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
             raise CheckpointError(f"{out} is a training checkpoint: refusing to overwrite it")
         if "W1" not in existing:
             raise CheckpointError(f"{out} exists and is not a model file: refusing to overwrite it")
-    shape = stored_shape(config)
+    shape = stored_shape(stored)
     w1t, w2 = policy.split(state.params, shape)
-    run, options = _model_provenance(checkpoint_path, config)
+    # Names, not paths: the checkpoint's directory, `fork_from`'s last part.
+    source = Path(checkpoint_path).resolve()
+    run = source.name if source.is_dir() else source.parent.name
+    options = {key: value for key, value in stored.items() if key not in _MACHINE_FIELDS}
+    if options.get("fork_from"):
+        options["fork_from"] = Path(str(options["fork_from"])).name
     arrays = {
         "W1": np.ascontiguousarray(w1t.T, dtype=np.float32),
         "W2": w2.astype(np.float32),
@@ -407,22 +384,22 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
     data = _read(path)
     try:
         if "rmsprop_W1" in data:  # a full checkpoint
-            state, config = _validate(data)
-            return state.params, config
+            state, stored = _validate(data)
+            return state.params, stored
         try:
             w1, w2 = data["W1"], data["W2"]
-            config = parse_json(str(data["config"]))
+            stored = config.parse_json(str(data["config"]))
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
         shape = _shape_of(data)
         _check_finite(data, ("W1", "W2"))
-        _check_config(config, shape.hidden)
-        filters = _filters(data, shape, ("",), np.float32)
+        _check_config(stored, shape.hidden)
+        (tail,) = _tails(data, ("",), shape, np.float32, value_head=False)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
-    return np.concatenate([policy.join(w1, w2), *filters]), config
+    return np.concatenate([policy.join(w1, w2), tail]), stored
 
 
-def stored_shape(config: dict) -> policy.NetShape:
+def stored_shape(stored: dict) -> policy.NetShape:
     """The policy's shape in a checkpoint's or model's stored config."""
-    return policy.NetShape(int(config["hidden"]), stored_conv_channels(config))
+    return policy.NetShape(int(stored["hidden"]), config.stored_conv_channels(stored))

@@ -15,69 +15,23 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import click
 
+from pong_mp import config, signals
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy, stored_shape
-from pong_mp.config import (
-    OPTION_GROUPS,
-    PRESETS,
-    REMOVED,
-    ConfigError,
-    JSONTooDeep,
-    TrainConfig,
-    apply_preset,
-    default_workers,
-    parse_json,
-    shown,
-    stored_option,
-)
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.learner import NonFiniteError
 from pong_mp.progress import make_reporter, output_gone
 from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
-from pong_mp.signals import (
-    STOP_SIGNALS,
-    Interrupted,
-    output_closed,
-    raise_stop_signals,
-    stop_signals_raise,
-)
-from pong_mp.tools.bench import (
-    BENCH_GROUPS,
-    TrainingSetup,
-    compare_envs,
-    format_bench,
-    format_env_comparison,
-    format_ray_driver_cost,
-    format_scaling,
-    format_simulation,
-    ray_driver_cost,
-    run_bench,
-    run_scaling,
-    run_simulation,
-    training_config,
-)
+from pong_mp.tools import bench, plot
+from pong_mp.tools.bench import format_bench, run_bench
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
-from pong_mp.tools.plot import (
-    THRESHOLDS,
-    PlotError,
-    check_output,
-    fork_origin,
-    milestones_table,
-    paired_table,
-    plot_run,
-    plot_runs,
-    range_table,
-    read_metrics,
-    settings_table,
-    within_steps,
-)
 from pong_mp.tools.projection import format_projection, measure_costs, run_projection
 from pong_mp.tools.recording import VideoRecorder
 from pong_mp.trainer import reached_target, run
@@ -101,6 +55,15 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+@contextlib.contextmanager
+def _usage_errors(*kinds: type[Exception]) -> Iterator[None]:
+    """An exception of `kinds` in the block is its one line on stderr and exit code 2."""
+    try:
+        yield
+    except kinds as exc:
+        _fail(str(exc), EXIT_USAGE)
+
+
 def _echo_or_stop(text: str) -> None:
     """Print `text` on stdout; a closed stdout stops the command as SIGPIPE stops `train`."""
     try:
@@ -108,7 +71,7 @@ def _echo_or_stop(text: str) -> None:
     except OSError as exc:
         if not output_gone(exc):
             raise
-        raise output_closed() from None
+        raise signals.output_closed() from None
 
 
 def _detach_stdout() -> None:
@@ -145,9 +108,9 @@ def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(command)
     def stoppable(*args: Any, **kwargs: Any) -> None:
         try:
-            with stop_signals_raise():
+            with signals.stop_signals_raise():
                 command(*args, **kwargs)
-        except Interrupted as exc:
+        except signals.Interrupted as exc:
             _exit_stopped(f"pong-mp: stopped by {exc}", exc.exit_code)
 
     return stoppable
@@ -180,8 +143,8 @@ def _removed(exc: click.UsageError) -> str | None:
     """The error of an option pong-mp no longer has (naming its commit); else None."""
     if isinstance(exc, click.NoSuchOption):
         name = exc.option_name.removeprefix("--").replace("-", "_")
-        if name in REMOVED:
-            commit = REMOVED[name][1]
+        if name in config.REMOVED:
+            commit = config.REMOVED[name][1]
             return (
                 f"pong-mp no longer has {exc.option_name}; the code of commit {commit} has it "
                 f"(git checkout {commit})"
@@ -221,8 +184,8 @@ def _parse_env_args(pairs: tuple[str, ...]) -> dict[str, Any]:
         if not sep or not key.isidentifier():
             raise click.BadParameter(f"{pair!r} is not KEY=VALUE", param_hint="--env-arg")
         try:
-            kwargs[key] = parse_json(raw)
-        except JSONTooDeep as exc:
+            kwargs[key] = config.parse_json(raw)
+        except config.JSONTooDeep as exc:
             raise click.BadParameter(f"{key}: {exc}", param_hint="--env-arg") from None
         except ValueError:
             kwargs[key] = raw  # a bare word is a string
@@ -257,8 +220,8 @@ class _GroupedCommand(click.Command):
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each group's options under its heading; --help with the first group's."""
-        first = OPTION_GROUPS[0]
-        records: dict[str, list[tuple[str, str]]] = {group: [] for group in OPTION_GROUPS}
+        first = config.OPTION_GROUPS[0]
+        records: dict[str, list[tuple[str, str]]] = {group: [] for group in config.OPTION_GROUPS}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is not None:
@@ -274,12 +237,12 @@ _DEFAULT = click.core.ParameterSource.DEFAULT
 
 
 def _config_options(
-    groups: tuple[str, ...] = OPTION_GROUPS,
+    groups: tuple[str, ...] = config.OPTION_GROUPS,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A decorator adding an option for each TrainConfig field of `groups` (config.option)."""
 
     def add(command: Callable[..., Any]) -> Callable[..., Any]:
-        for f in reversed(dataclasses.fields(TrainConfig)):
+        for f in reversed(dataclasses.fields(config.TrainConfig)):
             if f.metadata["group"] in groups:
                 command = _field_option(f)(command)
         return command
@@ -310,7 +273,7 @@ def _field_option(f: dataclasses.Field) -> Callable[[Callable[..., Any]], Any]:
             kwargs["default"] = f.default
             kwargs["show_default"] = f.default is not None
             if isinstance(f.default, tuple):  # a drop's: given and shown as it is typed
-                kwargs["default"] = shown(f.default)
+                kwargs["default"] = config.shown(f.default)
         else:  # a default made per run (the CPU count): shown in words
             kwargs["default"] = f.default_factory
             kwargs["show_default"] = meta.pop("show_default")
@@ -330,7 +293,7 @@ def _field_option(f: dataclasses.Field) -> Callable[[Callable[..., Any]], Any]:
     "--preset",
     cls=_GroupedOption,
     group="run",
-    type=click.Choice(sorted(PRESETS)),
+    type=click.Choice(sorted(config.PRESETS)),
     default=None,
     help="A named set of algorithm options; options given beside it win. karpathy: "
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
@@ -381,23 +344,23 @@ def train_command(
     run_dir = Path(options["run_dir"])
     # A stop signal is Interrupted from here to the exit, the checks included: the trainer's
     # own handlers, on their way out, give these back rather than Python's default.
-    raise_stop_signals()
+    signals.raise_stop_signals()
     try:
-        given = apply_preset(preset, given if typed_only else options, explicit=set(given))
-        with open_run(run_dir, resume, given) as (config, state):
-            reporter = make_reporter(quiet, state.batch, config.batches)
+        given = config.apply_preset(preset, given if typed_only else options, explicit=set(given))
+        with open_run(run_dir, resume, given) as (cfg, state):
+            reporter = make_reporter(quiet, state.batch, cfg.batches)
             try:
-                state = run(config, state, resumed=resume, reporter=reporter)
+                state = run(cfg, state, resumed=resume, reporter=reporter)
             except FileError as exc:
                 # The run had started: it failed (exit 1), its last good checkpoint is kept.
                 _fail(f"{exc}; {_kept(run_dir)}", EXIT_ERROR)
             except MemoryError:
-                _fail(f"out of memory (--hidden {config.hidden} may be too large)", EXIT_ERROR)
-    except (ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
+                _fail(f"out of memory (--hidden {cfg.hidden} may be too large)", EXIT_ERROR)
+    except (config.ConfigError, RunDirError, CheckpointError, BackendUnavailable, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
-    except Interrupted as exc:
+    except signals.Interrupted as exc:
         # All is saved: a further Ctrl-C must not turn this clean exit into a death by signal.
-        for signum in STOP_SIGNALS:
+        for signum in signals.STOP_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
         # Named from the disk: a second Ctrl-C may have cut the last save short, and a stop
         # while the workers start has saved nothing.
@@ -409,7 +372,7 @@ def train_command(
         _say(f"pong-mp: error: {exc}; {_kept(run_dir)}{cause}")
         sys.exit(EXIT_ERROR)
     running = "n/a" if state.running_reward is None else f"{state.running_reward:.2f}"
-    reached = f"target {config.target_reward:g} reached; " if reached_target(config, state) else ""
+    reached = f"target {cfg.target_reward:g} reached; " if reached_target(cfg, state) else ""
     click.echo(
         f"pong-mp: done: {reached}{state.batch} updates, {state.episodes} episodes, "
         f"{state.steps:,} steps, running reward {running}, in {options['run_dir']}"
@@ -491,11 +454,11 @@ def play_command(
       pong-mp play models/pong.npz --episodes 10 --env-arg fast=false   # gymnasium's own env
       pong-mp play models/pong.npz --episodes 1 --record game.gif --max-frames 1500
     """
-    try:
-        params, config = load_policy(checkpoint_path)
-        trained_on = config.get("env", "ALE/Pong-v5")
+    with _usage_errors(CheckpointError, UnknownEnvError, ValueError, OSError):
+        params, stored = load_policy(checkpoint_path)
+        trained_on = stored.get("env", "ALE/Pong-v5")
         env_id = env or trained_on
-        env_kwargs = config.get("env_kwargs", {}) if env is None else {}
+        env_kwargs = stored.get("env_kwargs", {}) if env is None else {}
         env_kwargs = {**env_kwargs, **_parse_env_args(env_args)}
         check_env(env_id, env_kwargs)
         recorder = (
@@ -503,8 +466,6 @@ def play_command(
             if record is not None
             else None
         )
-    except (CheckpointError, UnknownEnvError, ValueError, OSError) as exc:
-        _fail(str(exc), EXIT_USAGE)
     if env_id != trained_on:
         click.echo(
             f"pong-mp: warning: this policy was trained on {trained_on}, not {env_id}; "
@@ -512,25 +473,6 @@ def play_command(
             err=True,
         )
     played: list[GameScore] = []
-    progress = None
-    if recorder is not None:
-        from tqdm import tqdm
-
-        # Recorded frames counted on stderr while a terminal watches (nothing in a pipe).
-        progress = tqdm(
-            total=recorder.max_frames,
-            unit=" frames",
-            file=sys.stderr,
-            leave=False,
-            desc=f"recording {recorder.path.name}",
-            disable=not sys.stderr.isatty(),
-        )
-
-    def on_frame(frame: Any) -> None:
-        before = recorder.frames
-        recorder.add(frame)
-        if recorder.frames > before:
-            progress.update(1)
 
     def on_game(score: GameScore) -> None:
         played.append(score)
@@ -541,28 +483,23 @@ def play_command(
             )
 
     try:
-        scores = play_games(
-            params,
-            stored_shape(config),
-            env_id,
-            episodes,
-            seed=seed,
-            greedy=greedy,
-            env_kwargs=env_kwargs,
-            on_frame=on_frame if recorder is not None else None,
-            on_game=on_game,
-        )
-        if recorder is not None:
-            recorder.close()
+        with _recording(recorder) as on_frame:
+            scores = play_games(
+                params,
+                stored_shape(stored),
+                env_id,
+                episodes,
+                seed=seed,
+                greedy=greedy,
+                env_kwargs=env_kwargs,
+                on_frame=on_frame,
+                on_game=on_game,
+            )
     except (OSError, RuntimeError) as exc:
         # Only the recording writes a file here: a full disk, or ffmpeg that failed.
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         _fail(f"recording to {record} failed: {first}", EXIT_ERROR)
-    finally:
-        if progress is not None:
-            progress.close()
-        if recorder is not None:
-            recorder.abort()  # does nothing once the recording was closed
+    recorded = {} if recorder is None else {"recorded_frames": recorder.frames}
     if as_json:
         report = {
             "policy": str(checkpoint_path),
@@ -571,14 +508,42 @@ def play_command(
             "greedy": greedy,
             "seed": seed,
             **evaluation(scores),
+            **recorded,
         }
-        if recorder is not None:
-            report["recorded_frames"] = recorder.frames
         _echo_or_stop(json.dumps(report, indent=2))
         return
     _echo_or_stop(summary(scores) + (" (greedy)" if greedy else " (sampled)"))
     if recorder is not None:
         _echo_or_stop(f"recorded {recorder.frames:,} frames to {record}")
+
+
+@contextlib.contextmanager
+def _recording(recorder: VideoRecorder | None) -> Iterator[Callable[[Any], None] | None]:
+    """What takes each frame for `recorder` (None: no recording), whose frames are counted on
+    stderr while a terminal watches (nothing in a pipe); the recording is closed when the
+    block ends well, else aborted."""
+    if recorder is None:
+        yield None
+        return
+    from tqdm import tqdm
+
+    progress = tqdm(
+        total=recorder.max_frames,
+        unit=" frames",
+        file=sys.stderr,
+        leave=False,
+        desc=f"recording {recorder.path.name}",
+        disable=not sys.stderr.isatty(),
+    )
+
+    def on_frame(frame: Any) -> None:
+        before = recorder.frames
+        recorder.add(frame)
+        if recorder.frames > before:
+            progress.update(1)
+
+    with recorder, progress:
+        yield on_frame
 
 
 @main.command("export")
@@ -587,12 +552,10 @@ def play_command(
 @_stoppable
 def export_command(checkpoint_path: Path, out: Path) -> None:
     """Write a checkpoint's (or run directory's) policy as a float32 model file for play."""
-    try:
+    with _usage_errors(CheckpointError, FileError):
         if out.is_dir():
             raise FileError(f"{out} is a directory; name the model file to write")
         export_model(checkpoint_path, out)
-    except (CheckpointError, FileError) as exc:
-        _fail(str(exc), EXIT_USAGE)
     click.echo(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -611,7 +574,7 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
     "--milestones",
     is_flag=True,
     help="Also print when the running reward first reached "
-    + ", ".join(f"{t:+g}" if t else "0" for t in THRESHOLDS)
+    + ", ".join(f"{t:+g}" if t else "0" for t in plot.THRESHOLDS)
     + ", for each run and setting; with --after-update or a step range, the mean reward per "
     "update within it; with --after-update and several runs, each one's difference from "
     "the first, update by update.",
@@ -665,8 +628,8 @@ def plot_command(
         _fail(f"--min-steps {min_steps:g} must be below --max-steps {max_steps:g}", EXIT_USAGE)
     try:
         # Read once: a live run's plot and table then show the same updates.
-        runs = [(Path(run_dir), read_metrics(run_dir)) for run_dir in run_dirs]
-        check_output(output)
+        runs = [(Path(run_dir), plot.read_metrics(run_dir)) for run_dir in run_dirs]
+        plot.check_output(output)
         for run_dir, records in runs:
             nulls = sum(r["running_reward"] is None for r in records)
             if nulls:
@@ -675,26 +638,27 @@ def plot_command(
                     f"pong-mp: note: {run_dir}: {nulls} update{'s' * (nulls != 1)} with a null "
                     "running reward (no episode finished yet), drawn as a gap"
                 )
+        several = len(runs) > 1
         tables = [
-            milestones_table(records, title=None if len(runs) == 1 else str(run_dir), rate=rate)
+            plot.milestones_table(records, title=str(run_dir) if several else None, rate=rate)
             for run_dir, records in runs
         ]
-        if len(runs) > 1:
-            tables.append(settings_table(runs, rate=rate))
+        if several:
+            tables.append(plot.settings_table(runs, rate=rate))
         drawn = [
-            (run_dir, within_steps(records, min_steps, max_steps, run_dir, after_update))
+            (run_dir, plot.within_steps(records, min_steps, max_steps, run_dir, after_update))
             for run_dir, records in runs
         ]
         if (min_steps, max_steps, after_update) != (None, None, None):
-            tables.append(range_table(drawn))
+            tables.append(plot.range_table(drawn))
         if after_update is not None and len(drawn) > 1:
-            origins = [fork_origin(records, after_update) for _, records in runs]
-            tables.append(paired_table(drawn, origins))
+            origins = [plot.fork_origin(records, after_update) for _, records in runs]
+            tables.append(plot.paired_table(drawn, origins))
         if len(drawn) == 1:
-            plot_run(drawn[0][0], output, drawn[0][1])
+            plot.plot_run(drawn[0][0], output, drawn[0][1])
         else:
-            plot_runs(drawn, output)
-    except (PlotError, FileError) as exc:
+            plot.plot_runs(drawn, output)
+    except (plot.PlotError, FileError) as exc:
         _fail(str(exc), EXIT_USAGE)
     except OSError as exc:
         _fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_USAGE)
@@ -707,7 +671,7 @@ def plot_command(
 @click.option(
     "--workers",
     type=click.IntRange(min=1),
-    default=default_workers,
+    default=config.default_workers,
     show_default="number of CPUs",
     help="Processes for the raw and training runs.",
 )
@@ -767,13 +731,13 @@ def plot_command(
 )
 @click.option(
     "--preset",
-    type=click.Choice(sorted(PRESETS)),
+    type=click.Choice(sorted(config.PRESETS)),
     default=None,
     help="The training runs' --preset: its options where the training options below are not "
     "given (pg: the learner of the 1.00x figures).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead.")
-@_config_options(BENCH_GROUPS)
+@_config_options(bench.BENCH_GROUPS)
 @click.pass_context
 @_stoppable
 def bench_command(
@@ -800,26 +764,25 @@ def bench_command(
 
     if ray_driver:
         try:
-            cost = ray_driver_cost()
+            cost = bench.ray_driver_cost()
         except ImportError:
             _fail("--ray-driver needs Ray: pip install 'pong-mp[ray]'", EXIT_USAGE)
-        report(cost, format_ray_driver_cost)
+        report(cost, bench.format_ray_driver_cost)
         return
-    try:
+    with _usage_errors(UnknownEnvError, CheckpointError):
         check_env(env, {})
-        if model is not None:
-            load_policy(model)  # a bad file is one line now, not after the raw runs
-    except (UnknownEnvError, CheckpointError) as exc:
-        _fail(str(exc), EXIT_USAGE)
+        # A bad file is one line now, not after the raw runs.
+        stored = load_policy(model)[1] if model is not None else None
     if compare_envs_only:
         if env == FAKE_PONG_ID:
             _fail("--compare-envs measures FakePong-v0 against --env: name another", EXIT_USAGE)
-        report(compare_envs((env, FAKE_PONG_ID), seconds, rounds), format_env_comparison)
+        comparison = bench.compare_envs((env, FAKE_PONG_ID), seconds, rounds)
+        report(comparison, bench.format_env_comparison)
         return
     if project:
         if model is None:
             _fail("--project needs --model: the agent whose episodes it measures", EXIT_USAGE)
-        if stored_option(load_policy(model)[1], "policy") != "mlp":
+        if config.stored_option(stored, "policy") != "mlp":
             _fail(
                 f"--project measures Karpathy's learner on an MLP agent; {model} is a "
                 "--policy conv agent (export one from a --preset pg run)",
@@ -831,14 +794,13 @@ def bench_command(
         report(results, lambda _: format_projection(costs, rows))
         return
     given = {name for name in options if ctx.get_parameter_source(name) is not _DEFAULT}
-    setup = TrainingSetup(model, **apply_preset(preset, options, explicit=given))
-    try:
-        training_config(env, workers, setup)  # a bad mix is one line now, not after the raw runs
-    except ConfigError as exc:
-        _fail(str(exc), EXIT_USAGE)
+    setup = bench.TrainingSetup(model, **config.apply_preset(preset, options, explicit=given))
+    with _usage_errors(config.ConfigError):
+        # A bad mix is one line now, not after the raw runs.
+        bench.training_config(env, workers, setup)
     if simulate is not None:
-        report(run_simulation(workers, seconds, simulate, setup), format_simulation)
+        report(bench.run_simulation(workers, seconds, simulate, setup), bench.format_simulation)
     elif scaling:
-        report(run_scaling(workers, seconds, env, setup), format_scaling)
+        report(bench.run_scaling(workers, seconds, env, setup), bench.format_scaling)
     else:
         report(run_bench(workers, seconds, env, setup), format_bench)

@@ -68,8 +68,7 @@ class TrainConfig:
         0, "Run seed: initial weights and every episode's seed derive from it.", group="run"
     )
     batches: int | None = option(
-        None, "Total updates of the run, across resumes (default: until Ctrl-C).",
-        group="run",
+        None, "Total updates of the run, across resumes (default: until Ctrl-C).", group="run"
     )
     target_reward: float | None = option(
         None,
@@ -102,8 +101,7 @@ class TrainConfig:
         10, "Write checkpoint.npz every N updates (and at the end).", group="run"
     )
     episode_timeout: float = option(
-        600.0, "Seconds before a worker stuck in one episode is replaced.",
-        group="run",
+        600.0, "Seconds before a worker stuck in one episode is replaced.", group="run"
     )
     tensorboard: bool = option(
         True, "Write TensorBoard event files into the run directory.", group="run"
@@ -193,8 +191,7 @@ class TrainConfig:
         group="cluster",
     )
     ray_address: str | None = option(
-        None, "Join this Ray cluster (implies --backend ray).", metavar="HOST:PORT",
-        group="cluster",
+        None, "Join this Ray cluster (implies --backend ray).", metavar="HOST:PORT", group="cluster"
     )
 
     def __post_init__(self) -> None:
@@ -240,6 +237,7 @@ class TrainConfig:
                     f"{len(values)} value{'s' * (len(values) != 1)} ({shown(values)}); "
                     "give both"
                 )
+        local_workers = max_local_workers()
         checks = [
             (self.run_dir.strip() != "", "--run-dir must name a directory"),
             (
@@ -248,8 +246,8 @@ class TrainConfig:
             ),
             (self.workers >= 1, "--workers must be >= 1"),
             (
-                self.backend != "local" or self.workers <= max_local_workers(),
-                f"--workers must be at most {max_local_workers()} on this machine (4 per CPU): "
+                self.backend != "local" or self.workers <= local_workers,
+                f"--workers must be at most {local_workers} on this machine (4 per CPU): "
                 "each worker is a process of ~100 MB",
             ),
             (self.batch_size >= 1, "--batch-size must be >= 1"),
@@ -314,10 +312,7 @@ class TrainConfig:
             ),
             (self.seed >= 0, "--seed must be >= 0"),
             (self.backend in BACKENDS, f"--backend must be one of {', '.join(BACKENDS)}"),
-            (
-                self.optimizer in OPTIMIZERS,
-                f"--optimizer must be one of {', '.join(OPTIMIZERS)}",
-            ),
+            (self.optimizer in OPTIMIZERS, f"--optimizer must be one of {', '.join(OPTIMIZERS)}"),
             (
                 self.target_reward is None or math.isfinite(self.target_reward),
                 "--target-reward must be a finite number",
@@ -539,27 +534,10 @@ def check_types(data: dict[str, Any]) -> None:
 
 
 ALGORITHM_FIELDS = (
-    "env",
-    "env_kwargs",
-    "batch_size",
-    "seed",
-    "optimizer",
-    "lr",
-    "lr_drop_at",
-    "lr_drop_to",
-    "decay_rate",
-    "hidden",
-    "policy",
-    "channels",
-    "entropy_bonus",
-    "entropy_drop_at",
-    "entropy_drop_to",
-    "policy_lag",
-    "algo",
-    "epochs",
-    "minibatches",
-    "fork_from",
-)
+    "env", "env_kwargs", "batch_size", "seed", "optimizer", "lr", "lr_drop_at", "lr_drop_to",
+    "decay_rate", "hidden", "policy", "channels", "entropy_bonus", "entropy_drop_at",
+    "entropy_drop_to", "policy_lag", "algo", "epochs", "minibatches", "fork_from",
+)  # fmt: skip
 """Fields that decide the weights: a resumed run must keep them, or it is another run."""
 
 FORK_KEEPS = ("env", "optimizer", "policy", "channels")
