@@ -191,6 +191,10 @@ def test_scaling_runs_for_real_on_fakepong(clean_system) -> None:
         "FakePong-v0",
         "--batch-size",
         "4",
+        "--hidden",
+        "16",
+        "--channels",
+        "4",
         "--json",
     )
     assert done.returncode == 0, done.stderr

@@ -50,7 +50,10 @@ def workers_of(pid: int) -> list[int]:
 
 @pytest.mark.ale
 def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> None:
-    args = "train --env ALE/Pong-v5 --workers 2 --batch-size 4 --batches 3 --seed 5".split()
+    args = (
+        "train --env ALE/Pong-v5 --hidden 16 --channels 4 --workers 2 --batch-size 4 --batches 3 "
+        "--seed 5"
+    ).split()
     assert pong_mp(*args, "--run-dir", str(tmp_path / "calm")).returncode == 0
     proc = start(*args, "--run-dir", str(tmp_path / "killed"))
     wait_for_updates(proc, tmp_path / "killed", 1)

@@ -123,7 +123,10 @@ def test_train_joins_a_cluster_started_with_ray_start(tmp_path: Path, clean_syst
     )
     assert head.returncode == 0, head.stderr
     try:
-        args = "train --env FakePong-v0 --batch-size 4 --batches 3 --seed 1 --workers 2".split()
+        args = (
+            "train --env FakePong-v0 --env-arg points_to_win=2 --hidden 16 --channels 4 "
+            "--batch-size 4 --batches 3 --seed 1 --workers 2"
+        ).split()
         joined = pong_mp(
             *args, "--ray-address", f"127.0.0.1:{port}", "--run-dir", str(tmp_path / "ray")
         )
