@@ -286,11 +286,26 @@ def _coordinated(pid: int) -> bool:
     )
 
 
+def _other_lane(pid: int) -> bool:
+    # A worker started under another pytest-xdist test process (its environment names it):
+    # that process's tests answer for it.
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    lane = os.environ.get("PYTEST_XDIST_WORKER", "").encode()
+    return any(v.startswith(b"PYTEST_XDIST_WORKER=") and v[20:] != lane for v in environ)
+
+
 def stray_workers() -> set[int]:
     """Workers that nothing will clean up: children of this test process, or orphans (no
     coordinator). Workers of other pong-mp runs, and of other tests (beside this one, or in
     another checkout), are not counted."""
-    return {pid for pid in pong_processes() if _parent(pid) == os.getpid() or not _coordinated(pid)}
+    return {
+        pid
+        for pid in pong_processes()
+        if (_parent(pid) == os.getpid() or not _coordinated(pid)) and not _other_lane(pid)
+    }
 
 
 def _other_runs_block(name: str) -> bool:
