@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import gymnasium as gym
 import numpy as np
@@ -135,6 +135,16 @@ class PGLearning(Learning):
     """The run's last update: no batch past it is handed out (None: no last)."""
 
 
+class PGStep(NamedTuple):
+    """What `PGLearner.step` gives: the new state, its weights as float32 (written by the
+    step itself, the publication's bits), and the gradient and rate applied."""
+
+    state: TrainState
+    weights: np.ndarray
+    grad: np.ndarray
+    lr: float
+
+
 class PGLearner:
     """Karpathy's learner on a backend (`learner.Learner`)."""
 
@@ -204,11 +214,11 @@ class PGLearner:
     ) -> tuple[TrainState, Stats]:
         """One optimizer step from the batch's summed gradient; the new weights and the next
         batch go out before the update's norms are taken."""
-        new_state, grad, lr = self.step(state, played)
+        new_state, weights, grad, lr = self.step(state, played)
         # The critical path: the workers wait for these weights and their next episodes; the
         # norms, metrics and checkpoint are done while they play. (`grad` may be the next
         # batch's sum too, but results are only added to it in the next `play`.)
-        backend.publish(new_state.batch, new_state.params.astype(np.float32))
+        backend.publish(new_state.batch, weights)
         if self._more(new_state):
             self._submit_ahead(new_state, backend)
         handed_out = time.perf_counter()
@@ -219,12 +229,13 @@ class PGLearner:
     def apply(self, state: TrainState, summed: BatchSum) -> tuple[TrainState, Stats]:
         """The state after one update from a batch's summed gradients, and its statistics,
         with no backend."""
-        new_state, grad, lr = self.step(state, summed)
+        new_state, _, grad, lr = self.step(state, summed)
         return new_state, update_stats(state, new_state, summed, grad, lr)
 
-    def step(self, state: TrainState, summed: BatchSum) -> tuple[TrainState, np.ndarray, float]:
-        """The state after one update from a batch's summed gradients, with the gradient and
-        the rate it was applied with (for `update_stats`): what the next batch waits for.
+    def step(self, state: TrainState, summed: BatchSum) -> PGStep:
+        """The state after one update from a batch's summed gradients, its float32 weights
+        (what the next batch waits for), and the gradient and rate applied (for
+        `update_stats`).
         Raises NonFiniteError, and changes no state, if the gradient or the new weights are
         not finite."""
         grad = summed.total
@@ -241,7 +252,8 @@ class PGLearner:
             raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
         # The weights that batches in flight are played with move on by one update.
         lagged = (*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else ()
-        return next_state(state, stepper, summed, 1, lagged=lagged), grad, lr
+        new_state = next_state(state, stepper, summed, 1, lagged=lagged)
+        return PGStep(new_state, stepper.weights, grad, lr)
 
 
 def update_stats(
