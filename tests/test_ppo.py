@@ -254,7 +254,10 @@ def ppo_serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[di
     return checkpoint_weights(run_dir), _metrics(run_dir)
 
 
-@pytest.mark.parametrize(("backend", "workers"), [("local", 1), ("local", 3), ("ray", 2)])
+@pytest.mark.parametrize(
+    ("backend", "workers"),
+    [("local", 1), ("local", 3), pytest.param("ray", 2, marks=pytest.mark.ray)],
+)
 def test_the_actor_critic_gives_the_same_bits_on_every_backend(
     tmp_path: Path, backend: str, workers: int, ppo_serial, clean_system
 ) -> None:
@@ -579,7 +582,9 @@ def conv_serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[d
     return checkpoint_weights(run_dir), _metrics(run_dir)
 
 
-@pytest.mark.parametrize(("backend", "workers"), [("local", 3), ("ray", 2)])
+@pytest.mark.parametrize(
+    ("backend", "workers"), [("local", 3), pytest.param("ray", 2, marks=pytest.mark.ray)]
+)
 def test_the_conv_policy_gives_the_same_bits_on_every_backend(
     tmp_path: Path, backend: str, workers: int, conv_serial, clean_system
 ) -> None:
@@ -611,7 +616,9 @@ DROP = {**CONV, "entropy_bonus": 0.3, "entropy_drop_at": 400.0, "entropy_drop_to
 400 env steps)."""
 
 
-@pytest.mark.parametrize(("backend", "workers"), [("local", 3), ("ray", 2)])
+@pytest.mark.parametrize(
+    ("backend", "workers"), [("local", 3), pytest.param("ray", 2, marks=pytest.mark.ray)]
+)
 def test_an_entropy_drop_gives_the_same_bits_on_every_backend_and_resume(
     tmp_path: Path, backend: str, workers: int, conv_serial, clean_system
 ) -> None:
