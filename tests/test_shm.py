@@ -165,6 +165,8 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
         # The kill took the run's resource tracker too, so only a pong-mp start can remove
         # the block now: this test's, or that of a test run beside it (pytest-xdist).
         assert _group_gone(int(group)), "the run's resource tracker outlived the kill"
+        if not os.environ.get("PYTEST_XDIST_WORKER"):  # no test beside this one to remove it
+            assert name in pong_shm_blocks(), "the kill left nothing to clean up"
 
         spec = RolloutSpec(
             env_id="FakePong-v0",
