@@ -28,7 +28,13 @@ from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import FileError
 from pong_mp.learner import NonFiniteError
 from pong_mp.progress import make_reporter, output_gone
-from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
+from pong_mp.rundir import (
+    RunDirError,
+    checkpoint_on_disk,
+    code_commit,
+    open_run,
+    where_it_stands,
+)
 from pong_mp.tools import bench, plot
 from pong_mp.tools.bench import format_bench, run_bench
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
@@ -700,8 +706,9 @@ def plot_command(
 @click.option(
     "--project",
     is_flag=True,
-    help="Instead: measure a trained agent's costs here (--model) and project training "
-    "against raw for 1 to 64 workers, with lag 0 and 1 and batch sizes 10 and 32.",
+    help="Instead: measure the parts of an actor-critic update here (from --model's weights: "
+    "a trained agent's long episodes) and project training against raw for 1 to 64 workers "
+    "(with --simulate: on its sleeping FakePong-v0).",
 )
 @click.option(
     "--model",
@@ -772,33 +779,34 @@ def bench_command(
     with _usage_errors(UnknownEnvError, CheckpointError):
         check_env(env, {})
         # A bad file is one line now, not after the raw runs.
-        stored = load_policy(model)[1] if model is not None else None
+        if model is not None:
+            load_policy(model)
     if compare_envs_only:
         if env == FAKE_PONG_ID:
             _fail("--compare-envs measures FakePong-v0 against --env: name another", EXIT_USAGE)
         comparison = bench.compare_envs((env, FAKE_PONG_ID), seconds, rounds)
         report(comparison, bench.format_env_comparison)
         return
-    if project:
-        if model is None:
-            _fail("--project needs --model: the agent whose episodes it measures", EXIT_USAGE)
-        if config.stored_option(stored, "policy") != "mlp":
-            _fail(
-                f"--project measures Karpathy's learner on an MLP agent; {model} is a "
-                "--policy conv agent (export one from a --preset pg run)",
-                EXIT_USAGE,
-            )
-        costs = measure_costs(model, env)
-        rows = run_projection(costs)
-        results = {"costs": dataclasses.asdict(costs), "rows": rows}
-        report(results, lambda _: format_projection(costs, rows))
-        return
     given = {name for name in options if ctx.get_parameter_source(name) is not _DEFAULT}
     setup = bench.TrainingSetup(model, **config.apply_preset(preset, options, explicit=given))
     with _usage_errors(config.ConfigError):
         # A bad mix is one line now, not after the raw runs.
         bench.training_config(env, workers, setup)
-    if simulate is not None:
+    if project:
+        env_id, env_kwargs = (
+            (FAKE_PONG_ID, bench.simulated_env(simulate)) if simulate is not None else (env, {})
+        )
+        measured, params = bench.training_config(env_id, 1, setup, env_kwargs)
+        if measured.algo != "ppo":
+            _fail("--project models the actor-critic (--algo ppo)", EXIT_USAGE)
+        costs = measure_costs(measured, params)
+        rows = run_projection(costs, measured.batch_size, measured.epochs)
+        results = {
+            "env": env_id, "env_kwargs": env_kwargs, **setup.describe(),
+            "costs": dataclasses.asdict(costs), "rows": rows, "commit": code_commit(),
+        }
+        report(results, lambda _: format_projection(costs, rows))
+    elif simulate is not None:
         report(bench.run_simulation(workers, seconds, simulate, setup), bench.format_simulation)
     elif scaling:
         report(bench.run_scaling(workers, seconds, env, setup), bench.format_scaling)

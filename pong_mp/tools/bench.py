@@ -437,6 +437,12 @@ def simulated_counts(max_workers: int) -> list[int]:
     return sorted({*counts, max_workers})
 
 
+def simulated_env(step_seconds: float) -> dict[str, Any]:
+    """The FakePong-v0 arguments of `--simulate`: steps that sleep `step_seconds`, and games
+    of ~300 steps, so that one worker's update takes seconds, not minutes."""
+    return {"points_to_win": 3, "step_seconds": step_seconds}
+
+
 def run_simulation(
     max_workers: int, seconds: float, step_seconds: float, setup: TrainingSetup | None = None
 ) -> list[dict[str, Any]]:
@@ -446,8 +452,7 @@ def run_simulation(
     from pong_mp.rundir import code_commit
 
     setup = setup or TrainingSetup()
-    # Games of ~300 steps: one worker's update takes seconds, not minutes.
-    env_kwargs = {"points_to_win": 3, "step_seconds": step_seconds}
+    env_kwargs = simulated_env(step_seconds)
     commit = code_commit()  # the code measured: a record stays remakeable
     rows: list[dict[str, Any]] = []
     for workers in simulated_counts(max_workers):

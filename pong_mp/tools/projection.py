@@ -1,22 +1,34 @@
-"""A projection of training throughput at worker counts this machine does not have.
+"""A projection of the actor-critic's training rate at worker counts this machine does not
+have, built from its parts measured here (`measure_costs`), each with the code a worker or
+the coordinator runs:
 
-`simulate` replays the local backend's schedule with costs measured here (`measure_costs`):
-- episodes go out in order to the first free worker; one of batch k may start once the
-  weights it is played with exist (update k-1-L); it takes its length (drawn from a
-  trained agent's episodes) times a training worker's seconds per step;
-- the coordinator adds each gradient as it arrives (a worker gets its next episode only
-  then), and applies update k with its broadcast once batch k is summed.
-Left out: the memory bandwidth and caches that processes share, and the CPU the
-coordinator takes on a machine with no spare core. The figures are projections.
+    play        one trained agent's episodes, played and recorded (EpisodeWorker)
+    pass        each episode's minibatch passes of one epoch (the same worker, epoch_pass)
+    add         one float32 gradient into the float64 sum (batch_sum)
+    step        the norm, the optimizer step and the publish of the new weights (MeanStep)
+    round trip  one message to a worker process and back (a pipe)
+    raw         the emulator alone, in one process
+
+`simulate` replays the local backend's schedule of an update with them:
+
+    play: episodes in order, each to the worker free first; a worker keeps what it played
+    --epochs x --minibatches rounds, each:
+      weights out (half a round trip) -> each worker runs the passes over the episodes it
+      keeps back to back, then takes any still waiting -> each gradient back (half a round
+      trip) and added in the batch's fixed order -> the step, then the next round
+
+Left out: the memory bandwidth and caches that processes share, the cores the coordinator
+takes on a machine with none spare, and the optimizer step's threads on a machine with more
+cores than this one (its step is measured here). The figures are projections.
 """
 
 from __future__ import annotations
 
 import heapq
+import multiprocessing as mp
 import time
-from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -25,163 +37,231 @@ from pong_mp.tools import markdown_table
 
 
 @dataclass(frozen=True)
-class Costs:
-    """What one episode and one update cost, as measured on one machine."""
+class EpisodeCost:
+    """One measured episode: its length, and a worker's seconds to play it and for each of
+    its minibatch passes of one epoch (in minibatch order)."""
 
-    episode_steps: tuple[int, ...]  # a trained agent's episode lengths
-    step_seconds: float  # a training worker's per env step, policy and gradient included
-    raw_step_seconds: float  # the emulator's alone, in one process
-    sum_seconds: float  # the coordinator's to add one episode's gradient
-    update_seconds: float  # the coordinator's for one update with its broadcast
+    steps: int
+    play_seconds: float
+    pass_seconds: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Costs:
+    """What an update's parts cost, as measured on one machine."""
+
+    episodes: tuple[EpisodeCost, ...]
+    raw_step_seconds: float  # the emulator's per env step alone, in one process
+    add_seconds: float  # the coordinator's to add one gradient into the batch's sum
+    step_seconds: float  # the coordinator's for one optimizer step and its publish
+    round_trip_seconds: float  # a message to a worker process and back
+
+
+def _passes(
+    costs: Costs, drawn: list[EpisodeCost], keeper: list[int], part: int, start: float
+) -> list[float]:
+    # When each episode's gradient of minibatch `part` is back at the coordinator: each worker
+    # runs the passes it keeps in episode order, then takes the first still waiting.
+    kept: list[list[int]] = [[] for _ in range(max(keeper) + 1)]
+    for index, worker in enumerate(keeper):
+        kept[worker].append(index)
+    waiting = sorted(range(len(drawn)), reverse=True)  # popped from the end: lowest first
+    taken: set[int] = set()
+    arrival = [0.0] * len(drawn)
+    free = [(start + costs.round_trip_seconds / 2, worker) for worker in range(len(kept))]
+    while len(taken) < len(drawn):
+        now, worker = heapq.heappop(free)
+        while kept[worker] and kept[worker][0] in taken:
+            kept[worker].pop(0)
+        if kept[worker]:
+            index = kept[worker].pop(0)
+        else:
+            while waiting[-1] in taken:
+                waiting.pop()
+            index = waiting.pop()
+        taken.add(index)
+        done = now + drawn[index].pass_seconds[part]
+        arrival[index] = done + costs.round_trip_seconds / 2
+        heapq.heappush(free, (done, worker))
+    return arrival
 
 
 def simulate(
-    costs: Costs, workers: int, batch_size: int, lag: int, updates: int = 200, seed: int = 0
+    costs: Costs, workers: int, batch_size: int, epochs: int, updates: int = 20, seed: int = 0
 ) -> dict[str, float]:
-    """The workers' busy fraction ("efficiency") over `updates` updates, and the training
-    rate as a fraction of `workers` raw processes' ("ratio")."""
+    """The training rate over `updates` updates of `batch_size` episodes drawn from the
+    measured ones: env steps a second, as a fraction of `workers` raw processes' ("ratio",
+    each on a core of its own), and the workers' busy fraction ("busy")."""
     rng = np.random.default_rng(seed)
-    lengths = rng.choice(np.asarray(costs.episode_steps), size=(updates, batch_size))
-    applied = [0.0]  # applied[k]: when update k's weights exist (update 0: the start)
-    summed = [0] * (updates + 1)  # episodes of each batch summed so far
-    coordinator = 0.0
-    idle: deque[tuple[float, int]] = deque((0.0, w) for w in range(workers))
-    playing: list[tuple[float, int, int]] = []  # (finish, worker, batch)
-    next_batch, next_episode = 1, 0
-    busy = 0.0
-    while len(applied) <= updates:
-        # Hand out episodes whose weights exist, in order, to the workers free longest.
-        while idle and next_batch <= updates and next_batch - 1 - lag < len(applied):
-            free_since, worker = idle.popleft()
-            start = max(free_since, applied[max(0, next_batch - 1 - lag)])
-            seconds = lengths[next_batch - 1, next_episode] * costs.step_seconds
-            busy += seconds
-            heapq.heappush(playing, (start + seconds, worker, next_batch))
-            next_episode += 1
-            if next_episode == batch_size:
-                next_batch, next_episode = next_batch + 1, 0
-        finish, worker, batch = heapq.heappop(playing)
-        coordinator = max(coordinator, finish) + costs.sum_seconds
-        summed[batch] += 1
-        idle.append((coordinator, worker))
-        while len(applied) <= updates and summed[len(applied)] == batch_size:
-            coordinator += costs.update_seconds
-            applied.append(coordinator)
-        idle = deque(sorted(idle))
-    wall = applied[-1]
-    efficiency = float(busy / (workers * wall))
+    wall = busy = steps = 0.0
+    for _ in range(updates):
+        drawn = [costs.episodes[i] for i in rng.integers(len(costs.episodes), size=batch_size)]
+        free = [(0.0, worker) for worker in range(min(workers, batch_size))]
+        keeper, back = [], 0.0
+        for episode in drawn:  # played in order, each by the worker free first
+            now, worker = heapq.heappop(free)
+            done = now + costs.round_trip_seconds + episode.play_seconds
+            keeper.append(worker)
+            back = max(back, done)
+            heapq.heappush(free, (done, worker))
+        now = back
+        for _epoch in range(epochs):
+            for part in range(len(drawn[0].pass_seconds)):
+                for arrival in _passes(costs, drawn, keeper, part, now):
+                    now = max(now, arrival) + costs.add_seconds  # the fixed order of additions
+                now += costs.step_seconds
+        wall += now
+        busy += sum(e.play_seconds + epochs * sum(e.pass_seconds) for e in drawn)
+        steps += sum(e.steps for e in drawn)
     return {
         "workers": workers,
         "batch_size": batch_size,
-        "policy_lag": lag,
-        "efficiency": efficiency,
-        "ratio": float(efficiency * costs.raw_step_seconds / costs.step_seconds),
+        "steps_per_sec": steps / wall,
+        "busy": busy / (workers * wall),
+        "ratio": steps * costs.raw_step_seconds / (workers * wall),
     }
 
 
-def project(
-    costs: Costs, worker_counts: list[int], batch_sizes: list[int], lags: list[int]
-) -> list[dict[str, float]]:
-    """`simulate` for every combination, in the order given."""
-    return [
-        simulate(costs, workers, batch_size, lag)
-        for batch_size in batch_sizes
-        for lag in lags
-        for workers in worker_counts
-    ]
+def run_projection(costs: Costs, batch_size: int, epochs: int) -> list[dict[str, float]]:
+    """`pong-mp bench --project`'s rows: 1 to 64 workers, with batches of `batch_size` and of
+    one episode a worker, each with its speed-up over one worker and its efficiency (speed-up /
+    workers; 1 is ideal)."""
+    counts = [1, 2, 4, 8, 16, 32, 64]
+    rows = [simulate(costs, w, batch_size, epochs) for w in counts]
+    rows += [simulate(costs, w, w, epochs) for w in counts if w > batch_size]
+    for row in rows:
+        row["speed_up"] = row["steps_per_sec"] / rows[0]["steps_per_sec"]
+        row["efficiency"] = row["speed_up"] / row["workers"]
+    return rows
 
 
-def run_projection(costs: Costs) -> list[dict[str, float]]:
-    """`pong-mp bench --project`'s: 1 to 64 workers, batch sizes 10 and 32, lags 0 and 1."""
-    return project(costs, [1, 2, 4, 8, 16, 32, 64], [10, 32], [0, 1])
+def _echo(conn: Connection) -> None:
+    # The other end of the round trip: send back whatever comes, until None.
+    while (message := conn.recv()) is not None:
+        conn.send(message)
+
+
+def round_trip_seconds(messages: int = 2000) -> float:
+    """A small message's trip to another process and back, through a pipe (median)."""
+    ctx = mp.get_context("spawn")
+    here, there = ctx.Pipe()
+    process = ctx.Process(target=_echo, args=(there,), daemon=True)
+    process.start()
+    try:
+        times = []
+        for number in range(messages):
+            start = time.perf_counter()
+            here.send(("task", number))
+            here.recv()
+            times.append(time.perf_counter() - start)
+        here.send(None)
+    finally:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+    return float(np.median(times))
 
 
 def measure_costs(
-    model: Path, env_id: str = "ALE/Pong-v5", episodes: int = 16, raw_seconds: float = 10.0
+    config: Any, params: np.ndarray, episodes: int = 16, raw_seconds: float = 10.0
 ) -> Costs:
-    """Measure here `episodes` training episodes of the agent in `model`, the raw emulator
-    in one process, one gradient added to a float64 sum, and one update."""
-    from pong_mp import policy
-    from pong_mp.backends.base import RolloutSpec, prepare_worker_process
+    """Measure here the parts of an update of `config` (a checked TrainConfig of the
+    actor-critic) from weights `params`: `episodes` episodes, each with one epoch's passes."""
+    from pong_mp.backends.base import prepare_worker_process
     from pong_mp.backends.episode_worker import EpisodeWorker
     from pong_mp.backends.shm import BlockShape, SharedWeights
     from pong_mp.batch_sum import BatchSum
-    from pong_mp.checkpoint import load_policy
-    from pong_mp.config import PRESETS, TrainConfig
-    from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
-    from pong_mp.pg import PGLearner, PGWork
+    from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
+    from pong_mp.gradient import Moments
+    from pong_mp.optim import MeanStep, step_threads
+    from pong_mp.policy import Weights32
+    from pong_mp.ppo import EpochTask, advantage_moments
     from pong_mp.signals import check_stop
-    from pong_mp.state import TrainState
     from pong_mp.tools.bench import env_steps_per_sec
-    from pong_mp.trainer import make_learner
+    from pong_mp.trainer import rollout_spec
 
     prepare_worker_process()
-    params, config = load_policy(model)
-    hidden = int(config["hidden"])
-    spec = RolloutSpec(env_id, policy.NetShape(hidden), PGWork(policy.GAMMA))
-    worker = EpisodeWorker(spec)
+    worker = EpisodeWorker(rollout_spec(config))
+    weights = Weights32.from_params(params, config.shape)
+    grad = np.empty(len(params), np.float32)
+    played: list[tuple[EpisodeTask, EpisodeStats, float]] = []
     worker.open()
-    weights = policy.Weights32.from_params(params, spec.shape)
-    grad = np.empty(policy.param_count(spec.shape), dtype=np.float32)
-    steps, seconds = [], 0.0
     try:
-        for task in make_tasks(0, 0, episodes):
+        for task in make_tasks(config.seed, 0, episodes, gradient=False):
             check_stop()
-            result = worker.play(weights, task, grad)
-            steps.append(result.stats.steps)
-            seconds += result.stats.seconds
+            start = time.perf_counter()
+            stats = worker.play(weights, task).stats
+            played.append((task, stats, time.perf_counter() - start))
+        moments = Moments()
+        for _, stats, _ in played:
+            moments.merge(advantage_moments(stats.data))
+        measured = []
+        for task, stats, play_seconds in played:
+            passes = []
+            for part in range(config.minibatches):
+                check_stop()
+                epoch_task = EpochTask(
+                    task.index, task.seed, stats.data, 0, part, config.minibatches,
+                    moments.mean, moments.standardizing_scale, config.entropy_bonus,
+                )
+                start = time.perf_counter()
+                worker.play(weights, epoch_task, grad)
+                passes.append(time.perf_counter() - start)
+            measured.append(EpisodeCost(stats.steps, play_seconds, tuple(passes)))
     finally:
         worker.close()
-    raw = env_steps_per_sec(env_id, raw_seconds)
 
-    total = np.zeros(len(params))
+    total = np.empty(len(params))
+    summed = BatchSum(0, 20, total)
     start = time.perf_counter()
-    for _ in range(20):
-        total += grad
-    sum_seconds = (time.perf_counter() - start) / 20
+    for index in range(20):
+        summed.add(EpisodeResult(EpisodeStats(index, 0.0, 1, 0.0), grad))
+    add_seconds = (time.perf_counter() - start) / 20
 
-    # The trainer's own update (optimizer step and statistics), then the broadcast.
-    learner = make_learner(TrainConfig(**(PRESETS["pg"] | {"env": env_id, "hidden": hidden})))
-    assert isinstance(learner, PGLearner)
-    state = TrainState(params=params, cache=np.zeros_like(params))
-    summed = BatchSum(0, 1, np.empty(len(params)))
-    summed.add(EpisodeResult(EpisodeStats(0, 0.0, 1, 0.0), grad))
-    shared: SharedWeights | None = None
+    # The learner's own step: its norm, the step, then the publish to the workers.
+    stepper = MeanStep(config.optimizer, config.decay_rate, step_threads())
+    stepper.load(params, np.zeros_like(params), np.zeros_like(params))
+    shared = SharedWeights.create(BlockShape(config.shape, value=True))
     try:
-        shared = SharedWeights.create(BlockShape(policy.NetShape(hidden)))
-        start = time.perf_counter()
-        for _ in range(10):
-            state, _ = learner.apply(state, summed)
-            shared.write(state.params, state.batch)
-        update_seconds = (time.perf_counter() - start) / 10
+        with stepper:
+            start = time.perf_counter()
+            for step in range(1, 21):
+                norm = stepper.norm(total, 1000.0)
+                stepper.step(total, 1000.0, 0.5 / norm if norm > 0.5 else 1.0, step, 1e-6)
+                shared.write(stepper.weights, step)
+            step_seconds = (time.perf_counter() - start) / 20
     finally:
-        if shared is not None:
-            shared.close()
-            shared.unlink()
+        shared.close()
+        shared.unlink()
     return Costs(
-        episode_steps=tuple(steps),
-        step_seconds=seconds / sum(steps),
-        raw_step_seconds=1.0 / raw,
-        sum_seconds=sum_seconds,
-        update_seconds=update_seconds,
+        episodes=tuple(measured),
+        raw_step_seconds=1.0 / env_steps_per_sec(config.env, raw_seconds),
+        add_seconds=add_seconds,
+        step_seconds=step_seconds,
+        round_trip_seconds=round_trip_seconds(),
     )
 
 
 def format_projection(costs: Costs, rows: list[dict[str, Any]]) -> str:
     """The measured costs, then the projection as a Markdown table."""
-    steps = np.asarray(costs.episode_steps)
+    steps = np.asarray([e.steps for e in costs.episodes])
+    play = sum(e.play_seconds for e in costs.episodes) / steps.sum()
+    passes = sum(sum(e.pass_seconds) for e in costs.episodes) / steps.sum()
     measured = (
-        f"measured: {len(steps)} trained episodes of {steps.mean():,.0f} steps on average "
-        f"(min {steps.min():,}, max {steps.max():,}); "
-        f"{1e3 * costs.step_seconds:.3f} ms a training step, "
-        f"{1e3 * costs.raw_step_seconds:.3f} ms a raw one; "
-        f"{1e3 * costs.sum_seconds:.2f} ms to add a gradient, "
-        f"{1e3 * costs.update_seconds:.1f} ms an update with its broadcast"
+        f"measured: {len(steps)} episodes of {steps.mean():,.0f} steps on average "
+        f"(min {steps.min():,}, max {steps.max():,}); per env step {1e3 * play:.3f} ms to play, "
+        f"{1e3 * passes:.3f} ms a pass, {1e3 * costs.raw_step_seconds:.3f} ms raw; "
+        f"{1e3 * costs.add_seconds:.2f} ms to add a gradient, {1e3 * costs.step_seconds:.1f} ms "
+        f"an optimizer step with its publish, {1e6 * costs.round_trip_seconds:.0f} us a round trip"
     )
-    table = (
-        f"{r['workers']} | {r['batch_size']} | {r['policy_lag']} | "
-        f"{100 * r['efficiency']:.0f}% | {r['ratio']:.2f}"
-        for r in rows
+    return markdown_table(
+        "workers | batch size | training steps/s | speed-up over 1 worker | efficiency | "
+        "workers busy | training / raw",
+        (
+            f"{r['workers']} | {r['batch_size']} | {r['steps_per_sec']:,.0f} | "
+            f"{r['speed_up']:.2f}x | {r['efficiency']:.2f} | {100 * r['busy']:.0f}% | "
+            f"{r['ratio']:.2f}"
+            for r in rows
+        ),
+        [measured, ""],
     )
-    head = "workers | batch size | policy lag | workers busy | training / raw (projected)"
-    return markdown_table(head, table, [measured, ""])
