@@ -1,0 +1,71 @@
+"""What the actor-critic's projection says of a W-worker recipe, and of taking the
+coordinator's sums off its one core, from the costs a `pong-mp bench --project` record
+measured.
+
+For each (workers, batch size) the batch is passed over with minibatches scaled as the
+batch (16 a pass at 10 episodes, so the optimizer steps per env step stay the defaults'),
+each episode's measured pass time of one epoch shared evenly among them (so a pass's fixed
+cost is left out), in three cases: the coordinator as measured; each round's additions
+shared by W cores; and its optimizer step on 4 times the threads besides. Prints JSON.
+
+    python docs/bench/projection_what_if.py docs/bench/DATE-projection.json \
+        > docs/bench/DATE-projection-what-if.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+from pong_mp.tools.projection import Costs, EpisodeCost, simulate
+
+SHAPES = [(2, 10), (8, 32), (16, 32), (16, 64), (32, 64), (32, 128)]
+"""(workers, batch size) pairs projected."""
+
+
+def main() -> None:
+    """Print the what-if rows of the record named on the command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("record", help="JSON of `pong-mp bench --project --json`")
+    record = parser.parse_args().record
+    with open(record) as file:
+        measured = json.load(file)
+    raw = measured["costs"]
+    costs = Costs(
+        episodes=tuple(
+            EpisodeCost(e["steps"], e["play_seconds"], tuple(e["pass_seconds"]))
+            for e in raw["episodes"]
+        ),
+        **{k: raw[k] for k in ("raw_step_seconds", "add_seconds", "step_seconds",
+                               "round_trip_seconds")},
+    )
+    one = simulate(costs, 1, measured["batch_size"], measured["epochs"])["steps_per_sec"]
+    rows = []
+    for workers, batch in SHAPES:
+        parts = round(measured["minibatches"] * batch / measured["batch_size"])
+        even = dataclasses.replace(
+            costs,
+            episodes=tuple(
+                dataclasses.replace(e, pass_seconds=(sum(e.pass_seconds) / parts,) * parts)
+                for e in costs.episodes
+            ),
+        )
+        cases = {
+            "measured": even,
+            "sums_on_w_cores": dataclasses.replace(even, add_seconds=even.add_seconds / workers),
+            "sums_on_w_cores_step_4x": dataclasses.replace(
+                even, add_seconds=even.add_seconds / workers, step_seconds=even.step_seconds / 4
+            ),
+        }
+        for case, case_costs in cases.items():
+            row = simulate(case_costs, workers, batch, measured["epochs"], updates=5)
+            rows.append({
+                "case": case, "minibatches": parts, **row,
+                "efficiency": row["steps_per_sec"] / one / workers,
+            })
+    print(json.dumps({"record": record, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
