@@ -8,15 +8,18 @@ ran. That order is a fixed two-level tree over the episodes' positions in the ba
   are added in position order into a float64 group sum (`sum_group`);
 - the group sums are added in group order into the batch's total.
 
-A backend may hand back single episodes (the coordinator groups and adds them) or whole
-group sums made with `sum_group` elsewhere (the Ray backend sums each group on the node that
-played it). Both give the same bytes. A batch of at most GROUP episodes is one group, whose
-sum is the plain in-order sum.
+A backend may hand back single episodes (the coordinator groups and adds them as they
+arrive), whole group sums made with `sum_group` elsewhere (the Ray backend sums each group on
+the node that played it), or episodes whose gradients stay where they are until the round is
+complete (the local pool's slot per position; `sum_in_blocks` then adds the whole tree on
+several threads, each on its own blocks of the parameters). All give the same bytes: each
+element sees the same additions in the same order. A batch of at most GROUP episodes is one
+group, whose sum is the plain in-order sum.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +54,33 @@ def sum_group(grads: Iterable[np.ndarray]) -> np.ndarray:
     if total is None:
         raise ValueError("a group has at least one gradient")
     return total
+
+
+Ranges = Callable[[Callable[[int, int], object]], None]
+"""Runs a function of an element range (start, stop) over all the parameters' ranges, on
+threads (`optim.MeanStep.ranges`)."""
+
+
+def sum_in_blocks(total: np.ndarray, grads: list[np.ndarray], ranges: Ranges | None) -> None:
+    """The batch's whole tree of additions over `grads` (float32, in position order) into
+    `total`, range by range (on threads where `ranges` runs them so): each element gets
+    exactly the additions, in the same order, that adding the gradients one by one gives."""
+
+    def part(start: int, stop: int) -> None:
+        out = total[start:stop]
+        for group in range(group_count(len(grads))):
+            members = [g[start:stop] for g in grads[group * GROUP : (group + 1) * GROUP]]
+            # Group 0 is summed straight into the total, whose first term it is anyway.
+            first = _add(out if group == 0 else None, members[0], first=True)
+            for grad in members[1:]:
+                _add(first, grad, first=False)
+            if group:
+                _add(out, first, first=False)
+
+    if ranges is None:
+        part(0, len(total))
+    else:
+        ranges(part)
 
 
 def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
@@ -93,11 +123,20 @@ class BatchSum:
     wait is copied, since backends may reuse its memory.
     """
 
-    def __init__(self, first_index: int, batch_size: int, out: np.ndarray | None) -> None:
+    def __init__(
+        self,
+        first_index: int,
+        batch_size: int,
+        out: np.ndarray | None,
+        ranges: Ranges | None = None,
+    ) -> None:
         """Sum episodes first_index .. first_index + batch_size - 1 into `out` (overwritten);
         with `out` None, a round of tasks that give no gradient (`Task.gradient`) is only
-        counted."""
+        counted. A round whose gradients stay (`EpisodeResult.stays`) is summed when complete,
+        its ranges run by `ranges` (None: in one)."""
         self.total = out
+        self._ranges = ranges
+        self._staying: dict[int, np.ndarray] = {}  # position -> a gradient that stays
         self.count = 0  # episodes whose results arrived
         self.steps = 0
         self.rewards: dict[int, float] = {}
@@ -144,6 +183,11 @@ class BatchSum:
         if grad is None:
             return
         position = stats.index - self._first
+        if isinstance(item, EpisodeResult) and item.stays:
+            self._stay(position, grad)
+            return
+        if self._staying:
+            raise ValueError("a batch's gradients either all stay or none does")
         group = position // GROUP
         if group not in self._open:
             size = min(GROUP, self._batch_size - group * GROUP)
@@ -155,6 +199,17 @@ class BatchSum:
             del self._open[group]
             assert pending.total is not None
             self._group_done(group, pending.total)
+
+    def _stay(self, position: int, grad: np.ndarray) -> None:
+        if self._open or self._next_group:
+            raise ValueError("a batch's gradients either all stay or none does")
+        self._staying[position] = grad
+        if len(self._staying) == self._batch_size:
+            assert self.total is not None
+            grads = [self._staying[p] for p in range(self._batch_size)]
+            sum_in_blocks(self.total, grads, self._ranges)
+            self._staying.clear()
+            self._next_group = self._groups
 
     def _group_done(self, group: int, grad: np.ndarray) -> None:
         if group != self._next_group:

@@ -79,6 +79,10 @@ class EpisodeResult:
     """Flat gradient of the episode's objective w.r.t. the parameters (float32): an array of
     its own, or a view of a worker's shared slot, valid until that worker plays again; None
     for a task that gives none (`Task.gradient`)."""
+    stays: bool = False
+    """Whether `grad` stays as it is until its round of tasks is summed (a slot of the
+    local pool's for each position of the batch): BatchSum keeps the view and sums the round
+    when it is complete, on several threads, instead of adding each as it arrives."""
 
 
 def episode_seed(run_seed: int, index: int) -> int:

@@ -149,6 +149,17 @@ class MeanStep:
 
         return not any(self._share(part))
 
+    def ranges(self, part: Callable[[int, int], object]) -> None:
+        """Run `part(start, stop)` over the element ranges of the parameters, on the step's
+        threads (inside `with`): a round's sum of gradients (`batch_sum.sum_in_blocks`)."""
+        n = len(self.params)
+
+        def blocks(first: int, last: int) -> bool:
+            part(first * STEP_BLOCK, min(n, last * STEP_BLOCK))
+            return False
+
+        self._share(blocks)
+
     def _share(self, part: Callable[[int, int], bool]) -> list[bool]:
         # The blocks in one contiguous run a thread, the last run in the caller's.
         blocks = len(self._partials)

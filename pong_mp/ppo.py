@@ -567,7 +567,7 @@ class PPOLearner:
                     )
                     for task in tasks
                 ]
-                summed = BatchSum(first, settings.batch_size, self._total)
+                summed = BatchSum(first, settings.batch_size, self._total, stepper.ranges)
                 passes = {
                     stats.index: stats.report
                     for stats in run_round(backend, self._version, epoch_tasks, summed)

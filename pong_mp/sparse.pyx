@@ -715,8 +715,9 @@ def add_float32(double[::1] total, const float[::1] grad) -> None:
     cdef Py_ssize_t n = total.shape[0], i
     if grad.shape[0] != n:
         raise ValueError("add_float32: arrays of mismatched sizes")
-    for i in range(n):
-        total[i] = total[i] + <double>grad[i]
+    with nogil:  # a round's sum runs on several threads, each on its own blocks
+        for i in range(n):
+            total[i] = total[i] + <double>grad[i]
 
 
 # -- the actor-critic's step, in ranges that threads share (optim.MeanStep) ---------------------

@@ -67,6 +67,7 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
         env_kwargs=dict(config.env_kwargs),
         episode_timeout=config.episode_timeout,
         lag=config.policy_lag,
+        batch_size=config.batch_size,
     )
 
 

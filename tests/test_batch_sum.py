@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -139,3 +142,54 @@ def test_a_group_sum_gives_numpy_bytes_for_any_gradient_array(kind: str) -> None
     for g in grads[1:]:
         expected = expected + g
     assert sum_group(grads).tobytes() == expected.tobytes()
+
+
+def _staying(results: list[EpisodeResult]) -> list[EpisodeResult]:
+    # As the local pool's slot-per-position results come: float32 views that stay.
+    return [
+        EpisodeResult(r.stats, r.grad.astype(np.float32), stays=True) for r in results
+    ]
+
+
+def _ranges_of(size: int) -> Callable[[Callable[[int, int], object]], None]:
+    # Uneven element ranges, run on 3 threads in reverse order: no range may depend on another.
+    cuts = [0, 7, 123, 124, size]
+
+    def ranges(part: Callable[[int, int], object]) -> None:
+        with ThreadPoolExecutor(3) as pool:
+            for future in [pool.submit(part, a, b) for a, b in reversed(list(pairwise(cuts)))]:
+                future.result()
+
+    return ranges
+
+
+@pytest.mark.parametrize("count", [1, 10, GROUP, GROUP + 1, 2 * GROUP + 7])
+@pytest.mark.parametrize("threads", [False, True])
+def test_a_round_whose_gradients_stay_is_summed_at_its_end_to_the_same_bytes(
+    count: int, threads: bool
+) -> None:
+    results = _staying(_results(count, first=40))
+    one_by_one = [EpisodeResult(r.stats, r.grad) for r in results]  # added as they arrive
+    expected = sum_gradients(one_by_one).tobytes()
+    shuffled = results[:]
+    random.Random(count).shuffle(shuffled)
+    summed = BatchSum(40, count, np.empty(SIZE), _ranges_of(SIZE) if threads else None)
+    for number, result in enumerate(shuffled):
+        assert not summed.complete
+        summed.add(result)
+        if number < count - 1:  # nothing is added before the round is complete
+            assert summed._staying and len(summed._staying) == number + 1
+    assert summed.complete and summed.total.tobytes() == expected
+
+
+def test_a_batch_whose_gradients_partly_stay_is_refused() -> None:
+    results = _results(3, first=0)
+    staying = _staying(results)
+    summed = BatchSum(0, 3, np.empty(SIZE))
+    summed.add(results[0])
+    with pytest.raises(ValueError, match="either all stay or none"):
+        summed.add(staying[1])
+    summed = BatchSum(0, 3, np.empty(SIZE))
+    summed.add(staying[1])
+    with pytest.raises(ValueError, match="either all stay or none"):
+        summed.add(results[0])

@@ -388,13 +388,15 @@ def test_too_little_shared_memory_is_one_line_and_writes_nothing(
 def test_a_dev_shm_with_room_for_one_gradient_slot_a_worker_trains_with_one(
     tmp_path: Path,
 ) -> None:
-    # The actor-critic's second slot a worker (23.1 MB in all here) only saves time.
+    # The actor-critic's slot a position of the batch and a second slot a worker (23.1 MB in
+    # all here, either, with the weights) only save time: with 18 MB, each of the 2 workers
+    # has one slot (13.9 MB).
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("a /dev/shm of its own needs root and unshare(1)")
     run_dir = tmp_path / "R"
     done = _in_a_small_dev_shm(
         "18m", "train", "--env", "FakePong-v0", "--env-arg", "points_to_win=1", "--workers",
-        "2", "--batches", "1", "--batch-size", "2", "-q", "--run-dir", str(run_dir),
+        "2", "--batches", "1", "--batch-size", "4", "-q", "--run-dir", str(run_dir),
     )
     if "cannot mount" in done.stderr or "unshare" in done.stderr:
         pytest.skip(f"cannot mount a tmpfs on /dev/shm here: {done.stderr.strip()}")

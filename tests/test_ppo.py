@@ -401,13 +401,17 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
     assert got == expected
 
 
-def test_a_worker_killed_with_a_pass_queued_changes_no_bit(clean_system) -> None:
+@pytest.mark.parametrize("batch_size", [0, 3], ids=["own-slots", "a-slot-a-position"])
+def test_a_worker_killed_with_a_pass_queued_changes_no_bit(
+    batch_size: int, clean_system
+) -> None:
     # One worker keeps every trajectory after a first round, so in the second it is sent
     # each next pass while it still computes the one before; killed mid-pass, its queued
     # pass goes back in line uncounted, and both are played again by its replacement.
     hidden = 200
     spec = RolloutSpec(
-        "FakePong-v0", policy.NetShape(hidden), ppo.PPOWork(0.99), workers=1, max_retries=1
+        "FakePong-v0", policy.NetShape(hidden), ppo.PPOWork(0.99), workers=1, max_retries=1,
+        batch_size=batch_size,
     )
     params = policy.init_params(policy.NetShape(hidden), 3, value=True)
     tasks = [
@@ -421,6 +425,7 @@ def test_a_worker_killed_with_a_pass_queued_changes_no_bit(clean_system) -> None
     with new_backend("serial", spec) as serial:
         expected = summed(serial.run_batch(params, tasks))
     with new_backend("local", spec) as backend:
+        assert backend._by_position == bool(batch_size)
         assert summed(backend.run_batch(params, tasks)) == expected
         assert backend.queued_passes == 0  # nothing kept yet: nothing to send ahead
         pid = backend.worker_pids()[0]
@@ -459,14 +464,21 @@ def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[byt
     return sums
 
 
+@pytest.mark.parametrize("batch_size", [0, 6], ids=["own-slots", "a-slot-a-position"])
 @pytest.mark.parametrize("kill", [False, True], ids=["all-kept", "a-worker-replaced"])
 def test_passes_go_without_their_trajectory_to_the_worker_that_keeps_it(
-    kill: bool, clean_system
+    kill: bool, batch_size: int, clean_system
 ) -> None:
-    spec = RolloutSpec("FakePong-v0", policy.NetShape(HIDDEN), ppo.PPOWork(0.99), workers=2)
+    # With a slot for each position of the batch, each pass's gradient stays there until its
+    # round is summed; with a slot or two a worker, each is added as it arrives.
+    spec = RolloutSpec(
+        "FakePong-v0", policy.NetShape(HIDDEN), ppo.PPOWork(0.99), workers=2,
+        batch_size=batch_size,
+    )
     with new_backend("serial", spec) as serial:
         expected = _passes_after_a_batch(serial)
     with new_backend("local", spec) as backend:
+        assert backend._by_position == bool(batch_size)
         kept_by_first = len(backend._workers[0].kept)  # nothing yet: records start empty
         got = _passes_after_a_batch(backend, kill_before_passes=kill)
         light, whole = backend.light_passes, backend.whole_passes

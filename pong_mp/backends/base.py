@@ -119,6 +119,10 @@ class RolloutSpec:
     """How many times an episode is played again after it failed, before the run stops."""
     lag: int = 0
     """Policy lag: the backend keeps lag + 1 weights versions (as many batches in flight)."""
+    batch_size: int = 0
+    """Episodes a batch: the local pool gives the actor-critic's passes a gradient slot for
+    each position (0: each worker a slot or two of its own)."""
+
     @property
     def value_head(self) -> bool:
         """Whether the weights carry a value head (the learner's)."""

@@ -14,8 +14,12 @@ retried a bounded number of times.
 With --algo ppo, an idle worker takes first the passes (PassTasks) over the episodes whose
 data it keeps (`kept.py`), which go without it: a trajectory crosses the pipe once an update
 instead of once a pass, and again only to a worker that would otherwise wait. A worker busy
-with a pass is also sent its next such pass, into its second gradient slot, so the passes of
-a round follow each other with no round trip while the coordinator adds the last gradient.
+with a pass is also sent its next such pass, so the passes of a round follow each other with
+no round trip. The passes' gradients go into one block with a slot for each position of the
+batch, which every worker writes: a gradient stays there until its round is complete, and
+the round is then summed by the coordinator's threads, each on its own blocks of the
+parameters (`batch_sum.sum_in_blocks`), not one gradient at a time as they arrive. Where
+/dev/shm has no room for that block, each worker has a slot or two of its own.
 
 Data flow of one batch:
 
@@ -119,6 +123,7 @@ class LocalBackend(BackendBase):
         self._pending: deque[Play] = deque()  # submitted, not yet sent to a worker
         self._retries: Retries[Play] = Retries(spec.max_retries)
         self._slots = gradient_slots(spec)
+        self._by_position = False  # one block, a slot per position of the batch (see above)
         # For `pong-mp bench`, summed over workers: the time spent playing the episodes whose
         # results came back, and where the rest went: done with their part of a batch while
         # others played its last episodes (barrier); from the batch's last result (or their
@@ -142,46 +147,56 @@ class LocalBackend(BackendBase):
         tracker), spawn the workers and wait for their envs; WorkerError if one cannot start."""
         remove_stale_blocks()
         start_resource_tracker()
-        slots = range(self.spec.workers)
-        # Before anything is made, and before the workers start. A second gradient slot
-        # only saves time: where /dev/shm has no room for it, each worker has one.
-        self._slots = gradient_slots(self.spec)
-        try:
-            check_room(*self._room(self._slots))
-        except SharedMemoryFull:
-            if self._slots == 1:
-                raise
-            self._slots = 1
-            check_room(*self._room(1))  # too little even for one: the error names that need
+        # Before anything is made, and before the workers start. The layouts of the gradient
+        # slots only differ in speed: where /dev/shm has no room for one, the next is tried,
+        # and where it has none for the last, the error names that need.
+        layouts = self._layouts()
+        for number, (slots, by_position) in enumerate(layouts):
+            try:
+                check_room(*self._room(slots, by_position))
+                break
+            except SharedMemoryFull:
+                if number == len(layouts) - 1:
+                    raise
+        self._slots, self._by_position = slots, by_position
         weights_shape, grad_shape = block_shapes(self.spec, self._slots)
         try:
             try:
                 self._weights = SharedWeights.create(weights_shape)
-                for _ in slots:
+                for _ in range(1 if by_position else self.spec.workers):
                     self._grads.append(SharedGradient.create(grad_shape))
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                     # The room was there a moment ago, or a limit other than the size bit.
-                    raise room_error(*self._room(self._slots), free_bytes()) from exc
+                    room = self._room(slots, by_position)
+                    raise room_error(*room, free_bytes()) from exc
                 raise BackendUnavailable(
                     f"cannot create shared memory in /dev/shm: {exc.strerror or exc}"
                 ) from exc
-            self._workers = []
-            for slot in slots:
-                self._workers.append(self._spawn(slot))
+            self._workers = [self._spawn(slot) for slot in range(self.spec.workers)]
             self._await_ready()
         except BaseException:
             self.close()
             raise
 
-    def _room(self, slots: int) -> tuple[int, str]:
-        """The bytes of /dev/shm the weights and `slots` gradient slots a worker take, and
+    def _layouts(self) -> list[tuple[int, bool]]:
+        """The layouts of the gradient slots, fastest first: (slots, whether one block has a
+        slot per position of the batch, or each worker a block of its own)."""
+        own = [(slots, False) for slots in range(gradient_slots(self.spec), 0, -1)]
+        if self.spec.value_head and self.spec.batch_size:
+            return [(self.spec.batch_size, True), *own]
+        return own
+
+    def _room(self, slots: int, by_position: bool) -> tuple[int, str]:
+        """The bytes of /dev/shm the weights and the gradient slots of a layout take, and
         what they are, for `check_room`."""
         weights_shape, grad_shape = block_shapes(self.spec, slots)
-        workers = self.spec.workers
-        needed = SharedWeights.size(weights_shape) + workers * SharedGradient.size(grad_shape)
+        blocks = 1 if by_position else self.spec.workers
+        needed = SharedWeights.size(weights_shape) + blocks * SharedGradient.size(grad_shape)
+        if by_position:
+            return needed, f"the weights and a gradient slot for each of {slots} episodes"
         each = "a gradient slot" if slots == 1 else f"{slots} gradient slots"
-        return needed, f"the weights and {each} for each of {workers} workers"
+        return needed, f"the weights and {each} for each of {blocks} workers"
 
     def _await_ready(self) -> None:
         waiting = {w.conn: w for w in self._workers}
@@ -210,7 +225,7 @@ class LocalBackend(BackendBase):
 
     def _spawn(self, slot: int) -> _Worker:
         assert self._weights is not None
-        grad = self._grads[slot]
+        grad = self._grads[0 if self._by_position else slot]
         ours, theirs = self._ctx.Pipe(duplex=True)
         process = self._ctx.Process(
             target=worker_main,
@@ -326,8 +341,9 @@ class LocalBackend(BackendBase):
 
     def results(self) -> Iterator[EpisodeResult]:
         """Play the submitted episodes on the pool, in submission order; yield results as
-        they arrive. A result's gradient is a view of its worker's shared slot, valid until
-        the next result is asked for (the worker gets no new episode before)."""
+        they arrive. A result's gradient is a view of a shared slot: valid until the next
+        result is asked for (the worker gets no new episode before), or where it `stays`
+        (a slot per position), until the next round is submitted."""
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
         self._dispatch()
@@ -354,13 +370,13 @@ class LocalBackend(BackendBase):
 
     def _send(self, w: _Worker, job: Play) -> None:
         if w.job is None:
-            job = job._replace(slot=0)
+            job = job._replace(slot=self._slot(job, 0))
             w.job, w.since, w.sent = job, time.monotonic(), time.perf_counter()
             if w.idle_since is not None:
                 self.coordinator_seconds += w.sent - w.idle_since
                 w.idle_since = None
-        else:  # queued behind its job, into the slot the job does not write
-            job = w.queued = job._replace(slot=1 - w.job.slot)
+        else:  # queued behind its job, into a slot the job does not write
+            job = w.queued = job._replace(slot=self._slot(job, 1 - w.job.slot))
             self.queued_passes += 1
         message = job
         if isinstance(job.task, PassTask):
@@ -375,6 +391,11 @@ class LocalBackend(BackendBase):
         # If it died, sending fails or goes nowhere; its sentinel reports the death next wait.
         with contextlib.suppress(OSError, ValueError):
             w.conn.send(message)
+
+    def _slot(self, job: Play, own: int) -> int:
+        # Its position's slot (the positions of a round's tasks are consecutive indices, so
+        # each has its own), or slot `own` of the worker's block.
+        return job.task.index % self._slots if self._by_position else own
 
     def _collect(self, w: _Worker, ready: list[object]) -> EpisodeResult | None:
         """The result `w` sent, or None after handling its death, failure or readiness."""
@@ -401,9 +422,10 @@ class LocalBackend(BackendBase):
             self._retries.forget(message.stats.index)
             if message.stats.data is not None:  # as the worker kept it
                 w.kept.played(message.stats.index, message.stats.data)
-            # A view of the worker's slot: valid until this worker gets its next episode.
+            # A view of the slot: valid until this worker gets its next episode, or where it
+            # is its position's, until the next round.
             grad = w.grad.slots[message.slot] if message.gradient else None
-            return EpisodeResult(message.stats, grad)
+            return EpisodeResult(message.stats, grad, stays=self._by_position)
         index, tb = message.index, message.traceback
         job = w.job
         if job is None or index is None:  # it failed before it could play anything
