@@ -4,7 +4,8 @@ the coordinator runs:
 
     play        one trained agent's episodes, played and recorded (EpisodeWorker)
     pass        each episode's minibatch passes of one epoch (the same worker, epoch_pass)
-    add         one float32 gradient into the float64 sum (batch_sum)
+    sum         a complete round's gradients summed on the coordinator's threads, per
+                gradient (batch_sum.sum_in_blocks)
     step        the norm, the optimizer step and the publish of the new weights (MeanStep)
     round trip  one message to a worker process and back (a pipe)
     raw         the emulator alone, in one process
@@ -15,7 +16,7 @@ the coordinator runs:
     --epochs x --minibatches rounds, each:
       weights out (half a round trip) -> each worker runs the passes over the episodes it
       keeps back to back, then takes any still waiting -> each gradient back (half a round
-      trip) and added in the batch's fixed order -> the step, then the next round
+      trip) -> once all are back, the round's sum and the step, then the next round
 
 Left out: the memory bandwidth and caches that processes share, the cores the coordinator
 takes on a machine with none spare, and the optimizer step's threads on a machine with more
@@ -52,7 +53,7 @@ class Costs:
 
     episodes: tuple[EpisodeCost, ...]
     raw_step_seconds: float  # the emulator's per env step alone, in one process
-    add_seconds: float  # the coordinator's to add one gradient into the batch's sum
+    add_seconds: float  # the coordinator's per gradient to sum a complete round
     step_seconds: float  # the coordinator's for one optimizer step and its publish
     round_trip_seconds: float  # a message to a worker process and back
 
@@ -107,9 +108,8 @@ def simulate(
         now = back
         for _epoch in range(epochs):
             for part in range(len(drawn[0].pass_seconds)):
-                for arrival in _passes(costs, drawn, keeper, part, now):
-                    now = max(now, arrival) + costs.add_seconds  # the fixed order of additions
-                now += costs.step_seconds
+                arrivals = _passes(costs, drawn, keeper, part, now)
+                now = max(arrivals) + len(drawn) * costs.add_seconds + costs.step_seconds
         wall += now
         busy += sum(e.play_seconds + epochs * sum(e.pass_seconds) for e in drawn)
         steps += sum(e.steps for e in drawn)
@@ -170,8 +170,8 @@ def measure_costs(
     from pong_mp.backends.base import prepare_worker_process
     from pong_mp.backends.episode_worker import EpisodeWorker
     from pong_mp.backends.shm import BlockShape, SharedWeights
-    from pong_mp.batch_sum import BatchSum
-    from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
+    from pong_mp.batch_sum import sum_in_blocks
+    from pong_mp.episode import EpisodeStats, EpisodeTask, make_tasks
     from pong_mp.gradient import Moments
     from pong_mp.optim import MeanStep, step_threads
     from pong_mp.policy import Weights32
@@ -211,19 +211,18 @@ def measure_costs(
     finally:
         worker.close()
 
+    # The learner's own round: the sum on the step's threads, its norm, the step, then the
+    # publish to the workers.
     total = np.empty(len(params))
-    summed = BatchSum(0, 20, total)
-    start = time.perf_counter()
-    for index in range(20):
-        summed.add(EpisodeResult(EpisodeStats(index, 0.0, 1, 0.0), grad))
-    add_seconds = (time.perf_counter() - start) / 20
-
-    # The learner's own step: its norm, the step, then the publish to the workers.
     stepper = MeanStep(config.optimizer, config.decay_rate, step_threads())
     stepper.load(params, np.zeros_like(params), np.zeros_like(params))
     shared = SharedWeights.create(BlockShape(config.shape, value=True))
     try:
         with stepper:
+            start = time.perf_counter()
+            for _ in range(5):
+                sum_in_blocks(total, [grad] * 20, stepper.ranges)
+            add_seconds = (time.perf_counter() - start) / 100
             start = time.perf_counter()
             for step in range(1, 21):
                 norm = stepper.norm(total, 1000.0)
@@ -251,7 +250,8 @@ def format_projection(costs: Costs, rows: list[dict[str, Any]]) -> str:
         f"measured: {len(steps)} episodes of {steps.mean():,.0f} steps on average "
         f"(min {steps.min():,}, max {steps.max():,}); per env step {1e3 * play:.3f} ms to play, "
         f"{1e3 * passes:.3f} ms a pass, {1e3 * costs.raw_step_seconds:.3f} ms raw; "
-        f"{1e3 * costs.add_seconds:.2f} ms to add a gradient, {1e3 * costs.step_seconds:.1f} ms "
+        f"{1e3 * costs.add_seconds:.2f} ms a gradient to sum a round, "
+        f"{1e3 * costs.step_seconds:.1f} ms "
         f"an optimizer step with its publish, {1e6 * costs.round_trip_seconds:.0f} us a round trip"
     )
     return markdown_table(
