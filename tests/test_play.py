@@ -202,7 +202,10 @@ def test_a_failed_recording_leaves_no_file(
 
 
 def test_cli_play_warns_when_the_env_is_not_the_one_trained_on(fake_checkpoint: Path) -> None:
-    done = pong_mp("play", str(fake_checkpoint), "--env", SLOW_PONG, "--episodes", "1")
+    done = pong_mp(
+        "play", str(fake_checkpoint), "--env", SLOW_PONG, "--episodes", "1",
+        "--env-arg", "points_to_win=1",
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stderr == (
         f"pong-mp: warning: this policy was trained on FakePong-v0, not {SLOW_PONG}; "
