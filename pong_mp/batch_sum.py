@@ -70,12 +70,12 @@ def sum_in_blocks(total: np.ndarray, grads: list[np.ndarray], ranges: Ranges | N
         out = total[start:stop]
         for group in range(group_count(len(grads))):
             members = [g[start:stop] for g in grads[group * GROUP : (group + 1) * GROUP]]
-            # Group 0 is summed straight into the total, whose first term it is anyway.
-            first = _add(out if group == 0 else None, members[0], first=True)
-            for grad in members[1:]:
-                _add(first, grad, first=False)
             if group:
-                _add(out, first, first=False)
+                _add(out, sum_group(members), first=False)
+                continue
+            # Group 0 is summed straight into the total, whose first term it is anyway.
+            for count, grad in enumerate(members):
+                _add(out, grad, first=count == 0)
 
     if ranges is None:
         part(0, len(total))

@@ -30,11 +30,14 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from pong_mp.tools import markdown_table
+
+if TYPE_CHECKING:
+    from pong_mp.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -63,24 +66,14 @@ def _passes(
 ) -> list[float]:
     # When each episode's gradient of minibatch `part` is back at the coordinator: each worker
     # runs the passes it keeps in episode order, then takes the first still waiting.
-    kept: list[list[int]] = [[] for _ in range(max(keeper) + 1)]
-    for index, worker in enumerate(keeper):
-        kept[worker].append(index)
-    waiting = sorted(range(len(drawn)), reverse=True)  # popped from the end: lowest first
-    taken: set[int] = set()
+    waiting = set(range(len(drawn)))
     arrival = [0.0] * len(drawn)
-    free = [(start + costs.round_trip_seconds / 2, worker) for worker in range(len(kept))]
-    while len(taken) < len(drawn):
+    free = [(start + costs.round_trip_seconds / 2, worker) for worker in range(max(keeper) + 1)]
+    while waiting:
         now, worker = heapq.heappop(free)
-        while kept[worker] and kept[worker][0] in taken:
-            kept[worker].pop(0)
-        if kept[worker]:
-            index = kept[worker].pop(0)
-        else:
-            while waiting[-1] in taken:
-                waiting.pop()
-            index = waiting.pop()
-        taken.add(index)
+        own = [index for index in waiting if keeper[index] == worker]
+        index = min(own or waiting)
+        waiting.remove(index)
         done = now + drawn[index].pass_seconds[part]
         arrival[index] = done + costs.round_trip_seconds / 2
         heapq.heappush(free, (done, worker))
@@ -163,7 +156,7 @@ def round_trip_seconds(messages: int = 2000) -> float:
 
 
 def measure_costs(
-    config: Any, params: np.ndarray, episodes: int = 16, raw_seconds: float = 10.0
+    config: TrainConfig, params: np.ndarray, episodes: int = 16, raw_seconds: float = 10.0
 ) -> Costs:
     """Measure here the parts of an update of `config` (a checked TrainConfig of the
     actor-critic) from weights `params`: `episodes` episodes, each with one epoch's passes."""
