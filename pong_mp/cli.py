@@ -692,7 +692,7 @@ def plot_command(
 @click.option(
     "--scaling",
     is_flag=True,
-    help="Instead: training against raw for every worker count from 1 to --workers.",
+    help="Instead: training against raw for 1, 2, 4, ... and --workers workers.",
 )
 @click.option(
     "--simulate",

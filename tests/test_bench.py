@@ -174,6 +174,7 @@ def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
     rows = bench.run_scaling(3, 1.0, "FakePong-v0", bench.TrainingSetup(batch_size=6))
     assert raw_calls == [1, 1, 2, 2, 3, 3]  # before and after each training run
     assert [r["workers"] for r in rows] == [1, 2, 3]
+    assert bench.worker_counts(16) == [1, 2, 4, 8, 16] and bench.worker_counts(6) == [1, 2, 4, 6]
     assert all(r["train_ratio"] == pytest.approx(0.9) and r["batch_size"] == 6 for r in rows)
     table = bench.format_scaling(rows)
     assert "| 3 | 300 | 270 | 0.90 | 3.00x |" in table

@@ -406,10 +406,11 @@ def run_scaling(
     env_id: str = "ALE/Pong-v5",
     setup: TrainingSetup | None = None,
 ) -> list[dict[str, Any]]:
-    """Training against raw with as many processes, one row for each of 1 to `max_workers`."""
+    """Training against raw with as many processes, one row for each count of
+    `worker_counts` (1, 2, 4, ... and `max_workers`)."""
     setup = setup or TrainingSetup()  # train's defaults, new weights
     rows = []
-    for workers in range(1, max_workers + 1):
+    for workers in worker_counts(max_workers):
         before = raw_rate(env_id, workers, seconds)
         training = training_rate(env_id, workers, seconds, setup)
         after = raw_rate(env_id, workers, seconds)
@@ -429,8 +430,8 @@ def run_scaling(
     return rows
 
 
-def simulated_counts(max_workers: int) -> list[int]:
-    """The worker counts `run_simulation` measures: 1, 2, 4, ... and `max_workers`."""
+def worker_counts(max_workers: int) -> list[int]:
+    """The worker counts `--scaling` and `--simulate` measure: 1, 2, 4, ... and `max_workers`."""
     counts = [1]
     while counts[-1] * 2 < max_workers:
         counts.append(counts[-1] * 2)
@@ -447,7 +448,7 @@ def run_simulation(
     max_workers: int, seconds: float, step_seconds: float, setup: TrainingSetup | None = None
 ) -> list[dict[str, Any]]:
     """Training on FakePong-v0 whose steps sleep `step_seconds` (no CPU, so the orchestration
-    limits the speed-up), one row per count of `simulated_counts`, with its speed-up over
+    limits the speed-up), one row per count of `worker_counts`, with its speed-up over
     one worker and its efficiency (speed-up / workers; 1 is ideal)."""
     from pong_mp.rundir import code_commit
 
@@ -455,7 +456,7 @@ def run_simulation(
     env_kwargs = simulated_env(step_seconds)
     commit = code_commit()  # the code measured: a record stays remakeable
     rows: list[dict[str, Any]] = []
-    for workers in simulated_counts(max_workers):
+    for workers in worker_counts(max_workers):
         training = training_rate(FAKE_PONG_ID, workers, seconds, setup, env_kwargs)
         one = rows[0]["train_steps_per_sec"] if rows else training["steps_per_sec"]
         rows.append(
