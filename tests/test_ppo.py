@@ -435,6 +435,25 @@ def test_a_worker_killed_with_a_pass_queued_changes_no_bit(
     assert got == expected
 
 
+@pytest.mark.parametrize(
+    ("workers", "batch_size", "by_position"),
+    [(2, 10, True), (2, 16, True), (2, 17, False), (8, 32, True), (8, 33, False), (2, 0, False)],
+)
+def test_a_slot_for_each_position_only_for_batches_of_a_few_episodes_a_worker(
+    workers: int, batch_size: int, by_position: bool
+) -> None:
+    # A batch of 300 on 2 workers would hold 1.4 GB of /dev/shm for a few slots' work.
+    from pong_mp.backends.local import LocalBackend
+
+    spec = RolloutSpec(
+        "FakePong-v0", policy.NetShape(HIDDEN), ppo.PPOWork(0.99), workers=workers,
+        batch_size=batch_size,
+    )
+    layouts = LocalBackend(spec)._layouts()
+    assert layouts[0] == ((batch_size, True) if by_position else (2, False))
+    assert layouts[-1] == (1, False)  # where /dev/shm has room for little else
+
+
 def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[bytes]:
     # A batch of 6 FakePong episodes, then 2 epochs of 2 minibatches over it: the summed
     # gradient of each pass, as the trainer would step with.

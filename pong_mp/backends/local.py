@@ -19,7 +19,9 @@ no round trip. The passes' gradients go into one block with a slot for each posi
 batch, which every worker writes: a gradient stays there until its round is complete, and
 the round is then summed by the coordinator's threads, each on its own blocks of the
 parameters (`batch_sum.sum_in_blocks`), not one gradient at a time as they arrive. Where
-/dev/shm has no room for that block, each worker has a slot or two of its own.
+/dev/shm has no room for that block, or the batch is so much larger than the pool that it
+would hold memory for little gain (more than `POSITION_BLOCK_EPISODES` episodes, and more
+than 4 a worker), each worker has a slot or two of its own.
 
 Data flow of one batch:
 
@@ -92,6 +94,9 @@ log = logging.getLogger("pong_mp")
 _JOIN_SECONDS = 5.0  # how long close() waits for a worker before it is killed
 _START_SECONDS = 120.0  # how long start() waits for workers to import and build their envs
 _POLL_SECONDS = 1.0  # longest wait between checks for hung workers
+# A batch of up to this many episodes (or 4 a worker) gets a gradient slot for each position
+# (4.6 MB each with the conv policy): the defaults' 10 take 46 MB of /dev/shm.
+POSITION_BLOCK_EPISODES = 16
 
 
 @dataclass
@@ -183,8 +188,11 @@ class LocalBackend(BackendBase):
         """The layouts of the gradient slots, fastest first: (slots, whether one block has a
         slot per position of the batch, or each worker a block of its own)."""
         own = [(slots, False) for slots in range(gradient_slots(self.spec), 0, -1)]
-        if self.spec.value_head and self.spec.batch_size:
-            return [(self.spec.batch_size, True), *own]
+        batch = self.spec.batch_size
+        if self.spec.value_head and batch and batch <= max(
+            POSITION_BLOCK_EPISODES, 4 * self.spec.workers
+        ):
+            return [(batch, True), *own]
         return own
 
     def _room(self, slots: int, by_position: bool) -> tuple[int, str]:
