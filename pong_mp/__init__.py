@@ -26,7 +26,8 @@ Module map, in the order data flows through an update:
     episode.py     tasks and results, and one episode's loop (seed, play)
     frames.py      frames -> binary 80x80 -> sparse frame differences
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops
-                   (per step, the actor-critic's passes, the optimizers' steps)
+                   (per step, the actor-critic's passes, the optimizers' steps), built
+                   twice (AVX2 and any CPU) and loaded for this CPU by sparse.py
     batch_sum.py   the fixed order in which a batch's gradients are added
     optim.py       RMSProp and Adam, and the drops of the schedules
     checkpoint.py  atomic save and validated load; files.py atomic writes

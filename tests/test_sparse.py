@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import itertools
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -213,3 +216,32 @@ def test_the_clip_fraction_counts_every_ratio_outside_the_interval() -> None:
     )
     assert clipped == 2
     assert coef_logit[0] != 0.0 and coef_logit[1] == 0.0 and coef_logit[2] != 0.0
+
+
+@pytest.mark.skipif(sparse.BUILD != "avx2", reason="this CPU has no AVX2: one build only")
+def test_the_avx2_build_trains_to_the_same_bytes_as_the_portable_one(tmp_path) -> None:
+    # Two updates of the actor-critic on the conv policy (play, passes, Adam) and one of
+    # Karpathy's learner (RMSProp), once with each build of the loops.
+    from tests.helpers import checkpoint_weights
+
+    runs = {"ppo": ["--batch-size", "3", "--minibatches", "2", "--epochs", "2"],
+            "pg": ["--preset", "karpathy", "--batch-size", "3"]}
+    for name, options in runs.items():
+        weights = []
+        for build in ("portable", "avx2"):
+            run_dir = tmp_path / f"{name}-{build}"
+            env = {**os.environ, "PONG_MP_LOOPS": build}
+            used = subprocess.run(
+                [sys.executable, "-c", "from pong_mp import sparse; print(sparse.BUILD)"],
+                capture_output=True, text=True, timeout=60, env=env, check=True,
+            )
+            assert used.stdout.strip() == build
+            done = subprocess.run(
+                [sys.executable, "-m", "pong_mp", "train", "--env", "FakePong-v0",
+                 "--backend", "serial", "--batches", "2", "--seed", "4", *options,
+                 "--run-dir", str(run_dir)],
+                capture_output=True, text=True, timeout=120, env=env,
+            )
+            assert done.returncode == 0, done.stderr
+            weights.append(checkpoint_weights(run_dir))
+        assert weights[0] == weights[1], name

@@ -1,0 +1,32 @@
+"""The compiled loops (`sparse.pyx`), built for this CPU: with AVX2 where it has it, else for
+any CPU. Both builds give the same bits; `PONG_MP_LOOPS=portable` forces the second."""
+
+from __future__ import annotations
+
+import os
+
+
+def _has_avx2() -> bool:
+    # Linux lists a feature only where the kernel also saves its registers.
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return "avx2" in line.split()
+    except OSError:
+        pass
+    return False
+
+
+BUILD = "portable"
+"""Which build this process runs: "avx2" or "portable"."""
+
+if os.environ.get("PONG_MP_LOOPS") != "portable" and _has_avx2():
+    try:
+        from pong_mp._sparse_avx2 import *  # noqa: F403
+
+        BUILD = "avx2"
+    except ImportError:  # built where the compiler had no AVX2
+        pass
+if BUILD == "portable":
+    from pong_mp._sparse import *  # noqa: F403
