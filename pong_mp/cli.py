@@ -31,7 +31,6 @@ from pong_mp.progress import make_reporter, output_gone
 from pong_mp.rundir import (
     RunDirError,
     checkpoint_on_disk,
-    code_commit,
     open_run,
     where_it_stands,
 )
@@ -803,7 +802,7 @@ def bench_command(
         rows = run_projection(costs, measured.batch_size, measured.epochs)
         results = {
             "env": env_id, "env_kwargs": env_kwargs, **setup.describe(),
-            "costs": dataclasses.asdict(costs), "rows": rows, "commit": code_commit(),
+            "costs": dataclasses.asdict(costs), "rows": rows, **bench.where_measured(),
         }
         report(results, lambda _: format_projection(costs, rows))
     elif simulate is not None:

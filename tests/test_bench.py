@@ -202,6 +202,10 @@ def test_scaling_runs_for_real_on_fakepong(clean_system) -> None:
     rows = json.loads(done.stdout)
     assert [r["workers"] for r in rows] == [1, 2]
     assert all(r["train_steps_per_sec"] > 0 and r["raw_steps_per_sec"] > 0 for r in rows)
+    # A record names where it was made: another machine's figures are read with that.
+    from pong_mp import sparse
+
+    assert all(r["loops"] == sparse.BUILD and r["cpus"] >= 1 and "commit" in r for r in rows)
 
 
 def test_the_simulation_measures_powers_of_two_up_to_the_workers_on_a_sleeping_env(

@@ -351,10 +351,22 @@ def run_bench(
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
         "episode_memory_mb_1k_steps": short,
         "episode_memory_mb_10k_steps": long,
+        **where_measured(),
+    }
+
+
+def where_measured() -> dict[str, Any]:
+    """What a record names of the machine and code it was measured with."""
+    from pong_mp import sparse
+    from pong_mp.rundir import code_commit
+
+    return {
         "cpus": mp.cpu_count(),
         "python": platform.python_version(),
         "numpy": np.__version__,
         "machine": platform.machine(),
+        "loops": sparse.BUILD,  # the compiled loops' build: "avx2" or "portable"
+        "commit": code_commit(),  # the code measured: a record stays remakeable
     }
 
 
@@ -409,6 +421,7 @@ def run_scaling(
     """Training against raw with as many processes, one row for each count of
     `worker_counts` (1, 2, 4, ... and `max_workers`)."""
     setup = setup or TrainingSetup()  # train's defaults, new weights
+    where = where_measured()
     rows = []
     for workers in worker_counts(max_workers):
         before = raw_rate(env_id, workers, seconds)
@@ -425,6 +438,7 @@ def run_scaling(
                 "coordinator_share": training["coordinator_share"],
                 "workers_busy": training["workers_busy"],
                 "idle_shares": training.get("idle_shares"),
+                **where,
             }
         )
     return rows
@@ -450,11 +464,9 @@ def run_simulation(
     """Training on FakePong-v0 whose steps sleep `step_seconds` (no CPU, so the orchestration
     limits the speed-up), one row per count of `worker_counts`, with its speed-up over
     one worker and its efficiency (speed-up / workers; 1 is ideal)."""
-    from pong_mp.rundir import code_commit
-
     setup = setup or TrainingSetup()
     env_kwargs = simulated_env(step_seconds)
-    commit = code_commit()  # the code measured: a record stays remakeable
+    where = where_measured()
     rows: list[dict[str, Any]] = []
     for workers in worker_counts(max_workers):
         training = training_rate(FAKE_PONG_ID, workers, seconds, setup, env_kwargs)
@@ -472,8 +484,7 @@ def run_simulation(
                 "coordinator_share": training["coordinator_share"],
                 "workers_busy": training["workers_busy"],
                 "idle_shares": training.get("idle_shares"),
-                "cpus": mp.cpu_count(),
-                "commit": commit,
+                **where,
             }
         )
     return rows
