@@ -28,10 +28,14 @@ for stale in glob.glob("pong_mp/sparse.*.so") + glob.glob("pong_mp/sparse.*.pyd"
 extensions = cythonize([Extension("pong_mp._sparse", SOURCE, extra_compile_args=FLAGS)],
                        language_level=3)
 if platform.machine().lower() in ("x86_64", "amd64") and os.name == "posix":
-    # The same source again, generated apart so the two C files do not collide.
-    extensions += cythonize(
+    # The same source again, generated apart so the two C files do not collide. Optional: a
+    # compiler without AVX2 leaves the build for any CPU alone.
+    avx2 = cythonize(
         [Extension("pong_mp._sparse_avx2", SOURCE, extra_compile_args=[*FLAGS, "-mavx2"])],
         language_level=3,
         build_dir="build/avx2",
     )
+    for extension in avx2:
+        extension.optional = True  # set after cythonize, which does not carry it over
+    extensions += avx2
 setup(ext_modules=extensions)
