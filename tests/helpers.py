@@ -33,10 +33,14 @@ METRIC_FIELDS = frozenset(
 # -- the command and its runs ------------------------------------------------------------------
 
 
-def pong_mp(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run `python -m pong_mp ARGS` and capture its output."""
+def pong_mp(
+    *args: str, timeout: float = 120, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """Run `python -m pong_mp ARGS` (with environment `env`, if given) and capture its
+    output."""
     return subprocess.run(
-        [sys.executable, "-m", "pong_mp", *args], capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "pong_mp", *args],
+        capture_output=True, text=True, timeout=timeout, env=env,
     )
 
 

@@ -220,9 +220,9 @@ def test_the_clip_fraction_counts_every_ratio_outside_the_interval() -> None:
 
 @pytest.mark.skipif(sparse.BUILD != "avx2", reason="this CPU has no AVX2: one build only")
 def test_the_avx2_build_trains_to_the_same_bytes_as_the_portable_one(tmp_path) -> None:
-    # Two updates of the actor-critic on the conv policy (play, passes, Adam) and one of
+    # Two updates of the actor-critic on the conv policy (play, passes, Adam) and two of
     # Karpathy's learner (RMSProp), once with each build of the loops.
-    from tests.helpers import checkpoint_weights
+    from tests.helpers import checkpoint_weights, pong_mp
 
     runs = {"ppo": ["--batch-size", "3", "--minibatches", "2", "--epochs", "2"],
             "pg": ["--preset", "karpathy", "--batch-size", "3"]}
@@ -236,11 +236,9 @@ def test_the_avx2_build_trains_to_the_same_bytes_as_the_portable_one(tmp_path) -
                 capture_output=True, text=True, timeout=60, env=env, check=True,
             )
             assert used.stdout.strip() == build
-            done = subprocess.run(
-                [sys.executable, "-m", "pong_mp", "train", "--env", "FakePong-v0",
-                 "--backend", "serial", "--batches", "2", "--seed", "4", *options,
-                 "--run-dir", str(run_dir)],
-                capture_output=True, text=True, timeout=120, env=env,
+            done = pong_mp(
+                "train", "--env", "FakePong-v0", "--backend", "serial", "--batches", "2",
+                "--seed", "4", *options, "--run-dir", str(run_dir), env=env,
             )
             assert done.returncode == 0, done.stderr
             weights.append(checkpoint_weights(run_dir))
