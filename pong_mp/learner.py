@@ -109,8 +109,10 @@ def running_reward(running: float | None, rewards: list[float]) -> float | None:
 
 def l2_norm(values: np.ndarray) -> float:
     """The Euclidean norm of `values`, with the same bits on every CPU: numpy's own pairwise
-    sum, not `np.linalg.norm`'s BLAS kernel, whose order of additions depends on the CPU."""
-    return float(np.sqrt(np.add.reduce(np.square(values), axis=None)))
+    sum, not `np.linalg.norm`'s BLAS kernel, whose order of additions depends on the CPU. An
+    overflowing norm is inf, which says enough: no warning."""
+    with np.errstate(over="ignore"):
+        return float(np.sqrt(np.add.reduce(np.square(values), axis=None)))
 
 
 def next_state(

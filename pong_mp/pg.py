@@ -222,20 +222,14 @@ class PGLearner:
         if self._more(new_state):
             self._submit_ahead(new_state, backend)
         handed_out = time.perf_counter()
-        stats = update_stats(state, new_state, played, grad, lr)
+        stats = learner.update_stats(state, new_state, played, l2_norm(grad), lr)
         stats["update_seconds"] = handed_out - self._arrived
         return new_state, stats
-
-    def apply(self, state: TrainState, summed: BatchSum) -> tuple[TrainState, Stats]:
-        """The state after one update from a batch's summed gradients, and its statistics,
-        with no backend."""
-        new_state, _, grad, lr = self.step(state, summed)
-        return new_state, update_stats(state, new_state, summed, grad, lr)
 
     def step(self, state: TrainState, summed: BatchSum) -> PGStep:
         """The state after one update from a batch's summed gradients, its float32 weights
         (what the next batch waits for), and the gradient and rate applied (for
-        `update_stats`).
+        `learner.update_stats`).
         Raises NonFiniteError, and changes no state, if the gradient or the new weights are
         not finite."""
         grad = summed.total
@@ -254,15 +248,6 @@ class PGLearner:
         lagged = (*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else ()
         new_state = next_state(state, stepper, summed, 1, lagged=lagged)
         return PGStep(new_state, stepper.weights, grad, lr)
-
-
-def update_stats(
-    state: TrainState, new_state: TrainState, summed: BatchSum, grad: np.ndarray, lr: float
-) -> Stats:
-    """The statistics of `PGLearner.step`'s update, taken while the next batch plays."""
-    with np.errstate(over="ignore"):  # an overflowing norm is inf, which says enough
-        grad_norm = l2_norm(grad)
-    return learner.update_stats(state, new_state, summed, grad_norm, lr)
 
 
 def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:

@@ -18,11 +18,10 @@ plays tasks (backends/).
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +42,6 @@ from pong_mp.rundir import (
     MetricsLog,
     copy_fork_metrics,
     keep_metrics_until,
-    open_run,
     write_config,
 )
 from pong_mp.signals import Interrupted, output_closed, stop_signals_raise
@@ -101,15 +99,6 @@ def make_learner(config: TrainConfig) -> Learner:
             batches=config.batches,
         )
     )
-
-
-def train(
-    config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] = print
-) -> TrainState:
-    """Train a run described by `config` (the Python API): open_run, then run, with
-    plain progress lines going to `log`."""
-    with open_run(Path(config.run_dir), resume, dataclasses.asdict(config)) as (config, state):
-        return run(config, state, resumed=resume, reporter=LineReporter(log))
 
 
 def run(

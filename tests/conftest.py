@@ -5,6 +5,8 @@ The helpers they use are in helpers.py."""
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from tests.helpers import (
     kill_started,
     play_batches,
     pong_shm_blocks,
+    train,
     wait_until_clean,
 )
 
@@ -37,6 +40,38 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+SHARED_RAY_CPUS = 4
+"""Ray CPUs of the tests' shared instance: the most workers a test's Ray backend asks for."""
+
+
+@pytest.fixture(autouse=True)
+def ray_of_the_test(request: pytest.FixtureRequest) -> None:
+    """Tests marked ray run their backends on one Ray instance in this process, which a
+    backend joins and leaves running (Ray's start and stop cost seconds a test); those also
+    marked own_ray (a cluster of their own, or a command that starts Ray) run with none."""
+    if request.node.get_closest_marker("ray") is None:
+        return
+    ray = pytest.importorskip("ray")
+    if request.node.get_closest_marker("own_ray"):
+        if ray.is_initialized():
+            ray.shutdown()
+        return
+    from pong_mp.backends import ray_cluster
+
+    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it, as RayBackend.start says
+    ray_cluster.connect(None, num_cpus=SHARED_RAY_CPUS)
+    signal.signal(signal.SIGTERM, sigterm)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def no_ray_after_the_module() -> Iterator[None]:
+    """Stops the shared Ray instance after each module: it costs CPU while idle."""
+    yield
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        ray.shutdown()
 
 
 @pytest.fixture(autouse=True)
@@ -61,8 +96,6 @@ def clean_system() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def fake_checkpoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """checkpoint.npz of a one-update FakePong run (2-point games, 8 hidden units)."""
-    from pong_mp.trainer import train
-
     run_dir = tmp_path_factory.mktemp("fake-run")
     config = fake_config(
         run_dir, backend="serial", batch_size=2, batches=1, hidden=8, seed=0, checkpoint_every=10

@@ -4,11 +4,13 @@ worker processes). Fixtures that use them are in conftest.py."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +19,18 @@ import pytest
 
 from pong_mp import policy
 from pong_mp.backends import Backend, RolloutSpec, make_backend
+from pong_mp.backends.base import BackendItem, Task
 from pong_mp.backends.shm import block_creator, pid_namespace
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.config import PRESETS, TrainConfig
 from pong_mp.episode import EpisodeResult, EpisodeStats, EpisodeTask, make_tasks
 from pong_mp.files import pid_alive
-from pong_mp.pg import PGWork
+from pong_mp.learner import Stats, l2_norm, update_stats
+from pong_mp.pg import PGLearner, PGWork
+from pong_mp.progress import LineReporter
+from pong_mp.rundir import open_run
+from pong_mp.state import TrainState
+from pong_mp.trainer import run
 
 METRIC_FIELDS = frozenset(
     {"batch", "episodes", "steps", "reward_mean", "running_reward", "seconds", "steps_per_sec"}
@@ -31,6 +39,22 @@ METRIC_FIELDS = frozenset(
 
 
 # -- the command and its runs ------------------------------------------------------------------
+
+
+def train(
+    config: TrainConfig, *, resume: bool = False, log: Callable[[str], None] = print
+) -> TrainState:
+    """Train the run `config` describes, as `pong-mp train` does, with its progress lines going
+    to `log`."""
+    with open_run(Path(config.run_dir), resume, dataclasses.asdict(config)) as (config, state):
+        return run(config, state, resumed=resume, reporter=LineReporter(log))
+
+
+def apply(learner: PGLearner, state: TrainState, summed: BatchSum) -> tuple[TrainState, Stats]:
+    """The state after one pg update from a batch's summed gradients, and its statistics, with
+    no backend: what `PGLearner.update` does once the batch is summed."""
+    new_state, _, grad, lr = learner.step(state, summed)
+    return new_state, update_stats(state, new_state, summed, l2_norm(grad), lr)
 
 
 def pong_mp(
@@ -156,19 +180,37 @@ Episodes = list[tuple[int, int, float]]
 """A batch's episodes as (index, steps, reward), in index order."""
 
 
+_batch_versions = itertools.count(-2, -1)  # negative: never a trainer's update number
+
+
+def run_batch(backend: Backend, params: np.ndarray, tasks: list[Task]) -> Iterator[BackendItem]:
+    """Play `tasks` with float64 `params` and nothing else in flight; yield the results as
+    `backend.results` does. Leaving early cancels what is left of the batch."""
+    version = next(_batch_versions)
+    backend.publish(version, params.astype(np.float32))
+    backend.submit(version, tasks)
+    finished = False
+    try:
+        yield from backend.results()
+        finished = True
+    finally:
+        if not finished:
+            backend.cancel()
+
+
 def play_batch(
     backend: Backend, params: np.ndarray, tasks: list[EpisodeTask]
 ) -> tuple[bytes, Episodes]:
     """One batch as the trainer sums it: (the summed gradient's bytes, the episodes'
     (index, steps, reward) in order). Results come in any order, each exactly once; a
     gradient is read on arrival (the local backend reuses its worker's slot)."""
-    return sum_batch(backend.run_batch(params, tasks), tasks)
+    return sum_batch(run_batch(backend, params, tasks), tasks)
 
 
 def sum_batch(
     items: Iterable[EpisodeResult | EpisodeStats | GroupSum], tasks: list[EpisodeTask]
 ) -> tuple[bytes, Episodes]:
-    """What play_batch gives, from the items a backend's run_batch yielded for `tasks`.
+    """What play_batch gives, from the items run_batch yielded for `tasks`.
     Items kept in a list must stay valid: Ray's do, the local backend's gradients do not."""
     summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(SPEC_SHAPE)))
     episodes = []

@@ -25,6 +25,7 @@ from tests.helpers import (
     play_batch,
     play_batches,
     pong_processes,
+    run_batch,
 )
 
 
@@ -138,7 +139,7 @@ def test_a_replacement_that_does_not_start_is_replaced_in_turn(
     monkeypatch.setattr(local, "_START_SECONDS", 1.0)  # replacements now start too slowly
     try:
         with pytest.raises(WorkerError, match=r"episode 2 lost its worker 2 times \(last: did"):
-            list(backend.run_batch(policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 4)))
+            list(run_batch(backend, policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 4)))
     finally:
         backend.close()
 
@@ -155,7 +156,7 @@ def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_sys
     backend.start()
     try:
         with pytest.raises(WorkerError, match=r"episode \d+ failed 3 times") as info:
-            list(backend.run_batch(policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 4)))
+            list(run_batch(backend, policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 4)))
     finally:
         backend.close()
     cause = info.value.__cause__
@@ -186,7 +187,7 @@ def test_a_batch_left_unfinished_leaves_nothing_for_the_next(clean_system) -> No
     with make_backend("serial", spec) as serial:
         expected = play_batch(serial, params, make_tasks(1, 10, 4))
     with make_backend("local", spec) as backend:
-        batch = backend.run_batch(params, make_tasks(1, 0, 6))
+        batch = run_batch(backend, params, make_tasks(1, 0, 6))
         next(batch)  # one result; the other worker is still playing
         batch.close()  # the caller leaves the batch
         assert backend.replacements == 0

@@ -140,6 +140,7 @@ def test_episode_memory_measures_a_fresh_process() -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.own_ray
 def test_ray_driver_cost_sums_both_ways_to_the_same_bytes(clean_system) -> None:
     pytest.importorskip("ray")
     cost = ray_driver_cost(episodes=2 * GROUP + 5, nodes=3, hidden=4)

@@ -24,6 +24,9 @@ from tests.helpers import (
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
 SLOW = ["--env", SLOW_PONG, "--env-arg", "points_to_win=2", "--hidden", "8"]
 
+# The ray runs are commands, each with its own Ray instance.
+OWN_RAY = [pytest.mark.ray, pytest.mark.own_ray]
+
 
 def wait_for_updates(proc: subprocess.Popen, run_dir: Path, count: int) -> None:
     """Block until metrics.jsonl holds `count` lines (the process must stay alive)."""
@@ -66,7 +69,7 @@ def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> Non
     assert checkpoint_weights(tmp_path / "killed") == checkpoint_weights(tmp_path / "calm")
 
 
-@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=OWN_RAY)])
 @pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_stop_signal_saves_and_exits_quickly(
     tmp_path: Path, signum: int, code: int, backend: str, clean_system
@@ -246,7 +249,7 @@ def test_resume_through_the_cli_is_bit_identical(tmp_path: Path, clean_system) -
     assert len(metrics) == 4
 
 
-@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=OWN_RAY)])
 def test_a_run_stopped_and_continued_takes_no_worker_for_hung(
     tmp_path: Path, backend: str, clean_system
 ) -> None:

@@ -37,8 +37,16 @@ from pong_mp.progress import QuietReporter
 from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.state import initial_state
-from pong_mp.trainer import make_learner, run, train
-from tests.helpers import SignalsWhenDropped, fake_spec, pong_mp, signal_self, start
+from pong_mp.trainer import make_learner, run
+from tests.helpers import (
+    SignalsWhenDropped,
+    apply,
+    fake_spec,
+    pong_mp,
+    signal_self,
+    start,
+    train,
+)
 
 GAME = {"points_to_win": 3}
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
@@ -512,7 +520,7 @@ def test_an_update_that_overflows_prints_no_numpy_warning() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         try:
-            new_state, _ = make_learner(config).apply(state, summed)
+            new_state, _ = apply(make_learner(config), state, summed)
         except NonFiniteError:
             return
     assert np.isfinite(new_state.params).all()

@@ -18,7 +18,7 @@ import pytest
 
 from pong_mp.config import PRESETS, TrainConfig
 from pong_mp.envs import make_env
-from pong_mp.trainer import train
+from tests.helpers import train
 
 GAME = {"points_to_win": 5, "fixed_serve": True}
 UPDATES = 60

@@ -20,7 +20,7 @@ from pong_mp.batch_sum import group_count
 from tests.fault_envs import SLOW_PONG
 from tests.helpers import checkpoint_weights
 
-pytestmark = [pytest.mark.ray, pytest.mark.slow]
+pytestmark = [pytest.mark.ray, pytest.mark.own_ray, pytest.mark.slow]
 
 SCRIPT = Path(__file__).resolve().parents[1] / "bin" / "ray-netns-cluster"
 NODES = 4  # the head (0 CPUs: the driver's node) and 3 worker nodes of 1 CPU

@@ -24,13 +24,14 @@ from pong_mp.config import ConfigError
 from pong_mp.episode import make_tasks
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.rundir import prepare_run, read_metrics
-from pong_mp.trainer import train
 from tests.helpers import (
     assert_agent_acts_as,
     checkpoint_weights,
     fake_config,
     new_backend,
     pong_mp,
+    run_batch,
+    train,
 )
 
 HIDDEN = 6
@@ -378,7 +379,7 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
 
     serial = new_backend("serial", spec)
     with serial:
-        expected = summed(serial.run_batch(params, tasks))
+        expected = summed(run_batch(serial, params, tasks))
     backend = new_backend("local", spec)
     killed = []
 
@@ -390,10 +391,10 @@ def test_a_worker_killed_mid_pass_changes_no_bit(light: bool, clean_system) -> N
 
     with backend:
         if light:  # a first round, whole: each worker keeps the trajectories it was sent
-            assert summed(backend.run_batch(params, tasks)) == expected
+            assert summed(run_batch(backend, params, tasks)) == expected
             assert (backend.light_passes, backend.whole_passes) == (0, len(tasks))
         threading.Thread(target=kill_one_mid_pass).start()
-        got = summed(backend.run_batch(params, tasks))
+        got = summed(run_batch(backend, params, tasks))
         assert killed and killed[0] not in backend.worker_pids()
         assert backend.replacements == 1
         if light:  # both started light, and the killed one's pass was played again whole
@@ -423,14 +424,14 @@ def test_a_worker_killed_with_a_pass_queued_changes_no_bit(
         return _summed(items, len(tasks), len(params))
 
     with new_backend("serial", spec) as serial:
-        expected = summed(serial.run_batch(params, tasks))
+        expected = summed(run_batch(serial, params, tasks))
     with new_backend("local", spec) as backend:
         assert backend._by_position == bool(batch_size)
-        assert summed(backend.run_batch(params, tasks)) == expected
+        assert summed(run_batch(backend, params, tasks)) == expected
         assert backend.queued_passes == 0  # nothing kept yet: nothing to send ahead
         pid = backend.worker_pids()[0]
         threading.Timer(0.2, os.kill, (pid, signal.SIGKILL)).start()
-        got = summed(backend.run_batch(params, tasks))
+        got = summed(run_batch(backend, params, tasks))
         assert backend.replacements == 1 and backend.queued_passes >= 1
     assert got == expected
 
@@ -461,7 +462,7 @@ def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[byt
     params[policy.param_count(policy.NetShape(HIDDEN)) :] = 0.01
     tasks = make_tasks(11, 0, 6, gradient=False)
     trajectories = {
-        item.stats.index: item.stats.data for item in backend.run_batch(params, tasks)
+        item.stats.index: item.stats.data for item in run_batch(backend, params, tasks)
     }
     if kill_before_passes:
         os.kill(backend.worker_pids()[0], signal.SIGKILL)
@@ -476,7 +477,7 @@ def _passes_after_a_batch(backend, kill_before_passes: bool = False) -> list[byt
                 for t in tasks
             ]
             total = BatchSum(0, len(passes), np.empty(len(params)))
-            for item in backend.run_batch(params, passes):
+            for item in run_batch(backend, params, passes):
                 total.add(item)
             assert total.complete
             sums.append(total.total.tobytes())

@@ -19,12 +19,21 @@ from pong_mp import policy
 from pong_mp.backends import make_backend
 from pong_mp.batch_sum import GROUP, GroupSum
 from pong_mp.episode import EpisodeStats, make_tasks
-from tests.helpers import SPEC_SHAPE, fake_config, fake_spec, play_batch, pong_mp, sum_batch
+from tests.helpers import (
+    SPEC_SHAPE,
+    fake_config,
+    fake_spec,
+    play_batch,
+    pong_mp,
+    run_batch,
+    sum_batch,
+)
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.ray
 
 
+@pytest.mark.own_ray
 def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> None:
     from ray.cluster_utils import Cluster
 
@@ -49,6 +58,7 @@ def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> Non
         cluster.shutdown()
 
 
+@pytest.mark.own_ray
 def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> None:
     from ray.cluster_utils import Cluster
 
@@ -70,7 +80,7 @@ def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> N
         backend = make_backend("ray", spec)
         backend.start()
         try:
-            items = list(backend.run_batch(params, tasks))
+            items = list(run_batch(backend, params, tasks))
         finally:
             backend.close()
     finally:
@@ -110,6 +120,7 @@ def _ray_cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(ray_bin), *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.own_ray
 def test_train_joins_a_cluster_started_with_ray_start(tmp_path: Path, clean_system) -> None:
     port = _free_port()
     head = _ray_cli(
@@ -143,6 +154,7 @@ def test_train_joins_a_cluster_started_with_ray_start(tmp_path: Path, clean_syst
     assert '"backend": "ray"' in (tmp_path / "ray" / "config.json").read_text()
 
 
+@pytest.mark.own_ray
 def test_without_ray_address_a_private_instance_starts_whatever_ray_address_says(
     tmp_path: Path, clean_system
 ) -> None:
@@ -162,6 +174,7 @@ def test_without_ray_address_a_private_instance_starts_whatever_ray_address_says
     assert (tmp_path / "R" / "checkpoint.npz").exists()
 
 
+@pytest.mark.own_ray
 def test_an_unreachable_cluster_is_one_line_and_quick(tmp_path: Path) -> None:
     start = time.monotonic()
     done = pong_mp(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -24,9 +25,21 @@ from pong_mp.config import (
     read_config,
 )
 from pong_mp.rundir import METRICS_FILE, PACKED_METRICS_FILE, metrics_file, read_metrics
-from pong_mp.tools.plot import milestones, reward_at_minutes, training_rate
+from pong_mp.tools.plot import milestones
 
 RUNS = Path(__file__).resolve().parent.parent / "docs" / "runs"
+
+
+def reward_at_minutes(records: list[dict[str, Any]], minutes: float) -> float | None:
+    """The running reward of the last update done within `minutes` of `elapsed` (or None)."""
+    done = [r for r in records if r.get("elapsed", math.inf) <= minutes * 60]
+    return done[-1]["running_reward"] if done else None
+
+
+def training_rate(records: list[dict[str, Any]]) -> float:
+    """A timed run's env steps over its wall time, end to end (docs/learning.md's rates)."""
+    last = records[-1]
+    return last["total_steps"] / last["elapsed"]
 
 
 def _train_lines() -> list[str]:

@@ -34,9 +34,8 @@ from pong_mp.rundir import (
     remove_stale_temps,
 )
 from pong_mp.state import TrainState, with_policy_lag
-from pong_mp.trainer import train
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import fake_config, pong_mp
+from tests.helpers import fake_config, pong_mp, train
 
 SMALL = "--env FakePong-v0 --env-arg points_to_win=2 --batch-size 2 --hidden 8 --workers 1"
 

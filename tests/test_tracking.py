@@ -9,8 +9,7 @@ import pytest
 
 from pong_mp.config import TrainConfig
 from pong_mp.tracking import SCALARS
-from pong_mp.trainer import train
-from tests.helpers import fake_config
+from tests.helpers import fake_config, train
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator",

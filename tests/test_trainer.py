@@ -9,7 +9,7 @@ import platform
 import re
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -23,8 +23,8 @@ from pong_mp.episode import EpisodeResult, EpisodeStats
 from pong_mp.learner import NonFiniteError
 from pong_mp.rundir import RunDirError, prepare_run, read_metrics
 from pong_mp.state import TrainState
-from pong_mp.trainer import make_learner, train
-from tests.helpers import METRIC_FIELDS, checkpoint_weights, fake_config
+from pong_mp.trainer import make_learner
+from tests.helpers import METRIC_FIELDS, apply, checkpoint_weights, fake_config, train
 
 
 def _quiet(_: str) -> None:
@@ -195,7 +195,7 @@ def test_a_non_finite_gradient_is_refused(tmp_path: Path) -> None:
     grad = np.ones(n)
     grad[7] = np.nan
     with pytest.raises(NonFiniteError, match="update 1: the summed gradient is not finite"):
-        make_learner(config).apply(state, _summed([_result(0, grad)]))
+        apply(make_learner(config), state, _summed([_result(0, grad)]))
     assert state.batch == 0 and np.all(state.params == 0)
 
 
@@ -204,7 +204,7 @@ def test_running_reward_follows_episode_order() -> None:
     state = TrainState(params=np.zeros(6401), cache=np.zeros(6401))
     g = np.ones(6401)
     summed = _summed([_result(1, g, -1.0), _result(0, g, 3.0)])
-    new, stats = make_learner(config).apply(state, summed)
+    new, stats = apply(make_learner(config), state, summed)
     assert new.running_reward == pytest.approx(3.0 * 0.99 + -1.0 * 0.01)
     assert stats["reward_mean"] == 1.0 and (new.batch, new.episodes) == (1, 2)
 
@@ -271,19 +271,6 @@ def test_adam_learns_other_weights_and_resumes_bit_for_bit(
 
 
 @pytest.fixture(scope="module")
-def running_ray() -> Iterator[None]:
-    """One local Ray instance for this module's Ray runs, which join it instead of starting
-    and stopping their own (test_ray.py tests a run's own instance)."""
-    ray = pytest.importorskip("ray")
-    from pong_mp.backends import ray_cluster
-
-    started = ray_cluster.connect(None, num_cpus=3)
-    yield
-    if started:
-        ray.shutdown()
-
-
-@pytest.fixture(scope="module")
 def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
     """The weights after 3 serial updates with one option changed, each run once per module
     (the backends' tests of one option share it)."""
@@ -312,11 +299,8 @@ def option_weights(tmp_path_factory) -> Callable[[str, object], bytes]:
 )
 def test_an_algorithm_option_gives_the_same_bytes_everywhere_and_resumes(
     tmp_path: Path, backend: str, option: str, value: object, serial_weights: bytes,
-    option_weights: Callable[[str, object], bytes], request: pytest.FixtureRequest,
-    clean_system,
+    option_weights: Callable[[str, object], bytes], clean_system,
 ) -> None:
-    if backend == "ray":
-        request.getfixturevalue("running_ray")
     reference = option_weights(option, value)
     assert reference != serial_weights  # not the default's run
     run_dir = tmp_path / backend

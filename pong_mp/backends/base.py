@@ -167,9 +167,6 @@ class Backend(Protocol):
     def cancel(self) -> None:
         """Drop every submitted episode not yet yielded; the backend stays usable."""
 
-    def run_batch(self, params: np.ndarray, tasks: list[Task]) -> Iterator[BackendItem]:
-        """Play one batch with float64 `params`, alone: publish, submit and results."""
-
     def close(self) -> None:
         """Stop workers and free every resource; safe to call more than once."""
 
@@ -177,8 +174,6 @@ class Backend(Protocol):
 class BackendBase:
     """What the backends share: their start (`__init__`), `with backend:`, and `run_batch`.
     Subclasses implement the rest of `Backend`."""
-
-    _batch_version = -1  # versions that run_batch publishes, counting down from here
 
     def __init__(self, spec: RolloutSpec) -> None:
         """Remember the spec; the workers are made by `start`."""
@@ -195,21 +190,6 @@ class BackendBase:
         skip_stall(clocks, self._checked, now)
         self._checked = now
         return now
-
-    def run_batch(self, params: np.ndarray, tasks: list[Task]) -> Iterator[BackendItem]:
-        """Play `tasks` with float64 `params` and nothing else in flight; yield the results
-        as `results` does. Leaving early cancels what is left of the batch."""
-        # Negative versions never meet the trainer's (update numbers, >= 0).
-        self._batch_version -= 1
-        self.publish(self._batch_version, params.astype(np.float32))
-        self.submit(self._batch_version, tasks)
-        finished = False
-        try:
-            yield from self.results()
-            finished = True
-        finally:
-            if not finished:
-                self.cancel()
 
     def __enter__(self) -> Any:
         self.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
@@ -298,18 +297,6 @@ def milestones(
             }
         )
     return rows
-
-
-def reward_at_minutes(records: list[dict[str, Any]], minutes: float) -> float | None:
-    """The running reward of the last update done within `minutes` of `elapsed` (or None)."""
-    done = [r for r in records if r.get("elapsed", math.inf) <= minutes * 60]
-    return done[-1]["running_reward"] if done else None
-
-
-def training_rate(records: list[dict[str, Any]]) -> float:
-    """A timed run's env steps over its wall time, end to end (docs/learning.md's rates)."""
-    last = records[-1]
-    return last["total_steps"] / last["elapsed"]
 
 
 def minutes_at(steps: float, rate: float) -> str:
