@@ -35,7 +35,7 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (bin/test -n 2 --dist loadgroup), the tests that start Ray all
+    """Under pytest-xdist (bin/test runs two processes), the tests that start Ray all
     run in one of them: one Ray instance at a time."""
     for item in items:
         if item.get_closest_marker("ray"):
