@@ -172,8 +172,8 @@ class Backend(Protocol):
 
 
 class BackendBase:
-    """What the backends share: their start (`__init__`), `with backend:`, and `run_batch`.
-    Subclasses implement the rest of `Backend`."""
+    """What the backends share: their start (`__init__`), `with backend:`, and the check for
+    hung workers' clocks. Subclasses implement the rest of `Backend`."""
 
     def __init__(self, spec: RolloutSpec) -> None:
         """Remember the spec; the workers are made by `start`."""

@@ -70,7 +70,8 @@ class EpisodeActor:
         self.worker.open()
         # The last gradient's array, written again by the next task: Ray copies a result
         # into the object store as the call returns, and a new 5 MB array a call cost its
-        # page faults each time (a fifth of the actor-critic's time on 2 cores).
+        # page faults each time (a fifth of the actors' task time on 2 cores, in Ray's
+        # timeline; end to end, within the noise: docs/ray.md).
         self._grad: np.ndarray | None = None
 
     def pid(self) -> int:
