@@ -25,6 +25,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 COMMAND = "train --seed 9 --workers 2 --batches 12 --quiet --no-tensorboard"
 FIRST = 3  # the first update counted: 1 and 2 hold Ray's start and the first publishes
 
@@ -51,8 +53,6 @@ def measure(checkout: str, backend: str) -> dict:
         records = [json.loads(line) for line in lines][FIRST - 1 :]
         steps = sum(r["steps"] for r in records)
         seconds = sum(r["seconds"] for r in records)
-        import numpy as np
-
         with np.load(run_dir / "checkpoint.npz") as npz:
             weights = hashlib.sha256(npz["W1"].tobytes() + npz["W2"].tobytes()).hexdigest()
     return {"steps_per_sec": steps / seconds, "weights_sha256": weights}
