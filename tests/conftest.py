@@ -35,8 +35,8 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (bin/test runs two processes), the tests that start Ray all
-    run in one of them: one Ray instance at a time."""
+    """Under pytest-xdist, the tests that start Ray all run in one process: one Ray
+    instance at a time. (bin/test runs them after the others, in one process of their own.)"""
     for item in items:
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
