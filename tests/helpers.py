@@ -211,8 +211,7 @@ def sum_batch(
     items: Iterable[EpisodeResult | EpisodeStats | GroupSum], tasks: list[EpisodeTask]
 ) -> tuple[bytes, Episodes]:
     """What play_batch gives, from the items run_batch yielded for `tasks`.
-    Items kept in a list must stay valid: Ray's from other nodes do; the local backend's
-    gradients, and Ray's on the driver's machine, do not."""
+    Items kept in a list must stay valid: Ray's do, the local backend's gradients do not."""
     summed = BatchSum(tasks[0].index, len(tasks), np.empty(policy.param_count(SPEC_SHAPE)))
     episodes = []
     for item in items:

@@ -18,7 +18,7 @@ import pytest
 from pong_mp import policy
 from pong_mp.backends import make_backend
 from pong_mp.batch_sum import GROUP, GroupSum
-from pong_mp.episode import EpisodeResult, EpisodeStats, make_tasks
+from pong_mp.episode import EpisodeStats, make_tasks
 from tests.helpers import (
     SPEC_SHAPE,
     fake_config,
@@ -94,31 +94,8 @@ def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> N
     assert backend.group_sums == 3
 
 
-def test_on_the_drivers_machine_gradients_come_through_shared_memory(
-    reference, clean_system
-) -> None:
-    backend = make_backend("ray", fake_spec(workers=2))
-    backend.start()
-    try:
-        assert all(slot.block is not None for slot in backend._slots)
-        params, tasks = policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 5)
-        items = []
-        for item in run_batch(backend, params, tasks):
-            assert isinstance(item, EpisodeResult) and item.grad is not None
-            # A view of its actor's slot: valid until that actor plays again.
-            assert any(np.shares_memory(item.grad, s.block.slots[0]) for s in backend._slots)
-            items.append(EpisodeResult(item.stats, item.grad.copy()))
-    finally:
-        backend.close()
-    assert sum_batch(items, tasks) == reference[0]
-    assert backend.group_sums == 0
-
-
 def test_a_lost_group_sum_is_played_again(reference, clean_system, caplog) -> None:
-    from pong_mp.backends.ray_cluster import RayBackend
-
-    # Gradients through the object store, as from nodes other than the driver's.
-    backend = RayBackend(fake_spec(workers=2), shared_memory=False)
+    backend = make_backend("ray", fake_spec(workers=2))
     backend.start()
     try:
         first = play_batch(backend, policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 5))

@@ -5,15 +5,12 @@ episodes go to whichever actor is idle. The float32 weights go into the object s
 per version (one transfer per node, zero-copy reads). Gradients stay in the object store of
 the node that played them: each group of batch_sum.GROUP episodes is summed there, in
 batch_sum's order, and the driver fetches one float64 sum per group and the episodes' small
-results; episodes go preferably to actors on the node that plays the rest of their group. So
-the weights are bit-identical to the local backend's, with ~GROUP times fewer bytes to the
-driver. Where every actor runs on the driver's node (Ray on one machine), gradients skip the
-object store: each actor writes them into a shared-memory block of the driver's, as the
-local pool's workers do, and the driver sums them as they come. With --algo ppo each
-episode's data goes into the object store once an update, and its passes carry a reference
-to it. An actor that dies or hangs is replaced and its episode played again with the same
-seed; an exception comes back with the actor's traceback and is retried a bounded number of
-times.
+results; episodes go preferably to actors on the node that plays the rest of their group.
+So the weights are bit-identical to the local backend's, with ~GROUP times fewer bytes to
+the driver. With --algo ppo each episode's data goes into the object store once an update,
+and its passes carry a reference to it. An actor that dies or hangs is replaced and its
+episode played again with the same seed; an exception comes back with the actor's
+traceback and is retried a bounded number of times.
 """
 
 from __future__ import annotations
@@ -48,14 +45,8 @@ from pong_mp.backends.base import (
     prepare_worker_process,
     worker_error,
 )
-from pong_mp.backends.shm import (
-    BlockShape,
-    SharedGradient,
-    remove_stale_blocks,
-    start_resource_tracker,
-)
 from pong_mp.batch_sum import GROUP, GroupSum, sum_group
-from pong_mp.episode import EpisodeResult, EpisodeStats, PassTask, Task
+from pong_mp.episode import EpisodeStats, PassTask, Task
 from pong_mp.signals import POLL_SECONDS, check_stop
 
 log = logging.getLogger("pong_mp")
@@ -82,14 +73,6 @@ class EpisodeActor:
         # page faults each time (a fifth of the actors' task time on 2 cores, in Ray's
         # timeline; end to end, within the noise: docs/ray.md).
         self._grad: np.ndarray | None = None
-        self._block: SharedGradient | None = None  # the driver's slot for this actor
-
-    def _shared_slot(self, name: str) -> np.ndarray:
-        # The gradient slot in the driver's block `name`, attached on first use.
-        if self._block is None or self._block.name != name:
-            shape = BlockShape(self.spec.shape, 1, self.spec.value_head)
-            self._block = SharedGradient.attach(name, shape, untrack=True)
-        return self._block.slots[0]
 
     def pid(self) -> int:
         """This actor's process id (readiness check, and for fault tests)."""
@@ -101,20 +84,16 @@ class EpisodeActor:
 
     @ray.method(num_returns=2)
     def play(
-        self, flat32: np.ndarray, task: Task, data: object | None = None, block: str | None = None
+        self, flat32: np.ndarray, task: Task, data: object | None = None
     ) -> tuple[EpisodeStats, np.ndarray | None]:
         """Do one task with the float32 weights `flat32` (a zero-copy view); a PassTask's
         episode data may come apart from it, as `data`. Returns the stats and the gradient
         (or None) as two objects: the driver fetches only the small one, the gradient stays
-        on this node for its group's sum. With `block`, the gradient goes into that shared
-        memory block of the driver's instead, and None comes back for it."""
+        on this node for its group's sum."""
         if data is not None:
             task = dataclasses.replace(task, data=data)
         weights = policy.Weights32.from_flat32(flat32, self.spec.shape)
-        out = (self._shared_slot(block) if block else self._grad) if task.gradient else None
-        result = self.worker.play(weights, task, out)
-        if block:
-            return result.stats, None
+        result = self.worker.play(weights, task, self._grad if task.gradient else None)
         if result.grad is not None:
             self._grad = result.grad
         return result.stats, result.grad
@@ -161,7 +140,6 @@ class _Slot:
     ref: Any = None  # the result's
     grad_ref: Any = None
     since: float = 0.0
-    block: SharedGradient | None = None  # where its actor writes gradients (driver's machine)
 
 
 def _get(refs: Any, timeout: float) -> Any:
@@ -257,16 +235,10 @@ def connect(address: str | None, num_cpus: int) -> bool:
 class RayBackend(BackendBase):
     """Episodes on Ray actors: a local Ray instance, or a cluster at `address`."""
 
-    def __init__(
-        self, spec: RolloutSpec, address: str | None = None, shared_memory: bool = True
-    ) -> None:
-        """Remember the spec; Ray is started or joined by `start`. Where every actor runs on
-        the driver's machine, gradients go through shared memory (`shared_memory`), as in
-        the local pool; otherwise through the object store, summed a group at a time."""
+    def __init__(self, spec: RolloutSpec, address: str | None = None) -> None:
+        """Remember the spec; Ray is started or joined by `start`."""
         super().__init__(spec)
         self.address = address
-        self.shared_memory = shared_memory
-        self._driver_node = ""
         self._owns_ray = False
         self._slots: list[_Slot] = []
         self._summers: dict[str, Any] = {}  # node id -> its GroupSummer
@@ -302,46 +274,13 @@ class RayBackend(BackendBase):
                 ) from None
             for slot, node in zip(self._slots, self.actor_nodes(), strict=True):
                 slot.node = node
-            self._driver_node = ray.get_runtime_context().get_node_id()
-            if not self._share_memory():
-                for node in {slot.node for slot in self._slots}:
-                    self._summer(node)
+            for node in {slot.node for slot in self._slots}:
+                self._summer(node)
         except BaseException:
             self.close()
             raise
 
-    def _share_memory(self) -> bool:
-        # Give each actor a gradient block, where all run on the driver's node and /dev/shm
-        # has room (the local pool's, one slot a worker); False: gradients go through the
-        # object store. A replacement reuses its slot's block: it writes only once started,
-        # seconds after the actor it replaces was killed.
-        if not self.shared_memory or any(s.node != self._driver_node for s in self._slots):
-            return False
-        remove_stale_blocks()
-        start_resource_tracker()
-        shape = BlockShape(self.spec.shape, 1, self.spec.value_head)
-        try:
-            for slot in self._slots:
-                slot.block = SharedGradient.create(shape)
-        except OSError as exc:
-            log.info(f"gradients go through Ray's object store: no shared memory ({exc})")
-            self._close_blocks()
-            return False
-        return True
-
-    def _close_blocks(self) -> None:
-        for slot in self._slots:
-            if slot.block is not None:
-                with contextlib.suppress(BufferError):  # a view still held: mapped till freed
-                    slot.block.close()
-                slot.block.unlink()
-                slot.block = None
-
     def _new_actor(self) -> Any:
-        if self._slots and self._slots[0].block is not None:
-            # A replacement for a block on the driver's node must run there too.
-            here = NodeAffinitySchedulingStrategy(node_id=self._driver_node, soft=False)
-            return EpisodeActor.options(scheduling_strategy=here).remote(self.spec)
         return EpisodeActor.remote(self.spec)
 
     def worker_pids(self) -> list[int]:
@@ -353,9 +292,7 @@ class RayBackend(BackendBase):
         return ray.get([s.actor.node_id.remote() for s in self._slots])
 
     def close(self) -> None:
-        """Kill the actors, unlink the gradient blocks, and stop Ray if this backend started
-        it."""
-        self._close_blocks()
+        """Kill the actors, and stop Ray if this backend started it."""
         slots, self._slots = self._slots, []
         summers, self._summers = list(self._summers.values()), {}
         self._groups.clear()
@@ -393,11 +330,10 @@ class RayBackend(BackendBase):
         for slot in self._slots:
             slot.group = None
 
-    def results(self) -> Iterator[EpisodeResult | EpisodeStats | GroupSum]:
-        """Play the submitted groups on the actors; yield each episode's result as it
-        arrives: with shared memory, with its gradient (a view of its actor's slot);
-        otherwise without, and each group's gradient sum, made on the node that played most
-        of it."""
+    def results(self) -> Iterator[EpisodeStats | GroupSum]:
+        """Play the submitted groups on the actors; yield each episode's result (without
+        its gradient) as it arrives, and each group's gradient sum, made on the node that
+        played most of it."""
         if not self._slots:
             raise RuntimeError("RayBackend.start() was not called")
         while self._groups:
@@ -443,14 +379,6 @@ class RayBackend(BackendBase):
                 if group is None:
                     continue  # its batch was cancelled
                 self._retries.forget(task.index)
-                if slot.block is not None:
-                    # In the driver's shared memory: a view, valid until the actor's next
-                    # task, which it gets only once this result has been taken.
-                    group.grads[task.index] = None
-                    if len(group.grads) == len(group.tasks):
-                        self._groups.remove(group)
-                    yield EpisodeResult(result, slot.block.slots[0] if task.gradient else None)
-                    continue
                 group.grads[task.index] = grad_ref
                 if len(group.grads) == len(group.tasks):
                     if task.gradient:
@@ -488,12 +416,12 @@ class RayBackend(BackendBase):
             group.node = slot.node
         slot.task, slot.group, slot.since = group.pending.popleft(), group, time.monotonic()
         weights = self._versions[group.version]
-        task, block = slot.task, slot.block.name if slot.block is not None else None
+        task = slot.task
         if isinstance(task, PassTask) and task.data is not None:
             light = dataclasses.replace(task, data=None)
-            call = slot.actor.play.remote(weights, light, self._data_ref(task), block)
+            call = slot.actor.play.remote(weights, light, self._data_ref(task))
         else:
-            call = slot.actor.play.remote(weights, task, None, block)
+            call = slot.actor.play.remote(weights, task)
         slot.ref, slot.grad_ref = call
 
     def _data_ref(self, task: PassTask) -> Any:

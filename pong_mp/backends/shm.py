@@ -9,7 +9,6 @@ Blocks are named `pong-mp-<pid>-<pidns>-<random>`, so that a leak is easy to spo
 creator unlinks; one killed together with its resource tracker cannot, so the local backend's
 start removes the blocks of creators that are gone (`remove_stale_blocks`). The pid namespace
 in the name keeps it from taking a live run's block where containers share /dev/shm only.
-The Ray backend makes the same gradient blocks for its actors on the driver's machine.
 
 /dev/shm is a tmpfs of its own size (Docker's default is 64 MB) and its blocks are sparse: a
 write into a page it has no room for kills the writer with SIGBUS. So every block is reserved
@@ -186,16 +185,9 @@ class _Block:
         return cls(shm, shape, owner=True)
 
     @classmethod
-    def attach(cls, name: str, shape: BlockShape, untrack: bool = False) -> Self:
-        """Open an existing block. Spawned children share the creator's resource tracker;
-        other processes (`untrack`: a Ray actor) have one of their own, which would remove
-        the block when the process ends, so it is told to forget it."""
-        shm = shared_memory.SharedMemory(name=name)
-        if untrack:
-            from multiprocessing import resource_tracker
-
-            resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
-        return cls(shm, shape, owner=False)
+    def attach(cls, name: str, shape: BlockShape) -> Self:
+        """Open an existing block (spawned children share the creator's resource tracker)."""
+        return cls(shared_memory.SharedMemory(name=name), shape, owner=False)
 
     def close(self) -> None:
         """Drop this process's mapping: the arrays mapped on it go first."""
