@@ -100,15 +100,16 @@ def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str
 def load(path: Path) -> tuple[TrainState, dict]:
     """Read and validate a checkpoint: (state, config dict). CheckpointError names the problem."""
     path = Path(path)
-    data = _read(path)
+    data = read_arrays(path)
     try:
         return _validate(data)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
 
 
-def _read(path: Path) -> dict[str, np.ndarray]:
-    # Every array of the file, read once; CheckpointError if it is missing or damaged.
+def read_arrays(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+    """The arrays `keys` (None: all) of a checkpoint or model file, or of a run directory's
+    checkpoint, read once; CheckpointError (a ValueError) if it is missing or damaged."""
     if path.is_dir():  # a run directory stands for its checkpoint
         if not (path / CHECKPOINT_FILE).is_file():
             raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
@@ -132,7 +133,7 @@ def _read(path: Path) -> dict[str, np.ndarray]:
             if problem is None:
                 fh.seek(0)
                 with np.load(fh, allow_pickle=False) as npz:
-                    return {key: npz[key] for key in npz.files}
+                    return {key: npz[key] for key in (npz.files if keys is None else keys)}
     except (
         OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError,
         NotImplementedError, RuntimeError,  # zipfile's: a compression it lacks, encryption
@@ -346,7 +347,7 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         # Only an older model file may be replaced: a model has no optimizer state, so
         # writing one over a run's checkpoint would end that run's --resume.
         try:
-            existing = _read(out)
+            existing = read_arrays(out)
         except CheckpointError:
             existing = {}
         if "rmsprop_W1" in existing:
@@ -381,7 +382,7 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
     """(flat float64 params, config) from a checkpoint, a run directory's checkpoint or a
     model file, validated."""
     path = Path(path)
-    data = _read(path)
+    data = read_arrays(path)
     try:
         if "rmsprop_W1" in data:  # a full checkpoint
             state, stored = _validate(data)

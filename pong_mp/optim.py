@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -64,11 +63,9 @@ parameters, and a few threads already take what memory gives."""
 def step_threads() -> int:
     """Threads for the actor-critic's optimizer step: the CPUs this process may run on (the
     workers wait while it runs), at most MAX_STEP_THREADS."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_STEP_THREADS))
+    from pong_mp.config import default_workers  # not at the top: config imports this module
+
+    return min(default_workers(), MAX_STEP_THREADS)
 
 
 class MeanStep:

@@ -17,12 +17,9 @@ import lzma
 import math
 import os
 import subprocess
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from pong_mp import checkpoint
 from pong_mp import config as cfg
@@ -624,16 +621,8 @@ def checkpoint_on_disk(run_dir: Path) -> int | None:
     """The update of the checkpoint in `run_dir` as it is on disk now (None: none readable),
     for a stop message."""
     try:
-        with open(Path(run_dir) / CHECKPOINT_FILE, "rb") as fh:
-            if checkpoint.claims_problem(fh) is not None:  # damaged: none readable
-                return None
-            fh.seek(0)
-            with np.load(fh, allow_pickle=False) as npz:
-                return int(npz["batch"])
-    except (
-        OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile,
-        NotImplementedError, RuntimeError,  # zipfile's: a compression it lacks, encryption
-    ):  # fmt: skip
+        return int(checkpoint.read_arrays(Path(run_dir) / CHECKPOINT_FILE, ("batch",))["batch"])
+    except (ValueError, TypeError, KeyError):  # damaged (CheckpointError): none readable
         return None
 
 
