@@ -54,10 +54,6 @@ log = logging.getLogger("pong_mp")
 CONNECT_SECONDS = 30.0
 """How long joining a cluster may take before pong-mp gives up with one clear line."""
 _START_SECONDS = 180.0  # actors import numpy, gymnasium and ALE, then build their env
-PASS_TURNS = 2
-"""Turns each actor gets at a group's passes, at least: more passes a call would leave
-actors idle at the round's end while one plays a long episode's passes."""
-MAX_PASSES_A_CALL = 8
 
 
 @ray.remote(num_cpus=1)
@@ -72,6 +68,11 @@ class EpisodeActor:
         self.spec = spec
         self.worker = EpisodeWorker(spec)
         self.worker.open()
+        # The last gradient's array, written again by the next task: Ray copies a result
+        # into the object store as the call returns, and a new 5 MB array a call cost its
+        # page faults each time (a fifth of the actors' task time on 2 cores, in Ray's
+        # timeline; end to end, within the noise: docs/ray.md).
+        self._grad: np.ndarray | None = None
 
     def pid(self) -> int:
         """This actor's process id (readiness check, and for fault tests)."""
@@ -81,21 +82,21 @@ class EpisodeActor:
         """The id of the Ray node this actor runs on."""
         return ray.get_runtime_context().get_node_id()
 
-    def play(self, flat32: np.ndarray, tasks: list[Task], data: list[Any]) -> tuple[Any, ...]:
-        """Do `tasks` in turn with the float32 weights `flat32` (a zero-copy view); a
-        PassTask's episode data may come apart from it, as a ref in `data`. Called with
-        num_returns=1 + len(tasks): returns the stats (one object, the only one the driver
-        fetches), then each task's gradient (or None) as an object of its own, which stays on
-        this node for its group's sum."""
+    @ray.method(num_returns=2)
+    def play(
+        self, flat32: np.ndarray, task: Task, data: object | None = None
+    ) -> tuple[EpisodeStats, np.ndarray | None]:
+        """Do one task with the float32 weights `flat32` (a zero-copy view); a PassTask's
+        episode data may come apart from it, as `data`. Returns the stats and the gradient
+        (or None) as two objects: the driver fetches only the small one, the gradient stays
+        on this node for its group's sum."""
+        if data is not None:
+            task = dataclasses.replace(task, data=data)
         weights = policy.Weights32.from_flat32(flat32, self.spec.shape)
-        stats, grads = [], []
-        for task, ref in zip(tasks, data, strict=True):
-            if ref is not None:
-                task = dataclasses.replace(task, data=ray.get(ref))
-            result = self.worker.play(weights, task)
-            stats.append(result.stats)
-            grads.append(result.grad)
-        return (stats, *grads)
+        result = self.worker.play(weights, task, self._grad if task.gradient else None)
+        if result.grad is not None:
+            self._grad = result.grad
+        return result.stats, result.grad
 
 
 @ray.remote(num_cpus=0)
@@ -134,17 +135,11 @@ class _Group:
 class _Slot:
     actor: Any
     node: str = ""
-    tasks: list[Task] = field(default_factory=list)  # of the call in flight
-    group: _Group | None = None  # the tasks'; None for a call whose batch was cancelled
-    ref: Any = None  # the stats'
-    grad_refs: list[Any] = field(default_factory=list)
+    task: Task | None = None
+    group: _Group | None = None  # the task's; None for a call whose batch was cancelled
+    ref: Any = None  # the result's
+    grad_ref: Any = None
     since: float = 0.0
-
-    def done(self) -> tuple[list[Task], _Group | None, list[Any]]:
-        """The call's tasks, group and gradient refs; the slot is idle after."""
-        taken = self.tasks, self.group, self.grad_refs
-        self.tasks, self.group, self.ref, self.grad_refs = [], None, None, []
-        return taken
 
 
 def _get(refs: Any, timeout: float) -> Any:
@@ -343,9 +338,9 @@ class RayBackend(BackendBase):
             raise RuntimeError("RayBackend.start() was not called")
         while self._groups:
             for slot in self._slots:
-                if not slot.tasks:
+                if slot.task is None:
                     self._hand_out(slot)
-            busy = {s.ref: s for s in self._slots if s.tasks}
+            busy = {s.ref: s for s in self._slots if s.task is not None}
             summing = {g.sum_ref: g for g in self._groups if g.sum_ref is not None}
             ready, _ = ray.wait([*busy, *summing], num_returns=1, timeout=POLL_SECONDS)
             check_stop()
@@ -364,42 +359,42 @@ class RayBackend(BackendBase):
                     yield GroupSum(group.number, total, group.first_index)
                     continue
                 slot = busy[ref]
-                tasks, group, grad_refs = slot.done()
+                task, group, grad_ref = slot.task, slot.group, slot.grad_ref
+                slot.task = slot.group = slot.ref = slot.grad_ref = None
+                assert task is not None
                 try:
-                    results: list[EpisodeStats] = ray.get(ref)
+                    result: EpisodeStats = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
                     if group is not None:
                         why = f"its actor died ({type(exc).__name__})"
-                        self._retry(tasks, group.pending, why)
+                        self._retry(task, group.pending, why)
                     self._replace(slot)
                     continue
                 except ray.exceptions.RayTaskError as exc:
                     if group is not None:
                         # Ray's traceback, with its terminal colour codes taken out for logs.
                         tb = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-                        self._retry(tasks, group.pending, "it raised", tb=tb)
+                        self._retry(task, group.pending, "it raised", tb=tb)
                     continue
                 if group is None:
                     continue  # its batch was cancelled
-                for task, grad_ref in zip(tasks, grad_refs, strict=True):
-                    self._retries.forget(task.index)
-                    group.grads[task.index] = grad_ref
+                self._retries.forget(task.index)
+                group.grads[task.index] = grad_ref
                 if len(group.grads) == len(group.tasks):
-                    if tasks[0].gradient:
+                    if task.gradient:
                         self._sum(group)
                     else:  # nothing to sum: the group is done with its last result
                         self._groups.remove(group)
-                for result in results:
-                    if result.index not in group.reported:
-                        group.reported.add(result.index)
-                        yield result
+                if task.index not in group.reported:
+                    group.reported.add(task.index)
+                    yield result
             now = self._stall_skipped(self._slots)
             for slot in self._slots:
-                if slot.tasks and now - slot.since > self.spec.episode_timeout:
-                    since = slot.since
-                    tasks, group, _ = slot.done()
+                if slot.task is not None and now - slot.since > self.spec.episode_timeout:
+                    task, group = slot.task, slot.group
+                    slot.task = slot.group = slot.ref = slot.grad_ref = None
                     if group is not None:
-                        self._retry(tasks, group.pending, f"hung for {now - since:.0f} s")
+                        self._retry(task, group.pending, f"hung for {now - slot.since:.0f} s")
                     ray.kill(slot.actor)
                     self._replace(slot)
 
@@ -419,25 +414,15 @@ class RayBackend(BackendBase):
         )  # min keeps the first of equals: the lowest group number
         if group.node is None:
             group.node = slot.node
-        # Passes are short, and a Ray call costs about as much as one on 2 cores: an actor
-        # takes a few of a group's passes a call, while enough are left for every actor to
-        # take some at each turn.
-        count = 1
-        if isinstance(group.pending[0], PassTask):
-            share = -(-len(group.pending) // (PASS_TURNS * len(self._slots)))
-            count = max(1, min(share, MAX_PASSES_A_CALL))
-        tasks = [group.pending.popleft() for _ in range(min(count, len(group.pending)))]
-        slot.tasks, slot.group, slot.since = tasks, group, time.monotonic()
-        light: list[Task] = []
-        data: list[Any] = []  # a pass's episode data goes apart, as a ref to it
-        for task in tasks:
-            kept = isinstance(task, PassTask) and task.data is not None
-            light.append(dataclasses.replace(task, data=None) if kept else task)
-            data.append(self._data_ref(task) if kept else None)  # type: ignore[arg-type]
-        call = slot.actor.play.options(num_returns=1 + len(tasks)).remote(
-            self._versions[group.version], light, data
-        )
-        slot.ref, slot.grad_refs = call[0], call[1:]
+        slot.task, slot.group, slot.since = group.pending.popleft(), group, time.monotonic()
+        weights = self._versions[group.version]
+        task = slot.task
+        if isinstance(task, PassTask) and task.data is not None:
+            light = dataclasses.replace(task, data=None)
+            call = slot.actor.play.remote(weights, light, self._data_ref(task))
+        else:
+            call = slot.actor.play.remote(weights, task)
+        slot.ref, slot.grad_ref = call
 
     def _data_ref(self, task: PassTask) -> Any:
         # The object of `task`'s episode data, put on its first pass. The same object, not
@@ -480,16 +465,12 @@ class RayBackend(BackendBase):
         group.grads.clear()
         group.node = None
 
-    def _retry(
-        self, tasks: list[Task], pending: deque[Task], why: str, tb: str | None = None
-    ) -> None:
-        # Back in line in their order, each charged with the failure of the call.
+    def _retry(self, task: Task, pending: deque[Task], why: str, tb: str | None = None) -> None:
         what = f"times on Ray actors (last: {why})"
-        for task in reversed(tasks):
-            count = self._retries.again(task, pending, task, lambda n: f"failed {n} {what}", tb)
-            log.warning(
-                f"episode {task.index}: {why}; playing it again ({count}/{self.spec.max_retries})"
-            )
+        count = self._retries.again(task, pending, task, lambda n: f"failed {n} {what}", tb)
+        log.warning(
+            f"episode {task.index}: {why}; playing it again ({count}/{self.spec.max_retries})"
+        )
 
     def _replace(self, slot: _Slot) -> None:
         slot.actor = self._new_actor()
