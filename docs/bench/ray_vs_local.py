@@ -1,13 +1,15 @@
 """Training speed of the Ray backend against the local pool, for two checkouts, in turns.
 
-Runs `pong-mp train --backend B --seed 9 --workers 2 --batches 12` (the defaults: the
+Runs `pong-mp train --backend B --seed 9 --workers W --batches 12` (the defaults: the
 actor-critic on the conv policy) for each checkout and backend in turn, --pairs times, each
 in a fresh process and run directory, and prints JSON: every run's env steps/s over updates
 3 to 12 (from its metrics.jsonl: Ray's start and the first updates left out), the medians,
 Ray over local for each checkout, and whether every run ended with the same weights.
 
-    python docs/bench/ray_vs_local.py OLD_CHECKOUT NEW_CHECKOUT --pairs 2 \
+    python docs/bench/ray_vs_local.py OLD_CHECKOUT NEW_CHECKOUT --pairs 2 [--workers 2] \
         > docs/bench/DATE-NAME.json
+
+Both may be the same checkout (--workers 1 on 2 cores: Ray's own processes get a core).
 
 Both checkouts run with this Python (which needs Ray), each from its own directory, so each
 needs its compiled loops (`pip install -e .` there, or `bin/pong-mp --version`).
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-COMMAND = "train --seed 9 --workers 2 --batches 12 --quiet --no-tensorboard"
+COMMAND = "train --seed 9 --batches 12 --quiet --no-tensorboard"
 FIRST = 3  # the first update counted: 1 and 2 hold Ray's start and the first publishes
 
 
@@ -39,11 +41,12 @@ def commit(checkout: str) -> str:
     return done.stdout.strip()
 
 
-def measure(checkout: str, backend: str) -> dict:
+def measure(checkout: str, backend: str, workers: int) -> dict:
     """One run of COMMAND on `backend` from `checkout`: its rate and its weights' hash."""
     with tempfile.TemporaryDirectory() as tmp:
         run_dir = Path(tmp) / "run"
-        args = [*COMMAND.split(), "--backend", backend, "--run-dir", str(run_dir)]
+        args = [*COMMAND.split(), "--workers", str(workers), "--backend", backend]
+        args += ["--run-dir", str(run_dir)]
         env = {**os.environ, "PYTHONPATH": checkout}
         subprocess.run(
             [sys.executable, "-m", "pong_mp", *args], cwd=checkout, env=env, check=True,
@@ -64,6 +67,7 @@ def main() -> None:
     parser.add_argument("old")
     parser.add_argument("new")
     parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
     checkouts = {"old": args.old, "new": args.new}
     runs: dict[str, dict[str, list[dict]]] = {
@@ -72,14 +76,14 @@ def main() -> None:
     for _ in range(args.pairs):
         for name, checkout in checkouts.items():
             for backend in ("local", "ray"):
-                runs[name][backend].append(measure(checkout, backend))
+                runs[name][backend].append(measure(checkout, backend, args.workers))
     medians = {
         name: {b: statistics.median(r["steps_per_sec"] for r in rs) for b, rs in by.items()}
         for name, by in runs.items()
     }
     hashes = {r["weights_sha256"] for by in runs.values() for rs in by.values() for r in rs}
     record = {
-        "command": f"pong-mp {COMMAND} --backend local|ray",
+        "command": f"pong-mp {COMMAND} --workers {args.workers} --backend local|ray",
         "counted_from_update": FIRST,
         "commits": {name: commit(checkout) for name, checkout in checkouts.items()},
         "cpus": os.cpu_count(),

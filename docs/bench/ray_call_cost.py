@@ -1,0 +1,72 @@
+"""What a Ray actor call costs beyond its work, on this machine.
+
+Two actors (one CPU each) take calls of a fixed busy loop, one at a time each, handed out as
+the backend hands out episodes (`ray.wait` for the first done, then its next call), with
+the float32 weights of the defaults' net as an object-store argument. Prints JSON: for each
+loop length, the wall time per call and the actor time per call beyond the loop.
+
+    python docs/bench/ray_call_cost.py > docs/bench/DATE-ray-call-cost.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+import ray
+
+CALLS = 1000
+ACTORS = 2
+PARAMS = 1_300_000  # about the defaults' parameter count
+
+
+@ray.remote(num_cpus=1)
+class Busy:
+    """An actor whose call spins for a given time."""
+
+    def work(self, weights: np.ndarray, seconds: float) -> int:
+        """Spin for `seconds`; `weights` only travels."""
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            pass
+        return int(weights.size)
+
+
+def calls_per_second(actors: list, weights: object, seconds: float) -> float:
+    """Wall seconds per call over CALLS calls, each actor kept busy with one at a time."""
+    start = time.perf_counter()
+    busy = {a.work.remote(weights, seconds): a for a in actors}
+    done = 0
+    while done < CALLS:
+        ready, _ = ray.wait(list(busy), num_returns=1)
+        for ref in ready:
+            actor = busy.pop(ref)
+            ray.get(ref)
+            done += 1
+            busy[actor.work.remote(weights, seconds)] = actor
+    ray.get(list(busy))
+    return (time.perf_counter() - start) / CALLS
+
+
+def main() -> None:
+    """Measure and print the JSON record."""
+    ray.init(num_cpus=ACTORS, include_dashboard=False, log_to_driver=False)
+    actors = [Busy.remote() for _ in range(ACTORS)]
+    weights = ray.put(np.zeros(PARAMS, np.float32))
+    ray.get([a.work.remote(weights, 0.0) for a in actors])
+    rows = []
+    for seconds in (0.0, 0.004):
+        wall = calls_per_second(actors, weights, seconds)
+        rows.append({
+            "work_ms": seconds * 1e3,
+            "wall_ms_per_call": wall * 1e3,
+            "actor_ms_per_call_beyond_work": (wall * ACTORS - seconds) * 1e3,
+        })  # fmt: skip
+    print(json.dumps({"actors": ACTORS, "calls": CALLS, "cpus": os.cpu_count(), "rows": rows},
+                     indent=2))
+
+
+if __name__ == "__main__":
+    main()
