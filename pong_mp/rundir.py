@@ -622,7 +622,7 @@ def checkpoint_on_disk(run_dir: Path) -> int | None:
     for a stop message."""
     try:
         return int(checkpoint.read_arrays(Path(run_dir) / CHECKPOINT_FILE, ("batch",))["batch"])
-    except (ValueError, TypeError, KeyError):  # damaged (CheckpointError): none readable
+    except (ValueError, TypeError):  # damaged (a CheckpointError), or no scalar: none readable
         return None
 
 
