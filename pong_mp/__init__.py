@@ -21,7 +21,8 @@ Module map, in the order data flows through an update:
     state.py       TrainState (what an update changes), a new run's state, a fork's reshaping
     backends/      where tasks are done: episode_worker.py (EpisodeWorker, what every
                    backend runs), serial.py, local.py (the process pool), worker_process.py
-                   (a pool worker's loop and messages), kept.py, shm.py, ray_cluster.py,
+                   (a pool worker's loop and messages), kept.py, shm.py, ray_cluster.py
+                   (the pool on each Ray node, under a leader actor),
                    base.py (RolloutSpec, the Backend and WorkerSpec interfaces)
     episode.py     tasks and results, and one episode's loop (seed, play)
     frames.py      frames -> binary 80x80 -> sparse frame differences

@@ -729,13 +729,6 @@ def plot_command(
     help="Rounds per env of --compare-envs.",
 )
 @click.option(
-    "--ray-driver",
-    is_flag=True,
-    help="Instead: what one 300-episode update costs the driver of a Ray cluster of 3 nodes "
-    "on this machine, with gradients summed per group on their nodes and all sent to the "
-    "driver (needs Ray).",
-)
-@click.option(
     "--preset",
     type=click.Choice(sorted(config.PRESETS)),
     default=None,
@@ -757,7 +750,6 @@ def bench_command(
     model: Path | None,
     compare_envs_only: bool,
     rounds: int,
-    ray_driver: bool,
     preset: str | None,
     as_json: bool,
     **options: Any,
@@ -768,13 +760,6 @@ def bench_command(
     def report(results: Any, format_results: Callable[[Any], str]) -> None:
         click.echo(json.dumps(results, indent=2) if as_json else format_results(results))
 
-    if ray_driver:
-        try:
-            cost = bench.ray_driver_cost()
-        except ImportError:
-            _fail("--ray-driver needs Ray: pip install 'pong-mp[ray]'", EXIT_USAGE)
-        report(cost, bench.format_ray_driver_cost)
-        return
     with _usage_errors(UnknownEnvError, CheckpointError):
         check_env(env, {})
         # A bad file is one line now, not after the raw runs.

@@ -11,7 +11,6 @@ import pytest
 from click.testing import CliRunner
 
 from pong_mp import policy
-from pong_mp.batch_sum import GROUP
 from pong_mp.config import PRESETS
 from pong_mp.envs import make_env
 from pong_mp.tools.bench import (
@@ -20,8 +19,6 @@ from pong_mp.tools.bench import (
     episode_memory,
     format_bench,
     format_env_comparison,
-    format_ray_driver_cost,
-    ray_driver_cost,
 )
 from tests.fault_envs import SLOW_PONG
 from tests.helpers import pong_mp
@@ -82,18 +79,6 @@ def test_format_env_comparison_gives_medians_and_the_ratio() -> None:
     ]
 
 
-def test_format_ray_driver_cost_shows_both_ways() -> None:
-    cost = {
-        "episodes": 300, "nodes": 3, "gradient_mb": 5.1, "groups": 10,
-        "driver_in_mb_each": 1540.0, "driver_seconds_each": 1.46,
-        "driver_in_mb_groups": 102.0, "driver_seconds_groups": 0.2,
-        "broadcast_put_seconds": 0.004,
-    }  # fmt: skip
-    lines = format_ray_driver_cost(cost).splitlines()
-    assert lines[1] == "every gradient to the driver: 1.54 GB in, 1.46 s"
-    assert lines[2] == f"one sum per group of {GROUP} on its node (10 sums): 0.10 GB in, 0.20 s"
-
-
 def test_format_bench_shows_every_figure() -> None:
     results = {
         "env": "ALE/Pong-v5",
@@ -137,18 +122,6 @@ def test_episode_memory_measures_a_fresh_process() -> None:
     memory = episode_memory(200, hidden=8, repeats=1)
     assert memory is not None  # Linux CI
     assert 10 < memory["before"] < memory["peak"] < 1000
-
-
-@pytest.mark.ray
-@pytest.mark.own_ray
-def test_ray_driver_cost_sums_both_ways_to_the_same_bytes(clean_system) -> None:
-    pytest.importorskip("ray")
-    cost = ray_driver_cost(episodes=2 * GROUP + 5, nodes=3, hidden=4)
-    # ray_driver_cost raises if the two sums differ; here, what it reports.
-    assert cost["groups"] == 3
-    assert cost["driver_in_mb_groups"] == pytest.approx(3 * 2 * cost["gradient_mb"])
-    assert cost["driver_in_mb_each"] == pytest.approx((2 * GROUP + 5) * cost["gradient_mb"])
-    assert cost["driver_seconds_each"] > 0 and cost["driver_seconds_groups"] > 0
 
 
 def test_scaling_measures_every_worker_count_against_as_many_raw_processes(

@@ -120,7 +120,7 @@ def test_the_cluster_gives_local_bytes_and_the_driver_gets_group_sums(
 
 
 def _actor_nodes() -> list[int]:
-    """The worker nodes whose namespace holds a pong-mp episode actor."""
+    """The worker nodes whose namespace holds a pong-mp node leader."""
     found = []
     for node in range(1, NODES):
         pids = subprocess.run(
@@ -131,7 +131,7 @@ def _actor_nodes() -> list[int]:
                 cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
             except OSError:
                 continue
-            if b"EpisodeActor" in cmdline:
+            if b"NodeLeader" in cmdline:
                 found.append(node)
                 break
     return found
@@ -155,7 +155,7 @@ def test_a_node_whose_link_is_cut_is_replaced_and_the_bytes_stay(
             assert run.poll() is None and time.monotonic() < deadline, "no update came"
             time.sleep(0.2)
         nodes = _actor_nodes()
-        assert nodes, "no episode actor found in the worker nodes' namespaces"
+        assert nodes, "no node leader found in the worker nodes' namespaces"
         cut = _script("cut", str(nodes[0]))
         assert cut.returncode == 0, cut.stderr
         cut_after = len(metrics.read_text().splitlines())
@@ -166,7 +166,7 @@ def test_a_node_whose_link_is_cut_is_replaced_and_the_bytes_stay(
             run.wait()
     assert run.returncode == 0, output
     assert cut_after < batches  # the cut came mid-run
-    assert "playing it again" in output or "playing its episodes again" in output
+    assert "its node's leader died" in output and "playing them again" in output
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     assert [line["batch"] for line in lines] == list(range(1, batches + 1))
     assert checkpoint_weights(run_dir) == _reference(tmp_path / "serial", batches)

@@ -94,19 +94,21 @@ def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> N
     assert backend.group_sums == 3
 
 
-def test_a_lost_group_sum_is_played_again(reference, clean_system, caplog) -> None:
+def test_a_lost_leader_is_replaced_and_its_episodes_played_again(
+    reference, clean_system, caplog
+) -> None:
     backend = make_backend("ray", fake_spec(workers=2))
     backend.start()
     try:
         first = play_batch(backend, policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 5))
-        for summer in backend._summers.values():  # as if its node had gone
-            ray.kill(summer)
+        ray.kill(backend._leaders[0].actor)  # as if its node had gone, with its workers
         second = play_batch(backend, policy.init_params(SPEC_SHAPE, 1), make_tasks(1, 5, 5))
     finally:
         backend.close()
     assert [first, second] == reference
-    assert "group 0: its sum failed" in caplog.text
-    assert backend.group_sums == 3  # one per batch, and the replayed one
+    assert "episodes 5..: its node's leader died" in caplog.text
+    assert backend.replacements == 1
+    assert backend.group_sums == 2  # one per batch: the lost call's results never came
 
 
 def _free_port() -> int:
@@ -192,7 +194,7 @@ def test_an_unreachable_cluster_is_one_line_and_quick(tmp_path: Path) -> None:
     assert not (tmp_path / "R").exists()
 
 
-def test_the_actor_critic_puts_each_trajectory_in_the_store_once_an_update(
+def test_the_actor_critic_sends_no_trajectory_back_to_where_it_was_played(
     tmp_path: Path, clean_system
 ) -> None:
     from pong_mp.state import TrainState
@@ -210,7 +212,7 @@ def test_the_actor_critic_puts_each_trajectory_in_the_store_once_an_update(
         for _ in range(2):
             next(stream)
         last = range(config.batch_size, 2 * config.batch_size)
-        assert sorted(backend._data) == list(last)  # the last batch's only
+        assert sorted(backend._holder) == list(last)  # the last batch's only
     finally:
         backend.close()
-    assert backend.data_puts == 2 * config.batch_size
+    assert backend.data_sent == 0  # each pass went to the node that played its episode

@@ -7,7 +7,7 @@
     serial.py          an EpisodeWorker in this process: the reference
     local.py           the pool of worker processes; shm.py its shared-memory blocks
     worker_process.py  a pool worker's main loop and the messages it exchanges with the pool
-    ray_cluster.py     one actor per worker, and per-node group sums, on a Ray cluster
+    ray_cluster.py     the local pool on each node of a Ray cluster, under one leader actor
 """
 
 from __future__ import annotations

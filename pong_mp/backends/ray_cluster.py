@@ -1,16 +1,32 @@
-"""The Ray backend: the same episodes on Ray actors, on one machine or across a cluster.
+"""The Ray backend: the local pool on every node of a Ray cluster, one leader actor a node.
 
-`ray` is imported only here. Each actor keeps one env and plays one episode at a time;
-episodes go to whichever actor is idle. The float32 weights go into the object store once
-per version (one transfer per node, zero-copy reads). Gradients stay in the object store of
-the node that played them: each group of batch_sum.GROUP episodes is summed there, in
-batch_sum's order, and the driver fetches one float64 sum per group and the episodes' small
-results; episodes go preferably to actors on the node that plays the rest of their group.
-So the weights are bit-identical to the local backend's, with ~GROUP times fewer bytes to
-the driver. With --algo ppo each episode's data goes into the object store once an update,
-and its passes carry a reference to it. An actor that dies or hangs is replaced and its
-episode played again with the same seed; an exception comes back with the actor's
-traceback and is retried a bounded number of times.
+`ray` is imported only here. Each node that runs workers has one `NodeLeader` actor, which
+runs the local backend's pool (`local.py`) with that node's share of the workers: its
+processes, shared memory, kept trajectories and fault handling, exactly as on one machine.
+The driver talks to the leaders only, one call per node for each batch or round it submits,
+which carries the round's tasks and returns the episodes' small results with one float64
+sum per group of batch_sum.GROUP episodes, made on the node that played the group. So the
+weights are bit-identical to the local backend's, the driver gets about GROUP times fewer
+bytes than one gradient per episode, and a round costs one Ray call per node instead of one
+per episode.
+
+Data flow of one round (a batch to play, or one round of the actor-critic's passes):
+
+    driver (RayBackend)                          node N (NodeLeader, its local pool)
+    -------------------                          -----------------------------------
+    publish: weights -> object store (one put)
+    submit: groups of GROUP tasks -> nodes
+            (a pass goes where its episode
+            was played, without its data)
+            run(weights ref, version, groups) --> pool.publish, pool.submit, results:
+                                                  each group summed in batch_sum's order
+    results: LeaderReport(stats, group sums,  <-- stats (with the trajectory when played),
+             workers replaced, warnings)          one GroupSum per group
+
+A leader that dies (its node lost) is replaced, on the same node if it is still there, and
+its groups are played again with the same seeds. A worker that dies, hangs or raises is the
+pool's to handle, on its node; an episode that keeps failing stops the run with the
+worker's traceback.
 """
 
 from __future__ import annotations
@@ -23,29 +39,28 @@ import os
 import re
 import signal
 import socket
+import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from pong_mp import policy
 from pong_mp.backends.base import (
     BackendBase,
     BackendUnavailable,
-    Retries,
+    RemoteTraceback,
     RolloutSpec,
     WorkerError,
-    prepare_worker_process,
     worker_error,
 )
-from pong_mp.batch_sum import GROUP, GroupSum, sum_group
+from pong_mp.batch_sum import GROUP, BatchSum, GroupSum
 from pong_mp.episode import EpisodeStats, PassTask, Task
 from pong_mp.signals import POLL_SECONDS, check_stop
 
@@ -53,93 +68,177 @@ log = logging.getLogger("pong_mp")
 
 CONNECT_SECONDS = 30.0
 """How long joining a cluster may take before pong-mp gives up with one clear line."""
-_START_SECONDS = 180.0  # actors import numpy, gymnasium and ALE, then build their env
+_START_SECONDS = 180.0  # leaders start their pools: workers import numpy, gymnasium and ALE
+_JOIN_SECONDS = 5.0  # how long close() waits for an idle leader to close its pool
 
 
-@ray.remote(num_cpus=1)
-class EpisodeActor:
-    """One env in one Ray worker process, playing episodes on demand."""
+class LeaderGroup(NamedTuple):
+    """Driver -> leader: one group of a batch's tasks, to play and sum on the node."""
+
+    number: int  # in its batch (its first episode's position // GROUP)
+    first_index: int  # its batch's first episode
+    tasks: list[Task]  # in position order; a pass's data None where the leader keeps it
+
+
+class LeaderReport(NamedTuple):
+    """Leader -> driver: what one call did."""
+
+    stats: list[EpisodeStats]  # every task's, in the order they finished
+    sums: list[GroupSum]  # one per group whose tasks give a gradient
+    replaced: int  # workers the node's pool replaced during the call
+    pids: list[int]  # of the pool's workers, after the call
+    warnings: list[str]  # what the pool logged (a replaced worker, a retried episode)
+    error: str | None = None  # an episode failed too often: the run stops with this
+    traceback: str = ""  # and the worker's traceback
+
+
+class LeaderStart(NamedTuple):
+    """Leader -> driver: its pool has started, or why not."""
+
+    node: str  # the Ray node's id
+    pids: list[int]  # of the pool's workers
+    error: str | None = None
+    traceback: str = ""
+
+
+class _Lines(logging.Handler):
+    """Keeps the pool's log lines, to go back to the driver with the call's report."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+@ray.remote(concurrency_groups={"control": 1})
+class NodeLeader:
+    """The local pool of one node's workers, under one Ray actor. Its calls run one at a
+    time, in order; `abort` runs beside them."""
 
     def __init__(self, spec: RolloutSpec) -> None:
-        """Set up the process as a worker's, and build the env (once)."""
-        from pong_mp.backends.episode_worker import EpisodeWorker
+        """Start the pool (its workers build their envs); a failure is raised to the
+        driver."""
+        from pong_mp.backends.local import LocalBackend
 
-        prepare_worker_process()
-        self.spec = spec
-        self.worker = EpisodeWorker(spec)
-        self.worker.open()
-        # The last gradient's array, written again by the next task: Ray copies a result
-        # into the object store as the call returns, and a new 5 MB array a call cost its
-        # page faults each time (a fifth of the actors' task time on 2 cores, in Ray's
-        # timeline; end to end, within the noise: docs/ray.md).
-        self._grad: np.ndarray | None = None
+        self._lines = _Lines()
+        log.addHandler(self._lines)
+        # A spawned process runs its parent's main script again as it starts: here Ray's
+        # worker script, which imports Ray (4.7 s a worker, against 0.06 s without it, on a
+        # 2-core machine). The pool's workers need nothing from it.
+        with contextlib.suppress(AttributeError):
+            del sys.modules["__main__"].__file__
+        self.pool = LocalBackend(spec)
+        self._start_error: WorkerError | None = None
+        try:
+            self.pool.start()
+        except WorkerError as exc:  # reported by `started`, with the worker's traceback
+            self._start_error = exc
+        self._versions: deque[int] = deque(maxlen=spec.lag + 1)  # published to the pool
+        # The trajectories of the episodes played or passed here, by episode index: the same
+        # objects the pool's kept data is identified by (`kept.py`), put back into the passes
+        # that arrive without theirs.
+        self._data: dict[int, object] = {}
+        self._aborted = False
 
-    def pid(self) -> int:
-        """This actor's process id (readiness check, and for fault tests)."""
-        return os.getpid()
+    def started(self) -> LeaderStart:
+        """Where this leader runs, and whether its pool started (the driver's readiness
+        check)."""
+        node = ray.get_runtime_context().get_node_id()
+        if self._start_error is None:
+            return LeaderStart(node, self.pool.worker_pids())
+        return LeaderStart(node, [], str(self._start_error), _traceback(self._start_error))
 
-    def node_id(self) -> str:
-        """The id of the Ray node this actor runs on."""
-        return ray.get_runtime_context().get_node_id()
+    def run(self, flat32: np.ndarray, version: int, groups: list[LeaderGroup]) -> LeaderReport:
+        """Play `groups` with the float32 weights `flat32` as `version`, on the pool, and sum
+        each group's gradients in batch_sum's order."""
+        self._lines.lines = []
+        replaced = self.pool.replacements
+        tasks = [task for group in groups for task in group.tasks]
+        if any(not isinstance(task, PassTask) for task in tasks):
+            self._data.clear()  # a batch to play: the last one's passes are over
+        tasks = [self._with_data(task) for task in tasks]
+        if version not in self._versions:
+            self.pool.publish(version, flat32)
+            self._versions.append(version)
+        owner = {task.index: n for n, group in enumerate(groups) for task in group.tasks}
+        sums = [
+            BatchSum(
+                group.tasks[0].index,
+                len(group.tasks),
+                np.empty(flat32.size) if group.tasks[0].gradient else None,
+            )
+            for group in groups
+        ]
+        stats: list[EpisodeStats] = []
+        try:
+            self.pool.submit(version, tasks)
+            for item in self.pool.results():
+                if item.stats.data is not None:
+                    self._data[item.stats.index] = item.stats.data
+                sums[owner[item.stats.index]].add(item)
+                stats.append(item.stats)
+        except WorkerError as exc:
+            if not self._aborted:
+                self.pool.cancel()
+                pids = self.pool.worker_pids()
+                return LeaderReport([], [], 0, pids, self._lines.lines, str(exc), _traceback(exc))
+        except Exception:
+            if not self._aborted:
+                raise
+        if self._aborted:  # nobody waits for this call's results any more
+            return LeaderReport([], [], 0, [], [])
+        made = [
+            GroupSum(group.number, summed.total, group.first_index)
+            for group, summed in zip(groups, sums, strict=True)
+            if summed.total is not None
+        ]
+        replaced = self.pool.replacements - replaced
+        return LeaderReport(stats, made, replaced, self.pool.worker_pids(), self._lines.lines)
 
-    @ray.method(num_returns=2)
-    def play(
-        self, flat32: np.ndarray, task: Task, data: object | None = None
-    ) -> tuple[EpisodeStats, np.ndarray | None]:
-        """Do one task with the float32 weights `flat32` (a zero-copy view); a PassTask's
-        episode data may come apart from it, as `data`. Returns the stats and the gradient
-        (or None) as two objects: the driver fetches only the small one, the gradient stays
-        on this node for its group's sum."""
-        if data is not None:
-            task = dataclasses.replace(task, data=data)
-        weights = policy.Weights32.from_flat32(flat32, self.spec.shape)
-        result = self.worker.play(weights, task, self._grad if task.gradient else None)
-        if result.grad is not None:
-            self._grad = result.grad
-        return result.stats, result.grad
+    def _with_data(self, task: Task) -> Task:
+        if not isinstance(task, PassTask):
+            return task
+        if task.data is None:
+            return dataclasses.replace(task, data=self._data[task.index])
+        self._data[task.index] = task.data  # sent whole: played elsewhere, or before a loss
+        return task
+
+    @ray.method(concurrency_group="control")
+    def abort(self) -> None:
+        """End the call in progress at once, its episodes thrown away: its workers are
+        killed (and replaced), so that `close`, queued behind it, can follow. The driver
+        calls it only before `close`."""
+        self._aborted = True
+        self.pool.cancel()
+
+    def close(self) -> None:
+        """Stop the pool's workers and free its shared memory."""
+        self.pool.close()
 
 
-@ray.remote(num_cpus=0)
-class GroupSummer:
-    """Sums groups of gradients on its node (one per node that has episode actors)."""
-
-    def sum(self, refs: list[Any]) -> np.ndarray:
-        """The gradients of `refs` (position order) summed in batch_sum's order.
-
-        The refs come in a list, fetched here zero-copy: as top-level arguments Ray took
-        seconds to hand 30 gradients of 5 MB to a call. An actor, not a task: a task may
-        need a new worker process (~2 s) per update."""
-        return sum_group(ray.get(refs))
+def _traceback(error: WorkerError) -> str:
+    cause = error.__cause__
+    return cause.tb if isinstance(cause, RemoteTraceback) else ""
 
 
 @dataclass
-class _Group:
-    """One group of a batch's episodes (batch_sum.GROUP), on its way to one sum."""
-
-    number: int
-    first_index: int  # its batch's first episode
-    version: int  # of the weights its episodes are played with
-    tasks: list[Task]
-    pending: deque[Task] = field(init=False)
-    node: str | None = None  # where its episodes are preferably played, and summed
-    grads: dict[int, Any] = field(default_factory=dict)  # episode index -> gradient ref
-    reported: set[int] = field(default_factory=set)  # episodes whose stats were yielded
-    sum_ref: Any = None
-    failures: int = 0
-
-    def __post_init__(self) -> None:
-        self.pending = deque(self.tasks)
-
-
-@dataclass
-class _Slot:
+class _Leader:
     actor: Any
-    node: str = ""
-    task: Task | None = None
-    group: _Group | None = None  # the task's; None for a call whose batch was cancelled
-    ref: Any = None  # the result's
-    grad_ref: Any = None
-    since: float = 0.0
+    node: str
+    workers: int
+    pids: list[int] = field(default_factory=list)  # of its pool's workers, as last reported
+
+
+@dataclass
+class _Call:
+    seq: int  # submission order: a replaced leader gets its calls again in this order
+    leader: int
+    version: int
+    groups: list[LeaderGroup]  # as submitted: every pass with its data
+    ref: Any = None
+    failures: int = 0
 
 
 def _get(refs: Any, timeout: float) -> Any:
@@ -232,28 +331,57 @@ def connect(address: str | None, num_cpus: int) -> bool:
     return False
 
 
+def plan_nodes(workers: int, cpus: dict[str, int]) -> dict[str, int]:
+    """Workers per node id, from each node's CPUs: the nodes with the most CPUs filled
+    first, so that as few leaders as can hold the workers play each batch (fewer calls, and
+    more of each group's passes on the node that played it). Ties go by node id."""
+    plan: dict[str, int] = {}
+    left = workers
+    for node, count in sorted(cpus.items(), key=lambda item: (-item[1], item[0])):
+        if left == 0 or count < 1:
+            break
+        plan[node] = min(count, left)
+        left -= plan[node]
+    if left:
+        raise WorkerError(
+            f"the Ray cluster has {workers - left} CPUs for workers, fewer than the "
+            f"{workers} asked for (--workers)"
+        )
+    return plan
+
+
+def _cluster_cpus() -> dict[str, int]:
+    return {
+        node["NodeID"]: int(node.get("Resources", {}).get("CPU", 0))
+        for node in ray.nodes()
+        if node.get("Alive")
+    }
+
+
 class RayBackend(BackendBase):
-    """Episodes on Ray actors: a local Ray instance, or a cluster at `address`."""
+    """The local pool on each node of a Ray cluster (a local Ray instance, or a cluster at
+    `address`), driven through one leader actor a node."""
 
     def __init__(self, spec: RolloutSpec, address: str | None = None) -> None:
         """Remember the spec; Ray is started or joined by `start`."""
         super().__init__(spec)
         self.address = address
         self._owns_ray = False
-        self._slots: list[_Slot] = []
-        self._summers: dict[str, Any] = {}  # node id -> its GroupSummer
+        self._leaders: list[_Leader] = []
         self._versions: OrderedDict[int, Any] = OrderedDict()  # weights refs, oldest first
-        self._groups: list[_Group] = []  # in flight, in submission order
-        self._retries: Retries[Task] = Retries(spec.max_retries)
+        self._calls: list[_Call] = []  # in flight, in submission order
+        self._seq = 0
+        self._unheard: dict[Any, int] = {}  # refs of cancelled calls -> their leader
+        self._ready: deque[EpisodeStats | GroupSum] = deque()  # reported, not yet yielded
+        # Which leader keeps each episode's trajectory (the one that played it, or was sent
+        # it), for the actor-critic's passes: episode index -> leader number.
+        self._holder: dict[int, int] = {}
         self.group_sums = 0  # made on the cluster
-        # Each episode's data (the actor-critic's trajectory) goes into the object store once
-        # an update, not with each of its passes (16 minibatches x 4 passes of ~0.5 MB):
-        # episode index -> (the data, its ref), dropped when the next batch is played.
-        self._data: dict[int, tuple[object, Any]] = {}
-        self.data_puts = 0  # episodes' data put into the object store
+        self.data_sent = 0  # passes sent with their trajectory (to a node that lacks it)
 
     def start(self) -> None:
-        """Start or join Ray and create the actors; WorkerError if one cannot start."""
+        """Start or join Ray and start a leader, with its pool, on each node it needs;
+        WorkerError if one cannot start."""
         # ray.init makes SIGTERM end the driver at once (exit 15, nothing saved): the run's
         # own handler goes back in.
         sigterm = signal.getsignal(signal.SIGTERM)
@@ -261,46 +389,75 @@ class RayBackend(BackendBase):
         if sigterm is not None and signal.getsignal(signal.SIGTERM) is not sigterm:
             signal.signal(signal.SIGTERM, sigterm)
         try:
-            self._slots = [_Slot(self._new_actor()) for _ in range(self.spec.workers)]
-            refs = [s.actor.pid.remote() for s in self._slots]
-            try:
-                _get(refs, _START_SECONDS)
-            except ray.exceptions.RayActorError as exc:
-                raise worker_error("an actor failed to start", str(exc))  # noqa: B904
-            except ray.exceptions.GetTimeoutError:
-                raise WorkerError(
-                    f"actors did not start within {_START_SECONDS:.0f} s: does the cluster "
-                    f"have {self.spec.workers} free CPUs?"
-                ) from None
-            for slot, node in zip(self._slots, self.actor_nodes(), strict=True):
-                slot.node = node
-            for node in {slot.node for slot in self._slots}:
-                self._summer(node)
+            plan = plan_nodes(self.spec.workers, _cluster_cpus())
+            self._leaders = [
+                _Leader(self._new_actor(node, count), node, count) for node, count in plan.items()
+            ]
+            for leader in self._leaders:
+                leader.node, leader.pids = self._started(leader.actor)
         except BaseException:
             self.close()
             raise
 
-    def _new_actor(self) -> Any:
-        return EpisodeActor.remote(self.spec)
+    def _new_actor(self, node: str, workers: int, soft: bool = False) -> Any:
+        where = NodeAffinitySchedulingStrategy(node_id=node, soft=soft)
+        spec = dataclasses.replace(self.spec, workers=workers)
+        return NodeLeader.options(num_cpus=workers, scheduling_strategy=where).remote(spec)
+
+    def _started(self, actor: Any) -> tuple[str, list[int]]:
+        # The node and workers of a leader whose pool has started; WorkerError if it could
+        # not.
+        try:
+            start: LeaderStart = _get(actor.started.remote(), _START_SECONDS)
+        except ray.exceptions.RayActorError as exc:
+            raise worker_error("a node's leader failed to start", _plain(exc)) from None
+        except ray.exceptions.GetTimeoutError:
+            raise WorkerError(
+                f"workers did not start within {_START_SECONDS:.0f} s: does the cluster "
+                f"have {self.spec.workers} free CPUs?"
+            ) from None
+        if start.error is not None:
+            raise worker_error(start.error, start.traceback)
+        return start.node, start.pids
 
     def worker_pids(self) -> list[int]:
-        """Process ids of the current actors (for fault tests)."""
-        return ray.get([s.actor.pid.remote() for s in self._slots])
+        """Process ids of the workers, node by node, as the leaders last reported them (for
+        fault tests): a leader busy with a call answers nothing else until it is done."""
+        return [pid for leader in self._leaders for pid in leader.pids]
 
     def actor_nodes(self) -> list[str]:
-        """Ids of the nodes the current actors run on."""
-        return ray.get([s.actor.node_id.remote() for s in self._slots])
+        """Ids of the nodes the leaders run on, one per leader."""
+        return [leader.node for leader in self._leaders]
 
     def close(self) -> None:
-        """Kill the actors, and stop Ray if this backend started it."""
-        slots, self._slots = self._slots, []
-        summers, self._summers = list(self._summers.values()), {}
-        self._groups.clear()
-        self._versions.clear()
-        self._data.clear()
-        for actor in [slot.actor for slot in slots] + summers:
+        """Close the leaders' pools (a leader still busy is killed, and its workers follow
+        it within a second), and stop Ray if this backend started it."""
+        leaders, self._leaders = self._leaders, []
+        busy = {call.leader for call in self._calls}
+        if self._unheard:  # (a Ray call with no Ray running would start one)
             with contextlib.suppress(Exception):
-                ray.kill(actor)
+                done, _ = ray.wait(list(self._unheard), num_returns=len(self._unheard), timeout=0)
+                busy |= {n for ref, n in self._unheard.items() if ref not in done}
+        self._calls.clear()
+        self._unheard.clear()
+        self._ready.clear()
+        self._versions.clear()
+        self._holder.clear()
+        # A busy leader first ends its call (its episodes are being thrown away). Killing it
+        # instead would take its resource tracker along (Ray ends the actor's process
+        # group), leaving its shared memory behind.
+        closing = []
+        for n, leader in enumerate(leaders):
+            with contextlib.suppress(Exception):
+                if n in busy:
+                    leader.actor.abort.remote()
+                closing.append(leader.actor.close.remote())
+        if closing:
+            with contextlib.suppress(Exception):
+                ray.wait(closing, num_returns=len(closing), timeout=_JOIN_SECONDS)
+        for leader in leaders:
+            with contextlib.suppress(Exception):
+                ray.kill(leader.actor)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
             self._owns_ray = False
@@ -313,168 +470,120 @@ class RayBackend(BackendBase):
             self._versions.popitem(last=False)
 
     def submit(self, version: int, tasks: list[Task]) -> None:
-        """Queue `tasks` as groups of batch_sum.GROUP behind those submitted before."""
+        """Send `tasks`, as groups of batch_sum.GROUP, to the leaders: a group of passes to
+        the leader that keeps its episodes' data, others to the leader with the least work a
+        worker; one call per leader."""
+        if not self._leaders:
+            raise RuntimeError("RayBackend.start() was not called")
         if version not in self._versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")
         if any(not isinstance(task, PassTask) for task in tasks):
-            self._data.clear()  # a batch to play: the last one's passes are over
+            self._holder.clear()  # a batch to play: the last one's passes are over
         first = tasks[0].index if tasks else 0
-        self._groups.extend(
-            _Group(number, first, version, tasks[start : start + GROUP])
-            for number, start in enumerate(range(0, len(tasks), GROUP))
-        )
+        load = [0] * len(self._leaders)
+        calls: dict[int, list[LeaderGroup]] = {}
+        for number, start in enumerate(range(0, len(tasks), GROUP)):
+            group = LeaderGroup(number, first, tasks[start : start + GROUP])
+            n = self._holder.get(group.tasks[0].index)
+            if n is None:
+                n = min(range(len(load)), key=lambda i: (load[i] / self._leaders[i].workers, i))
+            load[n] += len(group.tasks)
+            calls.setdefault(n, []).append(group)
+        for n, groups in calls.items():
+            self._seq += 1
+            self._call(_Call(self._seq, n, version, groups))
+
+    def _call(self, call: _Call) -> None:
+        sent = [
+            group._replace(tasks=[self._light(call.leader, task) for task in group.tasks])
+            for group in call.groups
+        ]
+        actor = self._leaders[call.leader].actor
+        call.ref = actor.run.remote(self._versions[call.version], call.version, sent)
+        self._calls.append(call)
+
+    def _light(self, leader: int, task: Task) -> Task:
+        # A pass goes without its episode's data to the leader that keeps it.
+        if not isinstance(task, PassTask) or task.data is None:
+            return task
+        if self._holder.get(task.index) == leader:
+            return dataclasses.replace(task, data=None)
+        self._holder[task.index] = leader
+        self.data_sent += 1
+        return task
 
     def cancel(self) -> None:
-        """Drop the groups in flight; calls still running are left to end, unheard."""
-        self._groups.clear()
-        for slot in self._slots:
-            slot.group = None
+        """Drop the calls in flight and their reports; a leader finishes the call it is on,
+        unheard."""
+        self._unheard.update({call.ref: call.leader for call in self._calls})
+        self._calls.clear()
+        self._ready.clear()
 
     def results(self) -> Iterator[EpisodeStats | GroupSum]:
-        """Play the submitted groups on the actors; yield each episode's result (without
-        its gradient) as it arrives, and each group's gradient sum, made on the node that
-        played most of it."""
-        if not self._slots:
+        """Yield each episode's result (without its gradient) and each group's gradient sum,
+        made on the node that played it, as the leaders report them."""
+        if not self._leaders:
             raise RuntimeError("RayBackend.start() was not called")
-        while self._groups:
-            for slot in self._slots:
-                if slot.task is None:
-                    self._hand_out(slot)
-            busy = {s.ref: s for s in self._slots if s.task is not None}
-            summing = {g.sum_ref: g for g in self._groups if g.sum_ref is not None}
-            ready, _ = ray.wait([*busy, *summing], num_returns=1, timeout=POLL_SECONDS)
+        while self._ready or self._calls:
+            if self._ready:
+                yield self._ready.popleft()
+                continue
+            calls = {call.ref: call for call in self._calls}
+            ready, _ = ray.wait(list(calls), num_returns=1, timeout=POLL_SECONDS)
             check_stop()
             for ref in ready:
-                if ref in summing:
-                    group = summing[ref]
-                    group.sum_ref = None
-                    try:
-                        total = ray.get(ref)
-                    except ray.exceptions.RayError as exc:
-                        self._summers.pop(group.node or "", None)  # made anew if needed
-                        self._replay_group(group, f"its sum failed ({type(exc).__name__})")
-                        continue
-                    self._groups.remove(group)
-                    group.grads.clear()
-                    yield GroupSum(group.number, total, group.first_index)
-                    continue
-                slot = busy[ref]
-                task, group, grad_ref = slot.task, slot.group, slot.grad_ref
-                slot.task = slot.group = slot.ref = slot.grad_ref = None
-                assert task is not None
+                call = calls[ref]
+                self._calls.remove(call)
                 try:
-                    result: EpisodeStats = ray.get(ref)
+                    report: LeaderReport = ray.get(ref)
                 except ray.exceptions.RayActorError as exc:
-                    if group is not None:
-                        why = f"its actor died ({type(exc).__name__})"
-                        self._retry(task, group.pending, why)
-                    self._replace(slot)
+                    self._leader_lost(call, f"its node's leader died ({type(exc).__name__})")
                     continue
                 except ray.exceptions.RayTaskError as exc:
-                    if group is not None:
-                        # Ray's traceback, with its terminal colour codes taken out for logs.
-                        tb = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-                        self._retry(task, group.pending, "it raised", tb=tb)
-                    continue
-                if group is None:
-                    continue  # its batch was cancelled
-                self._retries.forget(task.index)
-                group.grads[task.index] = grad_ref
-                if len(group.grads) == len(group.tasks):
-                    if task.gradient:
-                        self._sum(group)
-                    else:  # nothing to sum: the group is done with its last result
-                        self._groups.remove(group)
-                if task.index not in group.reported:
-                    group.reported.add(task.index)
-                    yield result
-            now = self._stall_skipped(self._slots)
-            for slot in self._slots:
-                if slot.task is not None and now - slot.since > self.spec.episode_timeout:
-                    task, group = slot.task, slot.group
-                    slot.task = slot.group = slot.ref = slot.grad_ref = None
-                    if group is not None:
-                        self._retry(task, group.pending, f"hung for {now - slot.since:.0f} s")
-                    ray.kill(slot.actor)
-                    self._replace(slot)
+                    raise worker_error("a node's leader failed", _plain(exc)) from None
+                self._take(call, report)
 
-    def _hand_out(self, slot: _Slot) -> None:
-        # The earliest batch with episodes left goes first: it is the one the trainer waits
-        # for. Within it, an actor takes work from a group of its own node first, then opens
-        # a new group for its node, and only then helps another node's group: most of a
-        # group is played, and so summed, on one node, while no actor waits while work is
-        # left.
-        open_groups = [g for g in self._groups if g.pending]
-        if not open_groups:
-            return
-        batch = open_groups[0].first_index
-        group = min(
-            (g for g in open_groups if g.first_index == batch),
-            key=lambda g: (g.node != slot.node, g.node is not None),  # own, fresh, other
-        )  # min keeps the first of equals: the lowest group number
-        if group.node is None:
-            group.node = slot.node
-        slot.task, slot.group, slot.since = group.pending.popleft(), group, time.monotonic()
-        weights = self._versions[group.version]
-        task = slot.task
-        if isinstance(task, PassTask) and task.data is not None:
-            light = dataclasses.replace(task, data=None)
-            call = slot.actor.play.remote(weights, light, self._data_ref(task))
-        else:
-            call = slot.actor.play.remote(weights, task)
-        slot.ref, slot.grad_ref = call
+    def _take(self, call: _Call, report: LeaderReport) -> None:
+        node = self._leaders[call.leader].node[:8]
+        for line in report.warnings:
+            log.warning(f"node {node}: {line}")
+        if report.error is not None:
+            raise worker_error(report.error, report.traceback)
+        self.replacements += report.replaced
+        self._leaders[call.leader].pids = report.pids
+        for stats in report.stats:
+            if stats.data is not None:
+                self._holder[stats.index] = call.leader
+        self.group_sums += len(report.sums)
+        self._ready.extend(report.stats)
+        self._ready.extend(report.sums)
 
-    def _data_ref(self, task: PassTask) -> Any:
-        # The object of `task`'s episode data, put on its first pass. The same object, not
-        # an equal one: data is identified as the local pool's kept data is.
-        kept = self._data.get(task.index)
-        if kept is None or kept[0] is not task.data:
-            assert task.data is not None
-            kept = self._data[task.index] = (task.data, ray.put(task.data))
-            self.data_puts += 1
-        return kept[1]
-
-    def _sum(self, group: _Group) -> None:
-        refs = [group.grads[index] for index in sorted(group.grads)]
-        group.sum_ref = self._summer(group.node or "").sum.remote(refs)
-        self.group_sums += 1
-
-    def _summer(self, node: str) -> Any:
-        # The summer of `node`, made on first use. An actor that has not said where it runs
-        # (node "") borrows any summer. The affinity is hard: a soft one left zero-CPU actors
-        # on other nodes, where every gradient had to be fetched. If the node goes, so does
-        # its summer, and the group is played again.
-        if not node and self._summers:
-            return next(iter(self._summers.values()))
-        if node not in self._summers:
-            where = NodeAffinitySchedulingStrategy(node_id=node, soft=False) if node else None
-            self._summers[node] = GroupSummer.options(scheduling_strategy=where).remote()
-        return self._summers[node]
-
-    def _replay_group(self, group: _Group, why: str) -> None:
-        # The group's gradients are gone with their node: play its episodes again (same
-        # seeds, same gradients, same sum).
-        group.failures += 1
-        if group.failures > self.spec.max_retries:
+    def _leader_lost(self, call: _Call, why: str) -> None:
+        # Its pool's workers, its kept data and its calls' results went with it: a new
+        # leader (on the same node if that is still there) plays its calls again, in their
+        # order, with the same seeds, which gives the same bytes.
+        call.failures += 1
+        first = call.groups[0].tasks[0].index
+        if call.failures > self.spec.max_retries:
             raise WorkerError(
-                f"the sum of episodes {group.tasks[0].index}.. failed {group.failures} times "
-                f"on Ray (last: {why})"
+                f"episodes {first}.. lost their node's leader {call.failures} times (last: {why})"
             )
-        log.warning(f"group {group.number}: {why}; playing its episodes again")
-        group.pending = deque(group.tasks)
-        group.grads.clear()
-        group.node = None
-
-    def _retry(self, task: Task, pending: deque[Task], why: str, tb: str | None = None) -> None:
-        what = f"times on Ray actors (last: {why})"
-        count = self._retries.again(task, pending, task, lambda n: f"failed {n} {what}", tb)
-        log.warning(
-            f"episode {task.index}: {why}; playing it again ({count}/{self.spec.max_retries})"
-        )
-
-    def _replace(self, slot: _Slot) -> None:
-        slot.actor = self._new_actor()
-        slot.node = ""  # unknown until it answers
-        with contextlib.suppress(ray.exceptions.RayError):
-            slot.node = _get(slot.actor.node_id.remote(), _START_SECONDS)
+        log.warning(f"episodes {first}..: {why}; playing them again on a new one")
+        leader = self._leaders[call.leader]
+        with contextlib.suppress(Exception):
+            ray.kill(leader.actor)
+        leader.actor = self._new_actor(leader.node, leader.workers, soft=True)
+        leader.node, leader.pids = self._started(leader.actor)
         self.replacements += 1
+        self._holder = {i: n for i, n in self._holder.items() if n != call.leader}
+        again = sorted([c for c in self._calls if c.leader == call.leader] + [call],
+                       key=lambda c: c.seq)  # fmt: skip
+        for other in again:
+            if other in self._calls:
+                self._calls.remove(other)
+            self._call(other)
+
+
+def _plain(exc: Exception) -> str:
+    """Ray's traceback of `exc`, with its terminal colour codes taken out for logs."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(exc))

@@ -22,7 +22,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.batch_sum import GROUP
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
 from pong_mp.signals import POLL_SECONDS, check_stop
@@ -531,98 +530,3 @@ def _idle_line(r: dict[str, Any]) -> list[str]:
     if light is not None:
         lines.append(f"actor-critic passes sent without their trajectory: {100 * light:.0f}%")
     return lines
-
-
-def ray_driver_cost(episodes: int = 300, nodes: int = 3, hidden: int = 200) -> dict[str, Any]:
-    """What one update of `episodes` costs the driver of a Ray cluster of `nodes` nodes on
-    this machine, with gradients summed per group on their nodes (as the Ray backend does),
-    and with every gradient summed by the driver. Needs Ray."""
-    import ray
-    from ray.cluster_utils import Cluster
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    from pong_mp.backends.ray_cluster import GroupSummer
-    from pong_mp.batch_sum import BatchSum, GroupSum
-    from pong_mp.episode import EpisodeResult, EpisodeStats
-
-    size = policy.param_count(policy.NetShape(hidden))
-    # Object stores big enough for the update, lest spilling to disk be measured instead.
-    per_node = max(int(4 * size * (episodes / (nodes - 1) + GROUP) * 1.5), 80 * 2**20)
-    head = {"num_cpus": 0, "object_store_memory": per_node}
-    cluster = Cluster(initialize_head=True, head_node_args=head)
-    for _ in range(nodes - 1):
-        cluster.add_node(num_cpus=1, object_store_memory=per_node)
-    try:
-        ray.init(address=cluster.address, log_to_driver=False)
-
-        @ray.remote(num_cpus=1)
-        class Producer:
-            def make(self, index: int) -> np.ndarray:
-                return np.random.default_rng(index).standard_normal(size).astype(np.float32)
-
-            def node(self) -> str:
-                return ray.get_runtime_context().get_node_id()
-
-        producers = [Producer.remote() for _ in range(nodes - 1)]
-        where = ray.get([p.node.remote() for p in producers])
-        owner = [(i // GROUP) % len(producers) for i in range(episodes)]
-        refs = [producers[owner[i]].make.remote(i) for i in range(episodes)]
-        ray.wait(refs, num_returns=len(refs))  # all made, still on the producers' nodes
-        # The backend's summers: one actor on each node, made when the backend starts.
-        strategies = [NodeAffinitySchedulingStrategy(n, soft=False) for n in where]
-        summers = [GroupSummer.options(scheduling_strategy=s).remote() for s in strategies]
-        ray.get([summer.sum.remote([ray.put(np.zeros(1))]) for summer in summers])
-
-        # Every gradient to the driver, summed there.
-        start = time.perf_counter()
-        summed = BatchSum(0, episodes, np.empty(size))
-        for i, ref in enumerate(refs):
-            summed.add(EpisodeResult(EpisodeStats(i, 0.0, 0, 0.0), ray.get(ref)))
-        each_seconds = time.perf_counter() - start
-        each_total = summed.total.copy()
-
-        # One sum per group, made on the group's node.
-        start = time.perf_counter()
-        groups = range(0, episodes, GROUP)
-        sums = [summers[owner[i]].sum.remote(refs[i : i + GROUP]) for i in groups]
-        summed = BatchSum(0, episodes, np.empty(size))
-        for i in range(episodes):
-            summed.add(EpisodeStats(i, 0.0, 0, 0.0))
-        for number, ref in enumerate(sums):
-            summed.add(GroupSum(number, ray.get(ref)))
-        group_seconds = time.perf_counter() - start
-        if summed.total.tobytes() != each_total.tobytes():
-            raise RuntimeError("the two ways of summing gave different bytes")
-
-        put_start = time.perf_counter()
-        ray.put(np.zeros(size, dtype=np.float32))
-        put = time.perf_counter() - put_start
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-    megabytes = 4 * size / 1e6
-    return {
-        "episodes": episodes,
-        "nodes": nodes,
-        "gradient_mb": megabytes,
-        "groups": len(sums),
-        "driver_in_mb_each": megabytes * episodes,
-        "driver_seconds_each": each_seconds,
-        "driver_in_mb_groups": 2 * megabytes * len(sums),
-        "driver_seconds_groups": group_seconds,
-        "broadcast_put_seconds": put,
-    }
-
-
-def format_ray_driver_cost(cost: dict[str, Any]) -> str:
-    """`ray_driver_cost`'s figures as readable lines."""
-    return (
-        f"{cost['episodes']} episodes, gradients of {cost['gradient_mb']:.1f} MB, "
-        f"{cost['nodes']} nodes on this machine; identical bytes both ways\n"
-        f"every gradient to the driver: {cost['driver_in_mb_each'] / 1e3:.2f} GB in, "
-        f"{cost['driver_seconds_each']:.2f} s\n"
-        f"one sum per group of {GROUP} on its node ({cost['groups']} sums): "
-        f"{cost['driver_in_mb_groups'] / 1e3:.2f} GB in, "
-        f"{cost['driver_seconds_groups']:.2f} s\n"
-        f"weights put: {1e3 * cost['broadcast_put_seconds']:.1f} ms"
-    )
