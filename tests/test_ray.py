@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from pong_mp import policy
-from pong_mp.backends import make_backend
+from pong_mp.backends import WorkerError, make_backend
 from pong_mp.batch_sum import GROUP, GroupSum
 from pong_mp.episode import EpisodeStats, make_tasks
 from tests.helpers import (
@@ -216,3 +216,13 @@ def test_the_actor_critic_sends_no_trajectory_back_to_where_it_was_played(
     finally:
         backend.close()
     assert backend.data_sent == 0  # each pass went to the node that played its episode
+
+
+def test_workers_fill_the_nodes_with_the_most_cpus_first() -> None:
+    from pong_mp.backends.ray_cluster import plan_nodes
+
+    cpus = {"b": 4, "a": 4, "head": 0, "c": 8}
+    assert plan_nodes(10, cpus) == {"c": 8, "a": 2}  # equal CPUs: by node id
+    assert plan_nodes(2, {"x": 1, "y": 1}) == {"x": 1, "y": 1}
+    with pytest.raises(WorkerError, match="has 16 CPUs for workers, fewer than the 17"):
+        plan_nodes(17, cpus)
