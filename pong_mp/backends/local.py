@@ -246,6 +246,13 @@ class LocalBackend(BackendBase):
         theirs.close()
         return _Worker(slot=slot, process=process, conn=ours, grad=grad)
 
+    @property
+    def weights_name(self) -> str:
+        """The name of the weights' shared-memory block (once started)."""
+        if self._weights is None:
+            raise RuntimeError("LocalBackend.start() was not called")
+        return self._weights.name
+
     def worker_pids(self) -> list[int]:
         """Pids of the current worker processes."""
         return [w.process.pid for w in self._workers if w.process.pid is not None]

@@ -60,6 +60,8 @@ from pong_mp.backends.base import (
     WorkerError,
     worker_error,
 )
+from pong_mp.backends.shm import BlockShape, SharedSums, SharedWeights, map_sums
+from pong_mp.backends.worker_process import block_shapes
 from pong_mp.batch_sum import GROUP, BatchSum, GroupSum
 from pong_mp.episode import EpisodeStats, PassTask, Task
 from pong_mp.signals import POLL_SECONDS, check_stop
@@ -90,6 +92,8 @@ class LeaderReport(NamedTuple):
     warnings: list[str]  # what the pool logged (a replaced worker, a retried episode)
     error: str | None = None  # an episode failed too often: the run stops with this
     traceback: str = ""  # and the worker's traceback
+    sums_block: str = ""  # with `in_block`: the leader's SharedSums, a slot per group number
+    in_block: tuple[int, ...] = ()  # the groups whose sums are in it (a driver on its machine)
 
 
 class LeaderStart(NamedTuple):
@@ -99,6 +103,7 @@ class LeaderStart(NamedTuple):
     pids: list[int]  # of the pool's workers
     error: str | None = None
     traceback: str = ""
+    weights_block: str = ""  # its pool's SharedWeights, which a driver on its machine writes
 
 
 class _Lines(logging.Handler):
@@ -141,33 +146,44 @@ class NodeLeader:
         # that arrive without theirs.
         self._data: dict[int, object] = {}
         self._aborted = False
+        self._sums: SharedSums | None = None  # made for a driver on this machine, on demand
 
     def started(self) -> LeaderStart:
         """Where this leader runs, and whether its pool started (the driver's readiness
         check)."""
         node = ray.get_runtime_context().get_node_id()
         if self._start_error is None:
-            return LeaderStart(node, self.pool.worker_pids())
+            return LeaderStart(node, self.pool.worker_pids(), weights_block=self.pool.weights_name)
         return LeaderStart(node, [], str(self._start_error), _traceback(self._start_error))
 
-    def run(self, flat32: np.ndarray, version: int, groups: list[LeaderGroup]) -> LeaderReport:
+    def run(
+        self, flat32: np.ndarray | None, version: int, groups: list[LeaderGroup]
+    ) -> LeaderReport:
         """Play `groups` with the float32 weights `flat32` as `version`, on the pool, and sum
-        each group's gradients in batch_sum's order."""
+        each group's gradients in batch_sum's order. With `flat32` None, a driver on this
+        machine has written the weights into the pool's block, and reads the sums from this
+        leader's SharedSums block."""
         self._lines.lines = []
         replaced = self.pool.replacements
         tasks = [task for group in groups for task in group.tasks]
         if any(not isinstance(task, PassTask) for task in tasks):
             self._data.clear()  # a batch to play: the last one's passes are over
         tasks = [self._with_data(task) for task in tasks]
-        if version not in self._versions:
+        if flat32 is not None and version not in self._versions:
             self.pool.publish(version, flat32)
             self._versions.append(version)
+        block = self._sums_block(groups) if flat32 is None else None
+        size = self.pool.spec.shape.size(self.pool.spec.value_head)
         owner = {task.index: n for n, group in enumerate(groups) for task in group.tasks}
         sums = [
             BatchSum(
                 group.tasks[0].index,
                 len(group.tasks),
-                np.empty(flat32.size) if group.tasks[0].gradient else None,
+                None
+                if not group.tasks[0].gradient
+                else block.slots[group.number]
+                if block is not None
+                else np.empty(size),
             )
             for group in groups
         ]
@@ -195,7 +211,31 @@ class NodeLeader:
             if summed.total is not None
         ]
         replaced = self.pool.replacements - replaced
-        return LeaderReport(stats, made, replaced, self.pool.worker_pids(), self._lines.lines)
+        report = LeaderReport(stats, made, replaced, self.pool.worker_pids(), self._lines.lines)
+        if block is None:
+            return report
+        numbers = [s.group for s in made]
+        return report._replace(sums=[], sums_block=block.name, in_block=tuple(numbers))
+
+    def _sums_block(self, groups: list[LeaderGroup]) -> SharedSums | None:
+        # A slot for each group number of the call, made anew where it needs more; None where
+        # /dev/shm has no room (the sums then go through the object store).
+        need = 1 + max(group.number for group in groups)
+        if self._sums is not None and self._sums.shape.width >= need:
+            return self._sums
+        self._close_sums()
+        spec = self.pool.spec
+        try:
+            self._sums = SharedSums.create(BlockShape(spec.shape, need, spec.value_head))
+        except OSError:
+            return None
+        return self._sums
+
+    def _close_sums(self) -> None:
+        if self._sums is not None:
+            self._sums.close()
+            self._sums.unlink()
+            self._sums = None
 
     def _with_data(self, task: Task) -> Task:
         if not isinstance(task, PassTask):
@@ -215,6 +255,7 @@ class NodeLeader:
 
     def close(self) -> None:
         """Stop the pool's workers and free its shared memory."""
+        self._close_sums()
         self.pool.close()
 
 
@@ -229,6 +270,17 @@ class _Leader:
     node: str
     workers: int
     pids: list[int] = field(default_factory=list)  # of its pool's workers, as last reported
+    # On the driver's machine: its pool's weights block, which the driver writes, and its
+    # group sums' block, which the driver reads (nothing through the object store).
+    weights: SharedWeights | None = None
+    sums: tuple[str, list[np.ndarray]] | None = None  # the block's name, its slots' views
+
+    def close_blocks(self) -> None:
+        """Drop the driver's mappings of the leader's blocks (the leader removes them; a sum
+        still held elsewhere keeps its own mapping)."""
+        if self.weights is not None:
+            self.weights.close()
+        self.weights = self.sums = None
 
 
 @dataclass
@@ -394,7 +446,7 @@ class RayBackend(BackendBase):
                 _Leader(self._new_actor(node, count), node, count) for node, count in plan.items()
             ]
             for leader in self._leaders:
-                leader.node, leader.pids = self._started(leader.actor)
+                self._open(leader)
         except BaseException:
             self.close()
             raise
@@ -404,11 +456,11 @@ class RayBackend(BackendBase):
         spec = dataclasses.replace(self.spec, workers=workers)
         return NodeLeader.options(num_cpus=workers, scheduling_strategy=where).remote(spec)
 
-    def _started(self, actor: Any) -> tuple[str, list[int]]:
-        # The node and workers of a leader whose pool has started; WorkerError if it could
-        # not.
+    def _open(self, leader: _Leader) -> None:
+        # Wait for the leader's pool to start (WorkerError if it could not). A leader on this
+        # machine gets its weights through its pool's block, and returns its sums in one.
         try:
-            start: LeaderStart = _get(actor.started.remote(), _START_SECONDS)
+            start: LeaderStart = _get(leader.actor.started.remote(), _START_SECONDS)
         except ray.exceptions.RayActorError as exc:
             raise worker_error("a node's leader failed to start", _plain(exc)) from None
         except ray.exceptions.GetTimeoutError:
@@ -418,7 +470,12 @@ class RayBackend(BackendBase):
             ) from None
         if start.error is not None:
             raise worker_error(start.error, start.traceback)
-        return start.node, start.pids
+        leader.node, leader.pids = start.node, start.pids
+        leader.close_blocks()
+        if start.node == ray.get_runtime_context().get_node_id() and self.spec.lag == 0:
+            shape, _ = block_shapes(dataclasses.replace(self.spec, workers=leader.workers))
+            with contextlib.suppress(OSError):  # another /dev/shm: the object store, then
+                leader.weights = SharedWeights.attach_untracked(start.weights_block, shape)
 
     def worker_pids(self) -> list[int]:
         """Process ids of the workers, node by node, as the leaders last reported them (for
@@ -441,6 +498,8 @@ class RayBackend(BackendBase):
         self._calls.clear()
         self._unheard.clear()
         self._ready.clear()
+        for leader in leaders:
+            leader.close_blocks()
         self._versions.clear()
         self._holder.clear()
         # A busy leader first ends its call (its episodes are being thrown away). Killing it
@@ -463,9 +522,14 @@ class RayBackend(BackendBase):
             self._owns_ray = False
 
     def publish(self, version: int, weights: np.ndarray) -> None:
-        """Put float32 `weights` in the object store once (one transfer per node, zero-copy
+        """Write float32 `weights` into the pool's block of each leader on this machine, and
+        put them in the object store once for the others (one transfer per node, zero-copy
         reads); keep the last spec.lag + 1 versions."""
-        self._versions[version] = ray.put(weights)
+        for leader in self._leaders:
+            if leader.weights is not None:
+                leader.weights.write(weights, version)
+        remote = any(leader.weights is None for leader in self._leaders)
+        self._versions[version] = ray.put(weights) if remote else None
         while len(self._versions) > self.spec.lag + 1:
             self._versions.popitem(last=False)
 
@@ -498,9 +562,18 @@ class RayBackend(BackendBase):
             group._replace(tasks=[self._light(call.leader, task) for task in group.tasks])
             for group in call.groups
         ]
-        actor = self._leaders[call.leader].actor
-        call.ref = actor.run.remote(self._versions[call.version], call.version, sent)
+        leader = self._leaders[call.leader]
+        weights = None if leader.weights is not None else self._weights_ref(call.version)
+        call.ref = leader.actor.run.remote(weights, call.version, sent)
         self._calls.append(call)
+
+    def _weights_ref(self, version: int) -> Any:
+        # Put only for leaders elsewhere: one on this machine replaced by one elsewhere gets
+        # what this machine's blocks hold.
+        if self._versions[version] is None:
+            block = next(leader.weights for leader in self._leaders if leader.weights is not None)
+            self._versions[version] = ray.put(block.flat(version))
+        return self._versions[version]
 
     def _light(self, leader: int, task: Task) -> Task:
         # A pass goes without its episode's data to the leader that keeps it.
@@ -554,9 +627,23 @@ class RayBackend(BackendBase):
         for stats in report.stats:
             if stats.data is not None:
                 self._holder[stats.index] = call.leader
-        self.group_sums += len(report.sums)
+        self.group_sums += len(report.sums) + len(report.in_block)
         self._ready.extend(report.stats)
         self._ready.extend(report.sums)
+        if report.in_block:
+            self._ready.extend(self._shared_sums(call, report))
+
+    def _shared_sums(self, call: _Call, report: LeaderReport) -> list[GroupSum]:
+        # The sums the leader on this machine left in its block: views, valid until its next
+        # call (the trainer adds them before it submits the next round).
+        leader = self._leaders[call.leader]
+        width = 1 + max(report.in_block)
+        mapped = leader.sums
+        if mapped is None or mapped[0] != report.sums_block or len(mapped[1]) < width:
+            shape = BlockShape(self.spec.shape, width, self.spec.value_head)
+            leader.sums = (report.sums_block, map_sums(report.sums_block, shape))
+        slots, first = leader.sums[1], call.groups[0].first_index
+        return [GroupSum(number, slots[number], first) for number in report.in_block]
 
     def _leader_lost(self, call: _Call, why: str) -> None:
         # Its pool's workers, its kept data and its calls' results went with it: a new
@@ -572,8 +659,16 @@ class RayBackend(BackendBase):
         leader = self._leaders[call.leader]
         with contextlib.suppress(Exception):
             ray.kill(leader.actor)
+        kept, leader.weights, leader.sums = leader.weights, None, None
         leader.actor = self._new_actor(leader.node, leader.workers, soft=True)
-        leader.node, leader.pids = self._started(leader.actor)
+        self._open(leader)
+        if kept is not None:  # the weights the calls played with, from the old block
+            for version in kept.versions:
+                if leader.weights is not None:
+                    leader.weights.write(kept.flat(version), version)
+                else:
+                    self._versions[version] = ray.put(kept.flat(version))
+            kept.close()
         self.replacements += 1
         self._holder = {i: n for i, n in self._holder.items() if n != call.leader}
         again = sorted([c for c in self._calls if c.leader == call.leader] + [call],

@@ -189,6 +189,19 @@ class _Block:
         """Open an existing block (spawned children share the creator's resource tracker)."""
         return cls(shared_memory.SharedMemory(name=name), shape, owner=False)
 
+    @classmethod
+    def attach_untracked(cls, name: str, shape: BlockShape) -> Self:
+        """Open an existing block made by an unrelated process (a Ray driver opening its
+        node's leader's), as a writer. This process's resource tracker is told to forget it
+        (Python 3.11 tracks what it attaches, and would remove the block when this process
+        ends): its creator's removes it."""
+        from multiprocessing import resource_tracker
+
+        start_resource_tracker()  # as the local backend's: one that outlives a hangup
+        shm = shared_memory.SharedMemory(name=name)
+        resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+        return cls(shm, shape, owner=True)
+
     def close(self) -> None:
         """Drop this process's mapping: the arrays mapped on it go first."""
         self.__dict__.pop("_views", None)
@@ -248,9 +261,16 @@ class SharedWeights(_Block):
 
     def read(self, version: int) -> policy.Weights32:
         """Read-only views of the weights of `version`; raises if no slot holds it."""
-        for stamp, _, weights in self._views:
-            if int(stamp[0]) == version:
-                return weights
+        return self._slot(version)[2]
+
+    def flat(self, version: int) -> np.ndarray:
+        """The flat float32 weights of `version`, a view; raises if no slot holds it."""
+        return self._slot(version)[1]
+
+    def _slot(self, version: int) -> tuple[np.ndarray, np.ndarray, policy.Weights32]:
+        for slot in self._views:
+            if int(slot[0][0]) == version:
+                return slot
         raise StaleWeightsError(f"shared weights hold versions {self.versions}, not {version}")
 
     @property
@@ -266,19 +286,37 @@ class SharedGradient(_Block):
     """One worker's gradient slots: the worker writes one, the coordinator reads it in place
     (5 MB never go through a pipe); with two, it writes the next while the last is read."""
 
+    DTYPE: type[np.floating] = np.float32
+
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
-        """Map the flat float32 gradients."""
+        """Map the flat gradients."""
         super().__init__(shm, shape, owner)
         length = shape.net.size(shape.value)
-        flat = np.ndarray((shape.width * length,), dtype=np.float32, buffer=shm.buf)
+        flat = np.ndarray((shape.width * length,), dtype=self.DTYPE, buffer=shm.buf)
         self._views = [flat[i * length : (i + 1) * length] for i in range(shape.width)]
 
-    @staticmethod
-    def size(shape: BlockShape) -> int:
-        """`shape.width` flat float32 gradients."""
-        return 4 * shape.net.size(shape.value) * shape.width
+    @classmethod
+    def size(cls, shape: BlockShape) -> int:
+        """`shape.width` flat gradients."""
+        return np.dtype(cls.DTYPE).itemsize * shape.net.size(shape.value) * shape.width
 
     @property
     def slots(self) -> list[np.ndarray]:
         """The gradients, flat float32, a slot each."""
         return self._views
+
+
+class SharedSums(SharedGradient):
+    """A Ray node leader's float64 group sums, a slot per group of a batch, which the driver
+    on the same machine reads in place (not through Ray's object store)."""
+
+    DTYPE = np.float64
+
+
+def map_sums(name: str, shape: BlockShape) -> list[np.ndarray]:
+    """Read-only views of the slots of a SharedSums block that another process made (a Ray
+    driver reading its node leader's), mapped apart from it: they stay valid while they are
+    held, after the block is removed too, and no resource tracker hears of them."""
+    length = shape.net.size(shape.value)
+    flat = np.memmap(SHM_DIR / name, dtype=np.float64, mode="r", shape=(shape.width * length,))
+    return [flat[i * length : (i + 1) * length] for i in range(shape.width)]
