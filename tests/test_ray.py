@@ -45,7 +45,12 @@ def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> Non
         backend = make_backend("ray", fake_spec(workers=2))
         backend.start()
         try:
-            assert len(set(backend.actor_nodes())) == 2  # one actor on each node
+            assert len(set(backend.actor_nodes())) == 2  # one leader on each node
+            # The driver's machine's leader through shared memory, the other's through Ray.
+            assert sorted(leader.weights is not None for leader in backend._leaders) == [
+                False,
+                True,
+            ]
             out = [
                 play_batch(backend, policy.init_params(SPEC_SHAPE, b), make_tasks(1, b * 5, 5))
                 for b in range(2)

@@ -19,8 +19,10 @@ from pong_mp.backends.shm import (
     SHM_DIR,
     BlockShape,
     SharedGradient,
+    SharedSums,
     SharedWeights,
     StaleWeightsError,
+    map_sums,
     pid_namespace,
     remove_stale_blocks,
 )
@@ -90,6 +92,37 @@ def test_a_gradient_slot_holds_one_gradient_both_sides_see(
                 assert owner.slots[slot][0] == slot
         finally:
             worker.close()
+    finally:
+        owner.close()
+        owner.unlink()
+
+
+@needs_linux_shm
+def test_mapped_sums_stay_readable_after_their_block_is_removed(clean_system) -> None:
+    # A Ray node leader's float64 group sums, mapped by the driver on its machine: a sum
+    # the trainer still holds outlives the leader's block.
+    shape = BlockShape(policy.NetShape(8), 2)
+    leader = SharedSums.create(shape)
+    leader.slots[1][:] = np.arange(len(leader.slots[1])) / 3
+    sums = map_sums(leader.name, shape)
+    leader.close()
+    leader.unlink()
+    assert sums[1].dtype == np.float64 and not sums[1].flags.writeable
+    assert np.array_equal(sums[1], np.arange(len(sums[1])) / 3)
+
+
+def test_a_writer_attached_apart_leaves_the_block_to_its_creator(clean_system) -> None:
+    # What a Ray driver does with its node leader's weights block: it writes, and its
+    # resource tracker does not remove the block when the driver's mapping closes.
+    shape = BlockShape(policy.NetShape(8))
+    owner = SharedWeights.create(shape)
+    try:
+        driver = SharedWeights.attach_untracked(owner.name, shape)
+        weights = np.arange(policy.param_count(policy.NetShape(8)), dtype=np.float32)
+        driver.write(weights, 7)
+        driver.close()
+        assert owner.versions == [7] and np.array_equal(owner.flat(7), weights)
+        assert (SHM_DIR / owner.name).exists()
     finally:
         owner.close()
         owner.unlink()
