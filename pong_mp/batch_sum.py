@@ -213,8 +213,8 @@ class BatchSum:
 
     def _group_done(self, group: int, grad: np.ndarray) -> None:
         if group != self._next_group:
-            # A group's sum is its own array (made here or by a backend), never reused
-            # memory: it can wait as it is.
+            # A group's sum is its own array (made here or by a backend), or a Ray leader's
+            # slot, written again only in a later round: it can wait as it is.
             self._ready[group] = grad
             return
         self._fold(grad)

@@ -23,6 +23,10 @@ Data flow of one round (a batch to play, or one round of the actor-critic's pass
     results: LeaderReport(stats, group sums,  <-- stats (with the trajectory when played),
              workers replaced, warnings)          one GroupSum per group
 
+On the driver's own machine (and without --policy-lag) the object store is skipped: the
+driver writes the weights into that leader's pool's shared-memory block, calls run(None,
+...), and maps the leader's SharedSums block to read the group sums in place.
+
 A leader that dies (its node lost) is replaced, on the same node if it is still there, and
 its groups are played again with the same seeds. A worker that dies, hangs or raises is the
 pool's to handle, on its node; an episode that keeps failing stops the run with the
