@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import ipaddress
+import itertools
 import logging
 import os
 import re
@@ -46,7 +47,8 @@ import socket
 import sys
 import time
 from collections import OrderedDict, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any, NamedTuple
@@ -68,6 +70,7 @@ from pong_mp.backends.shm import BlockShape, SharedSums, SharedWeights, map_sums
 from pong_mp.backends.worker_process import block_shapes
 from pong_mp.batch_sum import GROUP, BatchSum, GroupSum
 from pong_mp.episode import EpisodeStats, PassTask, Task
+from pong_mp.optim import MAX_STEP_THREADS
 from pong_mp.signals import POLL_SECONDS, check_stop
 
 log = logging.getLogger("pong_mp")
@@ -151,6 +154,10 @@ class NodeLeader:
         self._data: dict[int, object] = {}
         self._aborted = False
         self._sums: SharedSums | None = None  # made for a driver on this machine, on demand
+        # A round's sums on as many threads as the local coordinator's optimizer step takes
+        # (the node's workers wait for them): each thread adds its own range of elements.
+        self._threads = min(spec.workers, MAX_STEP_THREADS)
+        self._adders = ThreadPoolExecutor(self._threads - 1) if self._threads > 1 else None
 
     def started(self) -> LeaderStart:
         """Where this leader runs, and whether its pool started (the driver's readiness
@@ -188,6 +195,7 @@ class NodeLeader:
                 else block.slots[group.number]
                 if block is not None
                 else np.empty(size),
+                self._ranges,
             )
             for group in groups
         ]
@@ -241,6 +249,16 @@ class NodeLeader:
             self._sums.unlink()
             self._sums = None
 
+    def _ranges(self, part: Callable[[int, int], object]) -> None:
+        # batch_sum.Ranges: part(start, stop) over the parameters, a range a thread.
+        size = self.pool.spec.shape.size(self.pool.spec.value_head)
+        cuts = [size * t // self._threads for t in range(self._threads + 1)]
+        runs = list(itertools.pairwise(cuts))
+        futures = [self._adders.submit(part, *run) for run in runs[:-1]] if self._adders else []
+        part(*runs[-1])
+        for future in futures:
+            future.result()
+
     def _with_data(self, task: Task) -> Task:
         if not isinstance(task, PassTask):
             return task
@@ -261,6 +279,8 @@ class NodeLeader:
         """Stop the pool's workers and free its shared memory."""
         self._close_sums()
         self.pool.close()
+        if self._adders is not None:
+            self._adders.shutdown()
 
 
 def _traceback(error: WorkerError) -> str:
