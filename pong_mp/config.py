@@ -182,7 +182,7 @@ class TrainConfig:
     )
     workers: int = option(
         factory=default_workers,
-        help="Worker processes (local) or actors (ray).",
+        help="Worker processes: on this machine (local), or over the Ray cluster's nodes (ray).",
         show_default="number of CPUs",
         group="cluster",
     )
