@@ -15,10 +15,13 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 
 from pong_mp import sparse
+
+T = TypeVar("T")
 
 EPS = 1e-5
 """Added to the root of the cache to avoid division by zero (Karpathy's value)."""
@@ -158,12 +161,19 @@ class MeanStep:
         self._share(blocks)
 
     def _share(self, part: Callable[[int, int], bool]) -> list[bool]:
-        # The blocks in one contiguous run a thread, the last run in the caller's.
-        blocks = len(self._partials)
-        cuts = [blocks * t // self.threads for t in range(self.threads + 1)]
-        if self._pool is None:  # one thread, or outside `with`
-            return [part(0, blocks)]
-        runs = list(itertools.pairwise(cuts))
-        futures = [self._pool.submit(part, a, b) for a, b in runs[:-1]]
-        return [part(*runs[-1]), *(f.result() for f in futures)]
+        # The blocks in one contiguous run a thread (in one, outside `with`).
+        return share(self._pool, self.threads, len(self._partials), part)
+
+
+def share(
+    pool: ThreadPoolExecutor | None, threads: int, count: int, part: Callable[[int, int], T]
+) -> list[T]:
+    """`part(start, stop)` over 0..count in one contiguous run a thread: `threads` - 1 of
+    them on `pool`, the last in the caller's (all in one where `pool` is None); their
+    results, in order of the runs' ends (the caller's first)."""
+    if pool is None:
+        return [part(0, count)]
+    runs = list(itertools.pairwise([count * t // threads for t in range(threads + 1)]))
+    futures = [pool.submit(part, a, b) for a, b in runs[:-1]]
+    return [part(*runs[-1]), *(f.result() for f in futures)]
 

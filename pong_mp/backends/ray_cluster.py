@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import ipaddress
-import itertools
 import logging
 import os
 import re
@@ -70,7 +69,7 @@ from pong_mp.backends.shm import BlockShape, SharedSums, SharedWeights, map_sums
 from pong_mp.backends.worker_process import block_shapes
 from pong_mp.batch_sum import GROUP, BatchSum, GroupSum
 from pong_mp.episode import EpisodeStats, PassTask, Task
-from pong_mp.optim import MAX_STEP_THREADS
+from pong_mp.optim import MAX_STEP_THREADS, share
 from pong_mp.signals import POLL_SECONDS, check_stop
 
 log = logging.getLogger("pong_mp")
@@ -158,6 +157,7 @@ class NodeLeader:
         # (the node's workers wait for them): each thread adds its own range of elements.
         self._threads = min(spec.workers, MAX_STEP_THREADS)
         self._adders = ThreadPoolExecutor(self._threads - 1) if self._threads > 1 else None
+        self._size = spec.shape.size(spec.value_head)  # of the weights, and of a sum
 
     def started(self) -> LeaderStart:
         """Where this leader runs, and whether its pool started (the driver's readiness
@@ -175,7 +175,7 @@ class NodeLeader:
         machine has written the weights into the pool's block, and reads the sums from this
         leader's SharedSums block."""
         self._lines.lines = []
-        replaced = self.pool.replacements
+        replaced_before = self.pool.replacements
         tasks = [task for group in groups for task in group.tasks]
         if any(not isinstance(task, PassTask) for task in tasks):
             self._data.clear()  # a batch to play: the last one's passes are over
@@ -184,19 +184,16 @@ class NodeLeader:
             self.pool.publish(version, flat32)
             self._versions.append(version)
         block = self._sums_block(groups) if flat32 is None else None
-        size = self.pool.spec.shape.size(self.pool.spec.value_head)
+
+        def total(group: LeaderGroup) -> np.ndarray | None:
+            # Where the group's sum goes: none for tasks that give no gradient.
+            if not group.tasks[0].gradient:
+                return None
+            return block.slots[group.number] if block is not None else np.empty(self._size)
+
         owner = {task.index: n for n, group in enumerate(groups) for task in group.tasks}
         sums = [
-            BatchSum(
-                group.tasks[0].index,
-                len(group.tasks),
-                None
-                if not group.tasks[0].gradient
-                else block.slots[group.number]
-                if block is not None
-                else np.empty(size),
-                self._ranges,
-            )
+            BatchSum(group.tasks[0].index, len(group.tasks), total(group), self._ranges)
             for group in groups
         ]
         stats: list[EpisodeStats] = []
@@ -222,7 +219,7 @@ class NodeLeader:
             for group, summed in zip(groups, sums, strict=True)
             if summed.total is not None
         ]
-        replaced = self.pool.replacements - replaced
+        replaced = self.pool.replacements - replaced_before
         report = LeaderReport(stats, made, replaced, self.pool.worker_pids(), self._lines.lines)
         if block is None:
             return report
@@ -251,13 +248,7 @@ class NodeLeader:
 
     def _ranges(self, part: Callable[[int, int], object]) -> None:
         # batch_sum.Ranges: part(start, stop) over the parameters, a range a thread.
-        size = self.pool.spec.shape.size(self.pool.spec.value_head)
-        cuts = [size * t // self._threads for t in range(self._threads + 1)]
-        runs = list(itertools.pairwise(cuts))
-        futures = [self._adders.submit(part, *run) for run in runs[:-1]] if self._adders else []
-        part(*runs[-1])
-        for future in futures:
-            future.result()
+        share(self._adders, self._threads, self._size, part)
 
     def _with_data(self, task: Task) -> Task:
         if not isinstance(task, PassTask):
@@ -497,7 +488,7 @@ class RayBackend(BackendBase):
         leader.node, leader.pids = start.node, start.pids
         leader.close_blocks()
         if start.node == ray.get_runtime_context().get_node_id() and self.spec.lag == 0:
-            shape, _ = block_shapes(dataclasses.replace(self.spec, workers=leader.workers))
+            shape, _ = block_shapes(self.spec)
             with contextlib.suppress(OSError):  # another /dev/shm: the object store, then
                 leader.weights = SharedWeights.attach_untracked(start.weights_block, shape)
 
@@ -587,17 +578,9 @@ class RayBackend(BackendBase):
             for group in call.groups
         ]
         leader = self._leaders[call.leader]
-        weights = None if leader.weights is not None else self._weights_ref(call.version)
+        weights = None if leader.weights is not None else self._versions[call.version]
         call.ref = leader.actor.run.remote(weights, call.version, sent)
         self._calls.append(call)
-
-    def _weights_ref(self, version: int) -> Any:
-        # Put only for leaders elsewhere: one on this machine replaced by one elsewhere gets
-        # what this machine's blocks hold.
-        if self._versions[version] is None:
-            block = next(leader.weights for leader in self._leaders if leader.weights is not None)
-            self._versions[version] = ray.put(block.flat(version))
-        return self._versions[version]
 
     def _light(self, leader: int, task: Task) -> Task:
         # A pass goes without its episode's data to the leader that keeps it.
@@ -686,12 +669,15 @@ class RayBackend(BackendBase):
         kept, leader.weights, leader.sums = leader.weights, None, None
         leader.actor = self._new_actor(leader.node, leader.workers, soft=True)
         self._open(leader)
-        if kept is not None:  # the weights the calls played with, from the old block
-            for version in kept.versions:
-                if leader.weights is not None:
-                    leader.weights.write(kept.flat(version), version)
-                else:
-                    self._versions[version] = ray.put(kept.flat(version))
+        # The weights versions kept, oldest first, where the new leader reads them: from the
+        # old block (a leader on this machine) or the object store (one elsewhere).
+        for version, ref in self._versions.items():
+            flat = kept.flat(version) if kept is not None else ray.get(ref)
+            if leader.weights is not None:
+                leader.weights.write(flat, version)
+            elif ref is None:
+                self._versions[version] = ray.put(flat)
+        if kept is not None:
             kept.close()
         self.replacements += 1
         self._holder = {i: n for i, n in self._holder.items() if n != call.leader}
