@@ -291,19 +291,29 @@ class SharedGradient(_Block):
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Map the flat gradients."""
         super().__init__(shm, shape, owner)
-        length = shape.net.size(shape.value)
-        flat = np.ndarray((shape.width * length,), dtype=self.DTYPE, buffer=shm.buf)
-        self._views = [flat[i * length : (i + 1) * length] for i in range(shape.width)]
+        flat = np.ndarray((self.length(shape),), dtype=self.DTYPE, buffer=shm.buf)
+        self._views = _slots(flat, shape)
+
+    @staticmethod
+    def length(shape: BlockShape) -> int:
+        """Numbers in `shape.width` flat gradients."""
+        return shape.net.size(shape.value) * shape.width
 
     @classmethod
     def size(cls, shape: BlockShape) -> int:
-        """`shape.width` flat gradients."""
-        return np.dtype(cls.DTYPE).itemsize * shape.net.size(shape.value) * shape.width
+        """`shape.width` flat gradients' bytes."""
+        return np.dtype(cls.DTYPE).itemsize * cls.length(shape)
 
     @property
     def slots(self) -> list[np.ndarray]:
-        """The gradients, flat float32, a slot each."""
+        """The gradients, flat (DTYPE), a slot each."""
         return self._views
+
+
+def _slots(flat: np.ndarray, shape: BlockShape) -> list[np.ndarray]:
+    """`flat` cut into `shape.width` gradients."""
+    length = shape.net.size(shape.value)
+    return [flat[i * length : (i + 1) * length] for i in range(shape.width)]
 
 
 class SharedSums(SharedGradient):
@@ -317,6 +327,5 @@ def map_sums(name: str, shape: BlockShape) -> list[np.ndarray]:
     """Read-only views of the slots of a SharedSums block that another process made (a Ray
     driver reading its node leader's), mapped apart from it: they stay valid while they are
     held, after the block is removed too, and no resource tracker hears of them."""
-    length = shape.net.size(shape.value)
-    flat = np.memmap(SHM_DIR / name, dtype=np.float64, mode="r", shape=(shape.width * length,))
-    return [flat[i * length : (i + 1) * length] for i in range(shape.width)]
+    length = SharedSums.length(shape)
+    return _slots(np.memmap(SHM_DIR / name, SharedSums.DTYPE, "r", shape=(length,)), shape)
