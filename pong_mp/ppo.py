@@ -275,15 +275,18 @@ class PassStats:
 
 
 class PassWork:
-    """A worker's working memory for gradient passes: float64 accumulators, kept zero between
-    passes (only the rows a pass touched are cleared)."""
+    """A worker's working memory for gradient passes: the value head's and the filters'
+    float64 sums, kept zero between passes."""
 
     def __init__(self, shape: policy.NetShape) -> None:
         """Memory for policies of `shape`."""
         self.hidden = shape.hidden
-        self._sum = np.zeros(policy.mlp_count(shape))
+        self._count = policy.mlp_count(shape)
         self._value = np.zeros(shape.hidden + 1)
-        self._touched = np.zeros(policy.input_rows(shape), np.uint8)
+        # Each step's hidden units and their gradient, kept for the next pass: fresh arrays
+        # this size cost a page fault every 4 KB.
+        self._hs = np.empty((0, shape.hidden), np.float32)
+        self._dh = np.empty((0, shape.hidden))
         # The filters' gradient (none for the MLP).
         self._kernel = np.zeros(policy.kernel_shape(shape)) if shape.channels else None
 
@@ -311,7 +314,10 @@ class PassWork:
         rows_in = (idx, vals, indptr) if kernel is None else sparse.conv_many(
             kernel, idx, vals, indptr, count
         )
-        hs = np.empty((count, hidden), np.float32)
+        if len(self._hs) < count:
+            self._hs = np.empty((count, hidden), np.float32)
+            self._dh = np.empty((count, hidden))
+        hs, dh = self._hs[:count], self._dh[:count]
         logits = np.empty(count)
         values = np.empty(count)
         sparse.forward_many(
@@ -325,15 +331,11 @@ class PassWork:
             trajectory.returns[steps], settings.clip, settings.value_coef,
             entropy_coef, coef_logit, coef_value,
         )
-        dh = None if kernel is None else np.empty((count, hidden))
+        n = self._count
         sparse.ppo_accumulate(
             *rows_in, hs, weights.w2, weights.value, coef_logit, coef_value, count,
-            self._sum, self._value, self._touched, dh,
+            out[:n], self._value, dh,
         )
-        n = len(self._sum)
-        # Writes the touched rows and W2 (zeros elsewhere) and clears what it wrote: with
-        # mu 0 and scale 1, (A - 0 B) * 1 is A, so A serves as its own second sum.
-        sparse.finish(self._sum, self._sum, self._touched, 0.0, 1.0, out[:n])
         out[n : n + hidden + 1] = self._value
         self._value[:] = 0.0
         if kernel is not None and self._kernel is not None:

@@ -17,7 +17,7 @@ The rules that keep results reproducible:
 from libc.math cimport exp, fabs, log1p, sqrt
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
 import numpy as np
 
@@ -67,6 +67,54 @@ cdef inline double _sigmoid(double x):
     return 1.0 / (1.0 + exp(-x)) if x > -700.0 else 0.0
 
 
+cdef extern from *:
+    """
+    #ifdef __AVX__
+    #include <immintrin.h>
+    #endif
+
+    /* The hidden units of one sparse input (before the relu): h[k] = the sum over entries
+       j in [first, last), in j order from 0.0, of vals[j] * w1t[idx[j]][k], in float32.
+       Where the build has AVX, 32 units at a time stay in registers over all the entries;
+       elsewhere each entry's row is added in turn. Either way each unit gets the same
+       additions in the same order. */
+    static void pong_mp_hidden(const float *w1t, Py_ssize_t n, const int32_t *idx,
+                               const float *vals, Py_ssize_t first, Py_ssize_t last, float *h)
+    {
+        Py_ssize_t k = 0, j;
+    #ifdef __AVX__
+        for (; k + 32 <= n; k += 32) {
+            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+            __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+            for (j = first; j < last; j++) {
+                const float *r = w1t + (Py_ssize_t)idx[j] * n + k;
+                __m256 v = _mm256_set1_ps(vals[j]);
+                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, _mm256_loadu_ps(r)));
+                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, _mm256_loadu_ps(r + 8)));
+                a2 = _mm256_add_ps(a2, _mm256_mul_ps(v, _mm256_loadu_ps(r + 16)));
+                a3 = _mm256_add_ps(a3, _mm256_mul_ps(v, _mm256_loadu_ps(r + 24)));
+            }
+            _mm256_storeu_ps(h + k, a0);
+            _mm256_storeu_ps(h + k + 8, a1);
+            _mm256_storeu_ps(h + k + 16, a2);
+            _mm256_storeu_ps(h + k + 24, a3);
+        }
+    #endif
+        Py_ssize_t start = k;
+        for (; k < n; k++)
+            h[k] = 0.0f;
+        for (j = first; j < last; j++) {
+            const float *r = w1t + (Py_ssize_t)idx[j] * n;
+            float v = vals[j];
+            for (k = start; k < n; k++)
+                h[k] += v * r[k];
+        }
+    }
+    """
+    void pong_mp_hidden(const float* w1t, Py_ssize_t n, const int32_t* idx, const float* vals,
+                        Py_ssize_t first, Py_ssize_t last, float* h) nogil
+
+
 cdef double _logit(
     const float[:, ::1] w1t,
     const float[::1] w2,
@@ -78,17 +126,9 @@ cdef double _logit(
 ):
     # The hidden units of the input idx[first:last] (after the relu) into h, and the logit
     # of P(UP), added in this order; the caller has checked the sizes and the pixels.
-    cdef Py_ssize_t hidden = w2.shape[0], j, k
-    cdef const float* row
-    cdef float v
+    cdef Py_ssize_t hidden = w2.shape[0], k
     cdef double logit = 0.0
-    for k in range(hidden):
-        h[k] = 0.0
-    for j in range(first, last):
-        row = &w1t[idx[j], 0]
-        v = vals[j]
-        for k in range(hidden):
-            h[k] += v * row[k]
+    pong_mp_hidden(&w1t[0, 0], hidden, &idx[0], &vals[0], first, last, h)
     for k in range(hidden):
         if h[k] < 0.0:
             h[k] = 0.0
@@ -402,6 +442,58 @@ def ppo_coefficients(
     return clipped, entropy_sum, error_sum, kl_sum
 
 
+cdef extern from *:
+    """
+    #ifdef __AVX__
+    #include <immintrin.h>
+    #endif
+
+    /* One row of W1's gradient: the sum over entries q < m, in q order, of
+       sign[q] * dh[step[q]] (rows of n float64), each element added in float64 from 0.0,
+       written as float32 into out; `total` is n float64 of scratch. Where the build has AVX,
+       sixteen elements at a time stay in registers over all the entries; elsewhere the
+       row's sums are added entry by entry. Either way each element gets the same additions
+       in the same order. */
+    static void pong_mp_signed_row(const double *dh, Py_ssize_t n, const int32_t *step,
+                                   const double *sign, Py_ssize_t m, double *total,
+                                   float *out)
+    {
+        Py_ssize_t k = 0, q;
+    #ifdef __AVX__
+        for (; k + 16 <= n; k += 16) {
+            __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+            __m256d a2 = _mm256_setzero_pd(), a3 = _mm256_setzero_pd();
+            for (q = 0; q < m; q++) {
+                const double *r = dh + (Py_ssize_t)step[q] * n + k;
+                __m256d s = _mm256_set1_pd(sign[q]);
+                a0 = _mm256_add_pd(a0, _mm256_mul_pd(s, _mm256_loadu_pd(r)));
+                a1 = _mm256_add_pd(a1, _mm256_mul_pd(s, _mm256_loadu_pd(r + 4)));
+                a2 = _mm256_add_pd(a2, _mm256_mul_pd(s, _mm256_loadu_pd(r + 8)));
+                a3 = _mm256_add_pd(a3, _mm256_mul_pd(s, _mm256_loadu_pd(r + 12)));
+            }
+            _mm_storeu_ps(out + k, _mm256_cvtpd_ps(a0));
+            _mm_storeu_ps(out + k + 4, _mm256_cvtpd_ps(a1));
+            _mm_storeu_ps(out + k + 8, _mm256_cvtpd_ps(a2));
+            _mm_storeu_ps(out + k + 12, _mm256_cvtpd_ps(a3));
+        }
+    #endif
+        Py_ssize_t first = k;
+        for (; k < n; k++)
+            total[k] = 0.0;
+        for (q = 0; q < m; q++) {
+            const double *r = dh + (Py_ssize_t)step[q] * n;
+            double s = sign[q];
+            for (k = first; k < n; k++)
+                total[k] += s * r[k];
+        }
+        for (k = first; k < n; k++)
+            out[k] = (float)total[k];
+    }
+    """
+    void pong_mp_signed_row(const double* dh, Py_ssize_t n, const int32_t* step,
+                            const double* sign, Py_ssize_t m, double* total, float* out) nogil
+
+
 def ppo_accumulate(
     const int32_t[::1] idx,
     const float[::1] vals,
@@ -412,32 +504,32 @@ def ppo_accumulate(
     const double[::1] coef_logit,
     const double[::1] coef_value,
     Py_ssize_t count,
-    double[::1] out,
+    float[::1] out,
     double[::1] out_value,
-    uint8_t[::1] touched,
     double[:, ::1] dh_out=None,
 ) -> None:
-    """Add to the flat float64 policy gradient `out` (W1 transposed, then W2) and the value
-    head's `out_value` (weights, then the bias) the gradient of sum_t coef_logit[t] * logit_t
-    + coef_value[t] * V_t over steps t < `count` (a shared trunk), W1's rows as `accumulate`
-    adds them. With `dh_out` (count x hidden), the gradient w.r.t. each step's hidden units
-    before the relu goes there too (for --policy conv's layer below)."""
-    cdef Py_ssize_t hidden = w2.shape[0], pixels = touched.shape[0]
-    cdef Py_ssize_t base = pixels * hidden
+    """Write into the flat float32 `out` (W1 transposed, then W2) the policy gradient of
+    sum_t coef_logit[t] * logit_t + coef_value[t] * V_t over steps t < `count` (a shared
+    trunk), and add the value head's (weights, then the bias) to `out_value`. Each W1 row is
+    summed in float64 in step order, as `accumulate` sums it; rows of inputs that do not
+    occur are zeros. With `dh_out` (count x hidden), the gradient w.r.t. each step's hidden
+    units before the relu goes there too (for --policy conv's layer below)."""
+    cdef Py_ssize_t hidden = w2.shape[0], rows = out.shape[0] // max(hidden, 1) - 1
+    cdef Py_ssize_t base = rows * hidden
     cdef Py_ssize_t t, k, p, q, row
-    cdef double cz, cv, hk, s
+    cdef double cz, cv, hk
     cdef _ByPixel by
-    if not (0 <= count <= hs.shape[0] and count < indptr.shape[0] and hs.shape[1] == hidden
-            and head.shape[0] == hidden + 1 and coef_logit.shape[0] >= count
-            and coef_value.shape[0] >= count and out.shape[0] == (pixels + 1) * hidden
-            and out_value.shape[0] == hidden + 1):
+    if not (hidden > 0 and 0 <= count <= hs.shape[0] and count < indptr.shape[0]
+            and hs.shape[1] == hidden and head.shape[0] == hidden + 1
+            and coef_logit.shape[0] >= count and coef_value.shape[0] >= count
+            and out.shape[0] == (rows + 1) * hidden and out_value.shape[0] == hidden + 1):
         raise ValueError("ppo_accumulate: arrays of mismatched sizes")
     if dh_out is not None and not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
         raise ValueError("ppo_accumulate: dh_out of the wrong shape")
-    _check_csr(idx, vals, indptr, count, pixels, "ppo_accumulate")
-    cdef double[::1] dh_room = np.empty(max(count * hidden, 1))
-    cdef double[::1] total_room = np.empty(max(hidden, 1))
-    cdef double* dh = &dh_room[0]
+    _check_csr(idx, vals, indptr, count, rows, "ppo_accumulate")
+    cdef double[:, ::1] dh_room = dh_out if dh_out is not None else np.empty((max(count, 1), hidden))
+    cdef double[::1] total_room = np.zeros(hidden)
+    cdef double* dh = &dh_room[0, 0]
     cdef double* total = &total_room[0]
     # W2 and the value head: h itself; d objective / d h where the relu lets it through.
     for t in range(count):
@@ -445,29 +537,21 @@ def ppo_accumulate(
         cv = coef_value[t]
         for k in range(hidden):
             hk = hs[t, k]
-            out[base + k] += cz * hk
+            total[k] += cz * hk
             out_value[k] += cv * hk
             dh[t * hidden + k] = cz * w2[k] + cv * head[k] if hk > 0.0 else 0.0
         out_value[hidden] += cv
-    if dh_out is not None:
-        for t in range(count):
-            for k in range(hidden):
-                dh_out[t, k] = dh[t * hidden + k]
-    by = _ByPixel(idx, vals, indptr, count, pixels)
-    for p in range(pixels):
-        if by.first[p] == by.first[p + 1]:
-            continue
-        touched[p] = 1
-        for k in range(hidden):
-            total[k] = 0.0
-        for q in range(by.first[p], by.first[p + 1]):
-            t = by.step_of[q]
-            s = by.sign[q]
-            for k in range(hidden):
-                total[k] += s * dh[t * hidden + k]
+    for k in range(hidden):
+        out[base + k] = <float>total[k]
+    by = _ByPixel(idx, vals, indptr, count, rows)
+    for p in range(rows):
         row = p * hidden
-        for k in range(hidden):
-            out[row + k] += total[k]
+        if by.first[p] == by.first[p + 1]:
+            memset(&out[row], 0, hidden * sizeof(float))
+            continue
+        q = by.first[p]
+        pong_mp_signed_row(dh, hidden, &by.step_of[q], &by.sign[q], by.first[p + 1] - q,
+                           total, &out[row])
 
 
 # -- --policy conv's first layer: a convolution of the sparse input -------------------------
@@ -625,6 +709,97 @@ def conv_many(
     return out_idx[:n], out_vals[:n], out_indptr
 
 
+cdef extern from *:
+    """
+    /* The dot products of rows of a float32 matrix with one float64 vector, each added in
+       float64 in the order of the row's elements from 0.0: the scalar loop's bits. Where the
+       build has AVX, eight rows at a time, their elements transposed into vectors of four
+       (one row a lane), so that eight sums advance at once and none is reordered;
+       elsewhere four rows at a time, as four scalar sums. */
+    #ifdef __AVX__
+    #include <immintrin.h>
+
+    /* Elements k..k+3 of rows r[0..3], as four vectors across the rows (one per element),
+       widened to float64. */
+    static inline void pong_mp_columns(const float *const *r, Py_ssize_t k, __m256d *c)
+    {
+        __m128 x0 = _mm_loadu_ps(r[0] + k), x1 = _mm_loadu_ps(r[1] + k);
+        __m128 x2 = _mm_loadu_ps(r[2] + k), x3 = _mm_loadu_ps(r[3] + k);
+        _MM_TRANSPOSE4_PS(x0, x1, x2, x3);
+        c[0] = _mm256_cvtps_pd(x0);
+        c[1] = _mm256_cvtps_pd(x1);
+        c[2] = _mm256_cvtps_pd(x2);
+        c[3] = _mm256_cvtps_pd(x3);
+    }
+    #endif
+
+    /* out[rows[e]] = sum over k < n of matrix[rows[e]][k] * d[k], for e < count. */
+    static void pong_mp_row_dots(const float *matrix, Py_ssize_t n, const int32_t *rows,
+                                 Py_ssize_t count, const double *d, double *out)
+    {
+        Py_ssize_t e = 0, k;
+    #ifdef __AVX__
+        for (; e + 8 <= count; e += 8) {
+            const float *r[8];
+            for (int j = 0; j < 8; j++)
+                r[j] = matrix + (Py_ssize_t)rows[e + j] * n;
+            __m256d a = _mm256_setzero_pd(), b = _mm256_setzero_pd();
+            for (k = 0; k + 4 <= n; k += 4) {
+                __m256d ca[4], cb[4];
+                pong_mp_columns(r, k, ca);
+                pong_mp_columns(r + 4, k, cb);
+                for (int i = 0; i < 4; i++) {
+                    __m256d dk = _mm256_set1_pd(d[k + i]);
+                    a = _mm256_add_pd(a, _mm256_mul_pd(ca[i], dk));
+                    b = _mm256_add_pd(b, _mm256_mul_pd(cb[i], dk));
+                }
+            }
+            for (; k < n; k++) {
+                __m256d dk = _mm256_set1_pd(d[k]);
+                __m256d ca = _mm256_set_pd(r[3][k], r[2][k], r[1][k], r[0][k]);
+                __m256d cb = _mm256_set_pd(r[7][k], r[6][k], r[5][k], r[4][k]);
+                a = _mm256_add_pd(a, _mm256_mul_pd(ca, dk));
+                b = _mm256_add_pd(b, _mm256_mul_pd(cb, dk));
+            }
+            double sa[4], sb[4];
+            _mm256_storeu_pd(sa, a);
+            _mm256_storeu_pd(sb, b);
+            for (int j = 0; j < 4; j++) {
+                out[rows[e + j]] = sa[j];
+                out[rows[e + 4 + j]] = sb[j];
+            }
+        }
+    #endif
+        for (; e + 4 <= count; e += 4) {
+            const float *r0 = matrix + (Py_ssize_t)rows[e] * n;
+            const float *r1 = matrix + (Py_ssize_t)rows[e + 1] * n;
+            const float *r2 = matrix + (Py_ssize_t)rows[e + 2] * n;
+            const float *r3 = matrix + (Py_ssize_t)rows[e + 3] * n;
+            double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+            for (k = 0; k < n; k++) {
+                s0 += r0[k] * d[k];
+                s1 += r1[k] * d[k];
+                s2 += r2[k] * d[k];
+                s3 += r3[k] * d[k];
+            }
+            out[rows[e]] = s0;
+            out[rows[e + 1]] = s1;
+            out[rows[e + 2]] = s2;
+            out[rows[e + 3]] = s3;
+        }
+        for (; e < count; e++) {
+            const float *row = matrix + (Py_ssize_t)rows[e] * n;
+            double total = 0.0;
+            for (k = 0; k < n; k++)
+                total += row[k] * d[k];
+            out[rows[e]] = total;
+        }
+    }
+    """
+    void pong_mp_row_dots(const float* matrix, Py_ssize_t n, const int32_t* rows,
+                          Py_ssize_t count, const double* d, double* out) nogil
+
+
 def conv_backward(
     const float[:, ::1] w1t,
     const int32_t[::1] idx,
@@ -640,21 +815,16 @@ def conv_backward(
     over steps t < `count`, h_t the hidden units (before their relu) of input t's features
     fidx[findptr[t]:findptr[t + 1]] (of idx, vals, indptr), with W1 transposed `w1t`."""
     cdef Py_ssize_t hidden = w1t.shape[1], channels = out.shape[2]
-    cdef Py_ssize_t t, j, e, k, w, c, windows
+    cdef Py_ssize_t t, j, e, w, c, windows
     cdef Py_ssize_t at[4]
     cdef Py_ssize_t taps[4]
-    cdef double total, v, s0, s1, s2, s3
+    cdef double v
     cdef double[::1] scratch
     cdef double* grad
     cdef double* sums
     cdef double* dst
     cdef const double* src
     cdef const double* d
-    cdef const float* row
-    cdef const float* r0
-    cdef const float* r1
-    cdef const float* r2
-    cdef const float* r3
     if not (out.shape[0] == _SIZE and out.shape[1] == _SIZE and channels >= 1
             and w1t.shape[0] == _SIDE * _SIDE * channels and dh.shape[1] == hidden
             and 0 <= count <= dh.shape[0] and count < indptr.shape[0]
@@ -670,27 +840,7 @@ def conv_backward(
     for t in range(count):
         d = &dh[t, 0]
         e = findptr[t]
-        # Four features at a time: four independent sums, each still added in k's order
-        # (the same bits as one at a time, without waiting on one chain of additions).
-        while e + 4 <= findptr[t + 1]:
-            r0, r1 = &w1t[fidx[e], 0], &w1t[fidx[e + 1], 0]
-            r2, r3 = &w1t[fidx[e + 2], 0], &w1t[fidx[e + 3], 0]
-            s0 = s1 = s2 = s3 = 0.0
-            for k in range(hidden):
-                s0 += r0[k] * d[k]
-                s1 += r1[k] * d[k]
-                s2 += r2[k] * d[k]
-                s3 += r3[k] * d[k]
-            grad[fidx[e]], grad[fidx[e + 1]] = s0, s1
-            grad[fidx[e + 2]], grad[fidx[e + 3]] = s2, s3
-            e += 4
-        while e < findptr[t + 1]:
-            row = &w1t[fidx[e], 0]
-            total = 0.0
-            for k in range(hidden):
-                total += row[k] * d[k]
-            grad[fidx[e]] = total
-            e += 1
+        pong_mp_row_dots(&w1t[0, 0], hidden, &fidx[e], findptr[t + 1] - e, d, grad)
         for j in range(indptr[t], indptr[t + 1]):
             v = vals[j]
             windows = _windows(idx[j], at, taps)
