@@ -1,8 +1,9 @@
 """Builds pong_mp's compiled loops from pong_mp/sparse.pyx; everything else is in pyproject.toml.
 
 Two builds of the one source: `pong_mp._sparse`, for any CPU, and on x86-64
-`pong_mp._sparse_avx2`, for CPUs with AVX2 (256-bit vectors: the passes' loops run about
-1.3 times as fast). `pong_mp/sparse.py` loads the one this CPU runs. Both give the same bits.
+`pong_mp._sparse_avx2`, for CPUs with AVX2 (256-bit vectors, and loops written for them: a
+pass over an episode costs about half as much). `pong_mp/sparse.py` loads the one this CPU
+runs. Both give the same bits.
 """
 
 import glob
