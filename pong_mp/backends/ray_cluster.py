@@ -361,6 +361,11 @@ def connect(address: str | None, num_cpus: int) -> bool:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no reports sent home unasked
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
     if address is None:
+        # Ray runs its workers at niceness 15, so that they yield to its own daemons; the
+        # node leader's pool inherits it, and on a machine busy with other work it got a
+        # fraction of the CPU the local pool gets. A private instance runs them as the
+        # driver runs (docs/ray.md), unless RAY_worker_niceness says otherwise.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         # A private instance on loopback: nothing to reach from elsewhere. "local", because
         # a bare ray.init() would join whatever RAY_ADDRESS or the last `ray start` names
         # (and then refuse num_cpus with a traceback); only --ray-address joins a cluster.
