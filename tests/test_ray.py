@@ -116,6 +116,21 @@ def test_a_lost_leader_is_replaced_and_its_episodes_played_again(
     assert backend.group_sums == 2  # one per batch: the lost call's results never came
 
 
+def test_a_private_instance_runs_its_workers_at_the_drivers_priority(clean_system) -> None:
+    # Ray's own niceness for workers, 15, left a node leader's pool a small share of a
+    # machine busy with other work.
+    backend = make_backend("ray", fake_spec(workers=2))
+    backend.start()
+    try:
+        play_batch(backend, policy.init_params(SPEC_SHAPE, 0), make_tasks(1, 0, 2))
+        pids = backend.worker_pids()
+        priorities = [os.getpriority(os.PRIO_PROCESS, pid) for pid in pids]
+    finally:
+        backend.close()
+    assert len(pids) == 2
+    assert priorities == [os.getpriority(os.PRIO_PROCESS, 0)] * 2
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
