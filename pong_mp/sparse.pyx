@@ -67,54 +67,6 @@ cdef inline double _sigmoid(double x):
     return 1.0 / (1.0 + exp(-x)) if x > -700.0 else 0.0
 
 
-cdef extern from *:
-    """
-    #ifdef __AVX__
-    #include <immintrin.h>
-    #endif
-
-    /* The hidden units of one sparse input (before the relu): h[k] = the sum over entries
-       j in [first, last), in j order from 0.0, of vals[j] * w1t[idx[j]][k], in float32.
-       Where the build has AVX, 32 units at a time stay in registers over all the entries;
-       elsewhere each entry's row is added in turn. Either way each unit gets the same
-       additions in the same order. */
-    static void pong_mp_hidden(const float *w1t, Py_ssize_t n, const int32_t *idx,
-                               const float *vals, Py_ssize_t first, Py_ssize_t last, float *h)
-    {
-        Py_ssize_t k = 0, j;
-    #ifdef __AVX__
-        for (; k + 32 <= n; k += 32) {
-            __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
-            __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
-            for (j = first; j < last; j++) {
-                const float *r = w1t + (Py_ssize_t)idx[j] * n + k;
-                __m256 v = _mm256_set1_ps(vals[j]);
-                a0 = _mm256_add_ps(a0, _mm256_mul_ps(v, _mm256_loadu_ps(r)));
-                a1 = _mm256_add_ps(a1, _mm256_mul_ps(v, _mm256_loadu_ps(r + 8)));
-                a2 = _mm256_add_ps(a2, _mm256_mul_ps(v, _mm256_loadu_ps(r + 16)));
-                a3 = _mm256_add_ps(a3, _mm256_mul_ps(v, _mm256_loadu_ps(r + 24)));
-            }
-            _mm256_storeu_ps(h + k, a0);
-            _mm256_storeu_ps(h + k + 8, a1);
-            _mm256_storeu_ps(h + k + 16, a2);
-            _mm256_storeu_ps(h + k + 24, a3);
-        }
-    #endif
-        Py_ssize_t start = k;
-        for (; k < n; k++)
-            h[k] = 0.0f;
-        for (j = first; j < last; j++) {
-            const float *r = w1t + (Py_ssize_t)idx[j] * n;
-            float v = vals[j];
-            for (k = start; k < n; k++)
-                h[k] += v * r[k];
-        }
-    }
-    """
-    void pong_mp_hidden(const float* w1t, Py_ssize_t n, const int32_t* idx, const float* vals,
-                        Py_ssize_t first, Py_ssize_t last, float* h) nogil
-
-
 cdef double _logit(
     const float[:, ::1] w1t,
     const float[::1] w2,
@@ -126,9 +78,17 @@ cdef double _logit(
 ):
     # The hidden units of the input idx[first:last] (after the relu) into h, and the logit
     # of P(UP), added in this order; the caller has checked the sizes and the pixels.
-    cdef Py_ssize_t hidden = w2.shape[0], k
+    cdef Py_ssize_t hidden = w2.shape[0], j, k
+    cdef const float* row
+    cdef float v
     cdef double logit = 0.0
-    pong_mp_hidden(&w1t[0, 0], hidden, &idx[0], &vals[0], first, last, h)
+    for k in range(hidden):
+        h[k] = 0.0
+    for j in range(first, last):
+        row = &w1t[idx[j], 0]
+        v = vals[j]
+        for k in range(hidden):
+            h[k] += v * row[k]
     for k in range(hidden):
         if h[k] < 0.0:
             h[k] = 0.0
