@@ -466,14 +466,14 @@ def ppo_accumulate(
     Py_ssize_t count,
     float[::1] out,
     double[::1] out_value,
-    double[:, ::1] dh_out=None,
+    double[:, ::1] dh_out,
 ) -> None:
     """Write into the flat float32 `out` (W1 transposed, then W2) the policy gradient of
     sum_t coef_logit[t] * logit_t + coef_value[t] * V_t over steps t < `count` (a shared
     trunk), and add the value head's (weights, then the bias) to `out_value`. Each W1 row is
     summed in float64 in step order, as `accumulate` sums it; rows of inputs that do not
-    occur are zeros. With `dh_out` (count x hidden), the gradient w.r.t. each step's hidden
-    units before the relu goes there too (for --policy conv's layer below)."""
+    occur are zeros. The gradient w.r.t. each step's hidden units before the relu goes into
+    dh_out (count x hidden, for --policy conv's layer below)."""
     cdef Py_ssize_t hidden = w2.shape[0], rows = out.shape[0] // max(hidden, 1) - 1
     cdef Py_ssize_t base = rows * hidden
     cdef Py_ssize_t t, k, p, q, row
@@ -484,12 +484,11 @@ def ppo_accumulate(
             and coef_logit.shape[0] >= count and coef_value.shape[0] >= count
             and out.shape[0] == (rows + 1) * hidden and out_value.shape[0] == hidden + 1):
         raise ValueError("ppo_accumulate: arrays of mismatched sizes")
-    if dh_out is not None and not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
+    if not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
         raise ValueError("ppo_accumulate: dh_out of the wrong shape")
     _check_csr(idx, vals, indptr, count, rows, "ppo_accumulate")
-    cdef double[:, ::1] dh_room = dh_out if dh_out is not None else np.empty((max(count, 1), hidden))
     cdef double[::1] total_room = np.zeros(hidden)
-    cdef double* dh = &dh_room[0, 0]
+    cdef double* dh = &dh_out[0, 0]
     cdef double* total = &total_room[0]
     # W2 and the value head: h itself; d objective / d h where the relu lets it through.
     for t in range(count):
