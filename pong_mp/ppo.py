@@ -242,11 +242,23 @@ def deal_keys(seed: int, epoch: int, steps: int) -> np.ndarray:
         return _mix64(start + np.arange(1, steps + 1, dtype=np.uint64) * _GOLDEN)
 
 
-def minibatch_steps(seed: int, epoch: int, steps: int, minibatches: int, part: int) -> np.ndarray:
+def deal_order(seed: int, epoch: int, steps: int) -> np.ndarray:
+    """Steps 0 .. steps - 1 of pass `epoch` over an episode seeded `seed`, ordered by
+    `deal_keys` (stably): `minibatch_steps` cuts it into the pass's minibatches."""
+    return np.argsort(deal_keys(seed, epoch, steps), kind="stable")
+
+
+def minibatch_steps(
+    seed: int, epoch: int, steps: int, minibatches: int, part: int,
+    order: np.ndarray | None = None,
+) -> np.ndarray:
     """The step numbers (increasing) in minibatch `part` of pass `epoch` over an episode of
     `steps` steps seeded `seed`: the steps ordered by `deal_keys` (stably), cut into
-    `minibatches` runs, the first `steps % minibatches` one step longer."""
-    order = np.argsort(deal_keys(seed, epoch, steps), kind="stable")
+    `minibatches` runs, the first `steps % minibatches` one step longer. `order` is that
+    episode's `deal_order` where the caller kept it (each of the pass's minibatches needs
+    it)."""
+    if order is None:
+        order = deal_order(seed, epoch, steps)
     size, extra = divmod(steps, minibatches)
     start = part * size + min(part, extra)
     return np.sort(order[start : start + size + (part < extra)])
@@ -270,8 +282,12 @@ class PassStats:
     """Sum of log pi_old(a) - log pi(a): an estimate of KL(old || new) times the steps."""
 
     def __add__(self, other: PassStats) -> PassStats:
-        pairs = zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)
-        return PassStats(*(mine + theirs for mine, theirs in pairs))
+        # Field by field, not dataclasses.astuple (a deep copy): the coordinator adds one
+        # for every pass of an update.
+        return PassStats(*(getattr(self, name) + getattr(other, name) for name in _PASS_FIELDS))
+
+
+_PASS_FIELDS = tuple(field.name for field in dataclasses.fields(PassStats))
 
 
 class PassWork:
@@ -289,6 +305,19 @@ class PassWork:
         self._dh = np.empty((0, shape.hidden))
         # The filters' gradient (none for the MLP).
         self._kernel = np.zeros(policy.kernel_shape(shape)) if shape.channels else None
+        # The deal of each episode this worker passes over in the current epoch: the
+        # epoch's minibatches each need it, and it costs a sort of the whole episode.
+        self._orders: dict[tuple[int, int, int], np.ndarray] = {}
+
+    def order(self, seed: int, epoch: int, steps: int) -> np.ndarray:
+        """`deal_order(seed, epoch, steps)`, kept until a task of another epoch comes."""
+        key = (seed, epoch, steps)
+        order = self._orders.get(key)
+        if order is None:
+            if any(kept[1] != epoch for kept in self._orders):
+                self._orders.clear()
+            order = self._orders[key] = deal_order(seed, epoch, steps)
+        return order
 
     def gradient(
         self,
@@ -452,9 +481,13 @@ def epoch_pass(
     trajectory = task.trajectory
     if trajectory is None:
         raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
-    steps = minibatch_steps(task.seed, task.epoch, trajectory.steps, task.parts, task.part)
+    work = work or PassWork(weights.shape)
+    order = work.order(task.seed, task.epoch, trajectory.steps)
+    steps = minibatch_steps(
+        task.seed, task.epoch, trajectory.steps, task.parts, task.part, order
+    )
     grad = np.empty(weights.shape.size(value=True), np.float32) if out is None else out
-    seen = (work or PassWork(weights.shape)).gradient(
+    seen = work.gradient(
         weights, trajectory, steps, task.advantage_mean, task.advantage_scale,
         task.entropy_coef, settings, grad,
     )

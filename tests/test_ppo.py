@@ -83,6 +83,19 @@ def test_the_dealing_is_pinned_to_the_projects_own_hash() -> None:
     assert parts == [[3, 4, 5, 6], [0, 2, 7], [1, 8, 9]]
 
 
+def test_a_worker_keeps_each_episodes_deal_for_the_current_epoch_only() -> None:
+    work = ppo.PassWork(policy.NetShape(HIDDEN))
+    kept = work.order(7, 0, 103)
+    np.testing.assert_array_equal(kept, ppo.deal_order(7, 0, 103))
+    assert work.order(7, 0, 103) is kept  # sorted once for the epoch's minibatches
+    parts = [ppo.minibatch_steps(7, 0, 103, 4, m, kept) for m in range(4)]
+    for m, part in enumerate(parts):
+        np.testing.assert_array_equal(part, ppo.minibatch_steps(7, 0, 103, 4, m))
+    assert work.order(8, 0, 50) is work.order(8, 0, 50)
+    work.order(7, 1, 103)  # a new epoch: the last one's deals go
+    assert work.order(7, 0, 103) is not kept
+
+
 def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32]:
     rng = np.random.default_rng(seed)
     shape = policy.NetShape(HIDDEN, channels)
