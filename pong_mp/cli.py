@@ -698,7 +698,8 @@ def plot_command(
     type=_FiniteRange(min=0.0005, max=0.1),
     default=None,
     metavar="STEP_SECONDS",
-    help="Instead: training on FakePong-v0 whose every step sleeps STEP_SECONDS (no CPU), "
+    help="Instead: training on FakePong-v0 whose every step takes STEP_SECONDS more, slept "
+    "(no CPU), "
     "for 1, 2, 4, ... and --workers workers: the speed-up that the orchestration allows, "
     "with many workers on few cores (e.g. --simulate 0.002 --workers 32 --batch-size 32).",
 )

@@ -202,12 +202,21 @@ def test_the_simulation_measures_powers_of_two_up_to_the_workers_on_a_sleeping_e
     assert "| 4 | 200 | 2.00x | 0.50 | 10% | 3 |" in bench.format_simulation(rows)
 
 
-def test_a_sleeping_fakepong_step_takes_its_time() -> None:
+def test_sleeping_fakepong_steps_take_their_time() -> None:
     env = make_env("FakePong-v0", step_seconds=0.02)
     env.reset(seed=0)
     start = time.perf_counter()
     env.step(0)
     assert time.perf_counter() - start >= 0.02
+    # Shorter steps sleep in runs, and a game's end sleeps what its steps still owe.
+    env = make_env("FakePong-v0", step_seconds=0.003, points_to_win=1)
+    env.reset(seed=0)
+    start = time.perf_counter()
+    steps, done = 0, False
+    while not done:
+        _, _, terminated, truncated, _ = env.step(0)
+        steps, done = steps + 1, terminated or truncated
+    assert time.perf_counter() - start >= 0.003 * steps
     with pytest.raises(ValueError, match="step_seconds"):
         make_env("FakePong-v0", step_seconds=-1.0)
 
