@@ -22,7 +22,7 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.checkpoint import load_policy, stored_shape
 from pong_mp.config import TrainConfig, apply_preset
-from pong_mp.frames import INPUT_SIZE, BinaryInputs
+from pong_mp.frames import BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
 
@@ -82,6 +82,10 @@ def train(
             raise KeyboardInterrupt(f"stopped by {exc}; {where}{how * resumable}") from None
 
 
+_NO_PIXELS = np.zeros(0, np.int32)
+_NO_VALUES = np.zeros(0, np.float32)
+
+
 class Agent:
     """A trained policy that plays gymnasium's ALE/Pong-v5 from its raw RGB frames.
 
@@ -94,9 +98,11 @@ class Agent:
     ) -> None:
         """An agent with flat float64 `params` of a policy of `shape`; `seed` seeds the
         sampling of actions (None: fresh entropy)."""
-        flat = np.asarray(params, dtype=np.float64)
-        self._w1t, self._w2 = policy.split(flat, shape)
-        self._kernel = policy.conv_kernel(flat, shape)
+        # Training's own forward pass: float32 weights through the compiled loops, so the
+        # agent's probabilities are the bits a worker computes, at a fraction of the cost of
+        # the dense float64 reference.
+        self._weights = policy.Weights32.from_params(np.asarray(params, np.float64), shape)
+        self._forward = policy.SparseForward(shape)
         self.shape = shape
         self._stream = BinaryInputs()  # the stream training uses on RGB frames
         self._rng = np.random.default_rng(seed)
@@ -120,17 +126,13 @@ class Agent:
 
     def probability_up(self, observation: np.ndarray) -> float:
         """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
-        x = np.zeros(INPUT_SIZE)
         if self._started:
             changed, values = self._stream.step(observation)
-            x[changed] = values
         else:  # a game's first frame: no difference yet, the input is all zeros
             self._stream.reset(observation)
             self._started = True
-        if self._kernel is not None:
-            x = policy.conv_features(self._kernel, x)
-        p_up, _ = policy.forward(self._w1t, self._w2, x)
-        return p_up
+            changed, values = _NO_PIXELS, _NO_VALUES
+        return self._forward.p_up(self._weights, changed, values)
 
     def act(self, observation: np.ndarray, greedy: bool = False) -> int:
         """The action for this frame: 2 (UP) or 3 (DOWN), sampled as in training, or the

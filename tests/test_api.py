@@ -17,6 +17,7 @@ import pong_mp
 from pong_mp import checkpoint, policy
 from pong_mp.config import ConfigError
 from pong_mp.envs import make_env
+from pong_mp.frames import BinaryInputs
 from tests.fault_envs import SLOW_PONG
 from tests.helpers import assert_agent_acts_as
 
@@ -130,6 +131,26 @@ def test_agent_acts_like_the_training_policy(fake_checkpoint: Path) -> None:
     params, config = checkpoint.load_policy(fake_checkpoint)
     assert_agent_acts_as(agent, params, checkpoint.stored_shape(config), 50)
     assert agent.config["env"] == "FakePong-v0"
+
+
+@pytest.mark.parametrize("channels", [0, 4], ids=["mlp", "conv"])
+def test_the_agents_probabilities_are_the_bits_training_computes(channels: int) -> None:
+    shape = policy.NetShape(8, channels)
+    params = policy.init_params(shape, 5)
+    agent = pong_mp.Agent(params, shape, seed=0)
+    weights = policy.Weights32.from_params(params, shape)
+    forward = policy.SparseForward(shape)
+    stream = BinaryInputs()
+    env = make_env("FakePong-v0", points_to_win=1)
+    obs, _ = env.reset(seed=3)
+    agent.reset()
+    stream.reset(obs)
+    p_up = agent.probability_up(obs)
+    assert p_up == forward.p_up(weights, np.zeros(0, np.int32), np.zeros(0, np.float32))
+    for _ in range(40):
+        obs, *_ = env.step(policy.UP if p_up >= 0.5 else policy.DOWN)
+        p_up = agent.probability_up(obs)
+        assert p_up == forward.p_up(weights, *stream.step(obs))
 
 
 def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> None:
