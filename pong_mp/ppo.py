@@ -290,6 +290,10 @@ class PassStats:
 _PASS_FIELDS = tuple(field.name for field in dataclasses.fields(PassStats))
 
 
+ORDERS_KEPT = 1 << 22
+"""The most steps whose deal a worker keeps (`PassWork.order`): 16 MB of int32."""
+
+
 class PassWork:
     """A worker's working memory for gradient passes: the value head's and the filters'
     float64 sums, kept zero between passes."""
@@ -310,13 +314,16 @@ class PassWork:
         self._orders: dict[tuple[int, int, int], np.ndarray] = {}
 
     def order(self, seed: int, epoch: int, steps: int) -> np.ndarray:
-        """`deal_order(seed, epoch, steps)`, kept until a task of another epoch comes."""
+        """`deal_order(seed, epoch, steps)`, kept until a task of another epoch comes, or
+        until the orders kept would pass ORDERS_KEPT steps (with --epochs 1 every pass is
+        epoch 0)."""
         key = (seed, epoch, steps)
         order = self._orders.get(key)
         if order is None:
-            if any(kept[1] != epoch for kept in self._orders):
+            kept = sum(len(order) for order in self._orders.values())
+            if kept + steps > ORDERS_KEPT or any(k[1] != epoch for k in self._orders):
                 self._orders.clear()
-            order = self._orders[key] = deal_order(seed, epoch, steps)
+            order = self._orders[key] = deal_order(seed, epoch, steps).astype(np.int32)
         return order
 
     def gradient(

@@ -83,7 +83,9 @@ def test_the_dealing_is_pinned_to_the_projects_own_hash() -> None:
     assert parts == [[3, 4, 5, 6], [0, 2, 7], [1, 8, 9]]
 
 
-def test_a_worker_keeps_each_episodes_deal_for_the_current_epoch_only() -> None:
+def test_a_worker_keeps_each_episodes_deal_for_the_current_epoch_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     work = ppo.PassWork(policy.NetShape(HIDDEN))
     kept = work.order(7, 0, 103)
     np.testing.assert_array_equal(kept, ppo.deal_order(7, 0, 103))
@@ -94,6 +96,13 @@ def test_a_worker_keeps_each_episodes_deal_for_the_current_epoch_only() -> None:
     assert work.order(8, 0, 50) is work.order(8, 0, 50)
     work.order(7, 1, 103)  # a new epoch: the last one's deals go
     assert work.order(7, 0, 103) is not kept
+    # With one epoch a pass, the deals kept stay within ORDERS_KEPT steps all the same.
+    monkeypatch.setattr(ppo, "ORDERS_KEPT", 250)
+    work = ppo.PassWork(policy.NetShape(HIDDEN))
+    first = work.order(1, 0, 100)
+    assert work.order(2, 0, 100) is not None and work.order(1, 0, 100) is first
+    work.order(3, 0, 100)  # 300 steps: the others go
+    assert work.order(1, 0, 100) is not first
 
 
 def _weights(seed: int, channels: int = 0) -> tuple[np.ndarray, policy.Weights32]:
