@@ -32,10 +32,10 @@ AGENT_X, OPPONENT_X = 140, 16
 PADDLE_SPEED = 6
 BALL_VX = 4
 SLEEP_AT_LEAST = 0.02
-"""With step_seconds, steps sleep once this much of their time is owed: a process that
-sleeps wakes up with its caches cold, which on a 2-core VM costs about 0.4 ms of CPU a wake-up,
-as much as the step's own work; twenty fewer wake-ups leave the CPUs to the orchestration
-that the simulation measures."""
+"""With step_seconds, steps sleep once this much of their time is owed. A process that
+sleeps wakes up with its caches cold: on a 2-core VM that costs about 0.4 ms of CPU a
+wake-up, several times the step's own work (docs/bench/sleep_cost.py). One wake-up in 20 ms
+rather than one a step leaves the CPUs to the orchestration that the simulation measures."""
 
 
 class FakePong(gym.Env):
