@@ -15,7 +15,6 @@ import argparse
 import collections
 import hashlib
 import json
-import subprocess
 import time
 from typing import Any
 
@@ -48,6 +47,7 @@ def measure(model: str, episodes: int) -> dict[str, Any]:
     from pong_mp.episode import make_tasks
     from pong_mp.gradient import Moments
     from pong_mp.ppo import EpochTask, advantage_moments
+    from pong_mp.rundir import code_commit
     from pong_mp.trainer import rollout_spec
 
     params, stored = load_policy(model)
@@ -90,8 +90,7 @@ def measure(model: str, episodes: int) -> dict[str, Any]:
     steps = sum(stats.steps for _, stats in played)
     seconds, loops = min(epochs, key=lambda epoch: epoch[0])
     return {
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip(),
+        "commit": code_commit(),  # "-dirty" where the package differs from it
         "build": sparse.BUILD,
         "model": model,
         "episodes": episodes,

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from typing import Any
 
@@ -57,6 +56,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=6)
     args = parser.parse_args()
     from pong_mp.envs.fake_pong import SLEEP_AT_LEAST
+    from pong_mp.rundir import code_commit
 
     ways: dict[str, Any] = {
         "no_sleep": (0.0, 0.0),
@@ -64,8 +64,7 @@ def main() -> None:
         "sleeps_in_runs": (args.step_seconds, SLEEP_AT_LEAST),
     }
     print(json.dumps({
-        "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip(),
+        "commit": code_commit(),  # "-dirty" where the package differs from it
         "step_seconds": args.step_seconds,
         "sleep_at_least": SLEEP_AT_LEAST,
         "episodes": args.episodes,
