@@ -571,9 +571,27 @@ PRESETS: dict[str, dict[str, Any]] = {
         "epochs": 4,
         "minibatches": 4,
     },
+    "batch16": {
+        **_KARPATHY,
+        "algo": "ppo",
+        "policy": "conv",
+        "channels": 16,
+        "optimizer": "adam",
+        "lr": 1.3e-3,
+        "lr_drop_at": (8e6,),
+        "lr_drop_to": (3e-4,),
+        "entropy_bonus": 0.01,
+        "entropy_drop_at": (4e6, 6.3e6, 1e7),
+        "entropy_drop_to": (-0.03, 0.0, -0.1),
+        "batch_size": 16,
+        "epochs": 3,
+        "minibatches": 26,
+    },
 }
 """Named sets of algorithm options, exact whatever the defaults: `karpathy` is pg-pong, `pg`
-it at lr 1e-3, `ppo` the actor-critic on the MLP (docs/learning-notes.md has the evidence)."""
+it at lr 1e-3, `ppo` the actor-critic on the MLP (docs/learning-notes.md has the evidence),
+`batch16` the actor-critic on the conv policy with an episode for each of 16 workers
+(docs/options.md, "Many workers")."""
 
 
 def apply_preset(

@@ -481,6 +481,22 @@ def test_the_defaults_are_the_actor_critic_preset_on_the_conv_policy() -> None:
         TrainConfig(**chosen).validate()
 
 
+def test_the_batch16_preset_is_the_defaults_with_the_recipe_of_its_16_worker_record() -> None:
+    record = Path(__file__).parent.parent / "docs/runs/conv/conv-b16-e3-mb26-lr13-s8-16-workers"
+    made = TrainConfig.from_dict(json.loads((record / "config.json").read_text()))
+    chosen = TrainConfig(**config_module.apply_preset("batch16", {}))
+    chosen.validate()
+    run_options = {"env", "env_kwargs", "seed", "fork_from"}  # not the preset's to choose
+    for name in set(config_module.ALGORITHM_FIELDS) - run_options:
+        assert getattr(chosen, name) == getattr(made, name), name
+    differ = {
+        name
+        for name in config_module.ALGORITHM_FIELDS
+        if getattr(chosen, name) != getattr(TrainConfig(), name)
+    }
+    assert differ == {"batch_size", "epochs", "minibatches", "lr"}
+
+
 def test_a_fork_continues_its_run_bit_for_bit_and_only_reads_it(
     tmp_path: Path, serial_weights: bytes, clean_system
 ) -> None:
