@@ -71,16 +71,27 @@ def sum_in_blocks(total: np.ndarray, grads: list[np.ndarray], ranges: Ranges | N
         for group in range(group_count(len(grads))):
             members = [g[start:stop] for g in grads[group * GROUP : (group + 1) * GROUP]]
             if group:
-                _add(out, sum_group(members), first=False)
-                continue
-            # Group 0 is summed straight into the total, whose first term it is anyway.
-            for count, grad in enumerate(members):
-                _add(out, grad, first=count == 0)
+                _add(out, _add_all(None, members), first=False)
+            else:  # group 0 is summed straight into the total, whose first term it is anyway
+                _add_all(out, members)
 
     if ranges is None:
         part(0, len(total))
     else:
         ranges(part)
+
+
+def _add_all(total: np.ndarray | None, grads: list[np.ndarray]) -> np.ndarray:
+    # A group's members in order, the first copied: one compiled pass over memory where all
+    # are flat float32 (the local pool's slots), else `_add` one after the other.
+    if total is None:
+        total = np.empty(len(grads[0]), np.float64)
+    if all(_compiled_add(total, grad) for grad in grads):
+        sparse.add_float32(total, grads, first=True)
+        return total
+    for count, grad in enumerate(grads):
+        _add(total, grad, first=count == 0)
+    return total
 
 
 def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
@@ -93,7 +104,7 @@ def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
         return total
     assert total is not None
     if _compiled_add(total, grad):
-        sparse.add_float32(total, grad)
+        sparse.add_float32(total, [grad])
     else:
         total += grad
     return total

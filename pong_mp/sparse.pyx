@@ -817,16 +817,67 @@ def conv_backward(
 # same order (so the same bits), in one pass over memory instead of one per operation.
 
 
-def add_float32(double[::1] total, const float[::1] grad) -> None:
-    """total += grad, a float32 gradient into a float64 sum, as numpy's `+=` adds it (each
-    float32 widened exactly, then one float64 addition): the batch sum's step
-    (`batch_sum.py`), without numpy's buffered casting, which takes twice as long."""
-    cdef Py_ssize_t n = total.shape[0], i
-    if grad.shape[0] != n:
-        raise ValueError("add_float32: arrays of mismatched sizes")
-    with nogil:  # a round's sum runs on several threads, each on its own blocks
-        for i in range(n):
-            total[i] = total[i] + <double>grad[i]
+cdef extern from *:
+    """
+    /* total = (grads[0] widened, where first, else total) + grads[1] + ... + grads[count-1],
+       element by element in that order, as one float64 `+=` of each widened float32 gradient
+       after the other gives, but in one pass over memory: each chunk's running sums stay in
+       cache while every gradient is added to them. */
+    #define PONG_MP_ADD_CHUNK 512
+    static void pong_mp_add_float32(
+        double *restrict total, const float *const *grads, Py_ssize_t count, int first,
+        Py_ssize_t n)
+    {
+        double acc[PONG_MP_ADD_CHUNK];
+        for (Py_ssize_t c = 0; c < n; c += PONG_MP_ADD_CHUNK) {
+            Py_ssize_t m = n - c < PONG_MP_ADD_CHUNK ? n - c : PONG_MP_ADD_CHUNK, k = 0;
+            if (first) {
+                const float *restrict g = grads[0] + c;
+                for (Py_ssize_t i = 0; i < m; i++)
+                    acc[i] = (double)g[i];
+                k = 1;
+            } else {
+                for (Py_ssize_t i = 0; i < m; i++)
+                    acc[i] = total[c + i];
+            }
+            for (; k < count; k++) {
+                const float *restrict g = grads[k] + c;
+                for (Py_ssize_t i = 0; i < m; i++)
+                    acc[i] = acc[i] + (double)g[i];
+            }
+            for (Py_ssize_t i = 0; i < m; i++)
+                total[c + i] = acc[i];
+        }
+    }
+    """
+    void pong_mp_add_float32(double* total, const float** grads, Py_ssize_t count, int first,
+                             Py_ssize_t n) nogil
+
+
+def add_float32(double[::1] total, grads, bint first=False) -> None:
+    """total += each float32 gradient of `grads` in turn (total = the first, widened, where
+    `first`), as numpy's `+=` adds them (each float32 widened exactly, then one float64
+    addition), in one pass over memory: the batch sum's step (`batch_sum.py`)."""
+    cdef Py_ssize_t n = total.shape[0], count = len(grads), k
+    cdef const float[::1] grad
+    if count == 0:
+        raise ValueError("add_float32: no gradient to add")
+    cdef const float** pointers = <const float**>malloc(count * sizeof(float*))
+    if pointers == NULL:
+        raise MemoryError()
+    views = []  # each buffer stays held while its pointer is read
+    try:
+        for k in range(count):
+            grad = grads[k]
+            if grad.shape[0] != n:
+                raise ValueError("add_float32: arrays of mismatched sizes")
+            views.append(grad)
+            pointers[k] = &grad[0] if n else NULL
+        if n:
+            with nogil:  # a round's sum runs on several threads, each on its own blocks
+                pong_mp_add_float32(&total[0], pointers, count, first, n)
+    finally:
+        free(pointers)
 
 
 # -- the actor-critic's step, in ranges that threads share (optim.MeanStep) ---------------------

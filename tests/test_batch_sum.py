@@ -112,7 +112,7 @@ def test_a_float32_gradient_is_added_as_numpy_adds_it() -> None:
     with np.errstate(over="ignore", invalid="ignore"):
         expected += grad
     got = total.copy()
-    sparse.add_float32(got, grad)
+    sparse.add_float32(got, [grad])
     assert got.tobytes() == expected.tobytes()
     # A float32 sum of these in float64 differs in its bytes: the test sees an addition
     # done in the wrong width.
@@ -120,7 +120,34 @@ def test_a_float32_gradient_is_added_as_numpy_adds_it() -> None:
         narrow = (total.astype(np.float32) + grad).astype(np.float64)
     assert narrow.tobytes() != expected.tobytes()
     with pytest.raises(ValueError, match="mismatched sizes"):
-        sparse.add_float32(got, grad[:-1])
+        sparse.add_float32(got, [grad, grad[:-1]])
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-copied", "onto-total"])
+def test_several_gradients_added_in_one_pass_are_numpys_additions_in_turn(first: bool) -> None:
+    # The local pool's round sum adds a group's gradients chunk by chunk in one pass; every
+    # element must still see numpy's additions, one gradient after the other. 10,001
+    # elements end in a part chunk; the magnitudes make any other order or width differ.
+    from pong_mp import sparse
+
+    rng = np.random.default_rng(11)
+    total = rng.standard_normal(10_001) * 1e3
+    grads = [
+        (rng.standard_normal(10_001) * rng.choice([1e-8, 1.0, 1e8], 10_001)).astype(np.float32)
+        for _ in range(7)
+    ]
+    expected = grads[0].astype(np.float64) if first else total.copy()
+    for grad in grads[1:] if first else grads:
+        expected += grad
+    got = total.copy()
+    sparse.add_float32(got, grads, first=first)
+    assert got.tobytes() == expected.tobytes()
+    backwards = grads[0].astype(np.float64) if first else total.copy()
+    for grad in reversed(grads[1:] if first else grads):
+        backwards += grad
+    assert backwards.tobytes() != expected.tobytes()  # the test sees another order
+    with pytest.raises(ValueError, match="no gradient"):
+        sparse.add_float32(got, [])
 
 
 @pytest.mark.parametrize("kind", ["plain", "read-only", "strided", "float64"])
