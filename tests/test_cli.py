@@ -80,7 +80,7 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--backend", "gpu"], "'gpu' is not one of"),
         (["--env-arg", "nonsense"], "is not KEY=VALUE"),
         (["--resume"], "nothing to resume"),
-        (["--preset", "fast"], "'fast' is not one of 'karpathy', 'pg', 'ppo'"),
+        (["--preset", "fast"], "'fast' is not one of 'batch16', 'karpathy', 'pg', 'ppo'"),
         (["--lr", "inf"], "--lr must be a finite number"),
         (["--lr-drop-at", "-5"], "--lr-drop-at must be env steps > 0 in increasing order"),
         (["--lr-drop-at", "2e6,1e6"], "--lr-drop-at must be env steps > 0 in increasing order"),
