@@ -822,17 +822,17 @@ cdef extern from *:
     /* total = (grads[0] widened, where first, else total) + grads[1] + ... + grads[count-1],
        element by element in that order, as one float64 `+=` of each widened float32 gradient
        after the other gives, but in one pass over memory: each chunk's running sums stay in
-       cache while every gradient is added to them. */
+       cache while every gradient is added to them. No pointer is `restrict`: a caller may
+       pass arrays that overlap, and only `acc`, whose address never escapes, needs none. */
     #define PONG_MP_ADD_CHUNK 512
     static void pong_mp_add_float32(
-        double *restrict total, const float *const *grads, Py_ssize_t count, int first,
-        Py_ssize_t n)
+        double *total, const float *const *grads, Py_ssize_t count, int first, Py_ssize_t n)
     {
         double acc[PONG_MP_ADD_CHUNK];
         for (Py_ssize_t c = 0; c < n; c += PONG_MP_ADD_CHUNK) {
             Py_ssize_t m = n - c < PONG_MP_ADD_CHUNK ? n - c : PONG_MP_ADD_CHUNK, k = 0;
             if (first) {
-                const float *restrict g = grads[0] + c;
+                const float *g = grads[0] + c;
                 for (Py_ssize_t i = 0; i < m; i++)
                     acc[i] = (double)g[i];
                 k = 1;
@@ -841,7 +841,7 @@ cdef extern from *:
                     acc[i] = total[c + i];
             }
             for (; k < count; k++) {
-                const float *restrict g = grads[k] + c;
+                const float *g = grads[k] + c;
                 for (Py_ssize_t i = 0; i < m; i++)
                     acc[i] = acc[i] + (double)g[i];
             }

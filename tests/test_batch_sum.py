@@ -10,7 +10,7 @@ from itertools import pairwise
 import numpy as np
 import pytest
 
-from pong_mp.batch_sum import GROUP, BatchSum, GroupSum, group_count, sum_group
+from pong_mp.batch_sum import GROUP, BatchSum, GroupSum, group_count, sum_group, sum_in_blocks
 from pong_mp.episode import EpisodeResult, EpisodeStats
 
 SIZE = 500
@@ -207,6 +207,26 @@ def test_a_round_whose_gradients_stay_is_summed_at_its_end_to_the_same_bytes(
         if number < count - 1:  # nothing is added before the round is complete
             assert summed._staying and len(summed._staying) == number + 1
     assert summed.complete and summed.total.tobytes() == expected
+
+
+@pytest.mark.parametrize("kind", ["float32", "strided", "float64"])
+def test_a_round_summed_in_blocks_is_the_fixed_tree_for_any_gradient_array(kind: str) -> None:
+    # Two groups over ranges that cross the compiled loop's chunks: flat float32 gradients
+    # take the one-pass loop, others numpy's additions; both are the tree's bytes.
+    size, count = 1300, GROUP + 3
+    rng = np.random.default_rng(9)
+    grads = [
+        (rng.standard_normal(2 * size) * 10.0 ** rng.integers(-8, 8, 2 * size)).astype(np.float32)
+        for _ in range(count)
+    ]
+    grads = [g[::2] if kind == "strided" else g[:size] for g in grads]
+    if kind == "float64":
+        grads = [g.astype(np.float64) for g in grads]
+    expected = sum_group(grads[:GROUP])
+    expected += sum_group(grads[GROUP:])
+    total = np.full(size, np.nan)
+    sum_in_blocks(total, grads, _ranges_of(size))
+    assert total.tobytes() == expected.tobytes()
 
 
 def test_a_batch_whose_gradients_partly_stay_is_refused() -> None:
