@@ -46,13 +46,19 @@ def group_count(batch_size: int) -> int:
     return -(-batch_size // GROUP)
 
 
-def sum_group(grads: Iterable[np.ndarray]) -> np.ndarray:
-    """The float64 sum of a group's gradients, given in position order."""
-    total: np.ndarray | None = None
-    for count, grad in enumerate(grads):
-        total = _add(total, grad, first=count == 0)
-    if total is None:
+def sum_group(grads: Iterable[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+    """The float64 sum of a group's gradients, given in position order, into `out` where
+    given (overwritten): in one compiled pass over memory where all are flat float32 (the
+    local pool's slots), else `_add` one after the other."""
+    grads = list(grads)
+    if not grads:
         raise ValueError("a group has at least one gradient")
+    total = np.empty(grads[0].shape, np.float64) if out is None else out
+    if all(_compiled_add(total, grad) for grad in grads):
+        sparse.add_float32(total, grads, first=True)
+        return total
+    for count, grad in enumerate(grads):
+        _add(total, grad, first=count == 0)
     return total
 
 
@@ -71,27 +77,14 @@ def sum_in_blocks(total: np.ndarray, grads: list[np.ndarray], ranges: Ranges | N
         for group in range(group_count(len(grads))):
             members = [g[start:stop] for g in grads[group * GROUP : (group + 1) * GROUP]]
             if group:
-                _add(out, _add_all(None, members), first=False)
+                _add(out, sum_group(members), first=False)
             else:  # group 0 is summed straight into the total, whose first term it is anyway
-                _add_all(out, members)
+                sum_group(members, out)
 
     if ranges is None:
         part(0, len(total))
     else:
         ranges(part)
-
-
-def _add_all(total: np.ndarray | None, grads: list[np.ndarray]) -> np.ndarray:
-    # A group's members in order, the first copied: one compiled pass over memory where all
-    # are flat float32 (the local pool's slots), else `_add` one after the other.
-    if total is None:
-        total = np.empty(len(grads[0]), np.float64)
-    if all(_compiled_add(total, grad) for grad in grads):
-        sparse.add_float32(total, grads, first=True)
-        return total
-    for count, grad in enumerate(grads):
-        _add(total, grad, first=count == 0)
-    return total
 
 
 def _add(total: np.ndarray | None, grad: np.ndarray, first: bool) -> np.ndarray:
