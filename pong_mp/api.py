@@ -22,7 +22,7 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.checkpoint import load_policy, stored_shape
 from pong_mp.config import TrainConfig, apply_preset
-from pong_mp.frames import BinaryInputs
+from pong_mp.frames import NO_PIXELS, NO_VALUES, BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
 
@@ -82,10 +82,6 @@ def train(
             raise KeyboardInterrupt(f"stopped by {exc}; {where}{how * resumable}") from None
 
 
-_NO_PIXELS = np.zeros(0, np.int32)
-_NO_VALUES = np.zeros(0, np.float32)
-
-
 class Agent:
     """A trained policy that plays gymnasium's ALE/Pong-v5 from its raw RGB frames.
 
@@ -131,7 +127,7 @@ class Agent:
         else:  # a game's first frame: no difference yet, the input is all zeros
             self._stream.reset(observation)
             self._started = True
-            changed, values = _NO_PIXELS, _NO_VALUES
+            changed, values = NO_PIXELS, NO_VALUES
         return self._forward.p_up(self._weights, changed, values)
 
     def act(self, observation: np.ndarray, greedy: bool = False) -> int:

@@ -53,14 +53,9 @@ class Moments:
     @property
     def standardizing_scale(self) -> float:
         """1 / std, what standardising multiplies by; 1 if the values are all equal (then
-        policy.standardize only centres them)."""
-        std = self.std
+        policy.standardize only centres them). The std is the population one (ddof=0)."""
+        std = math.sqrt(self.m2 / self.count) if self.count else 0.0
         return 1.0 / std if std > 0 else 1.0
-
-    @property
-    def std(self) -> float:
-        """Population standard deviation (numpy's default, ddof=0)."""
-        return math.sqrt(self.m2 / self.count) if self.count else 0.0
 
 
 class EpisodeGradient:
