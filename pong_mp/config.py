@@ -237,7 +237,7 @@ class TrainConfig:
                     f"{len(values)} value{'s' * (len(values) != 1)} ({shown(values)}); "
                     "give both"
                 )
-        local_workers = max_local_workers()
+        local_workers = max(64, 4 * default_workers())  # each worker costs ~100 MB
         checks = [
             (self.run_dir.strip() != "", "--run-dir must name a directory"),
             (
@@ -337,15 +337,9 @@ class TrainConfig:
         unknown = sorted(set(data) - names)
         if unknown:
             raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
-        check_types(data)
         config = cls(**{**OLDER_RUN_DEFAULTS, **data})
         config.validate()
         return config
-
-
-def max_local_workers() -> int:
-    """The most local worker processes: 4 per CPU, at least 64 (each costs ~100 MB)."""
-    return max(64, 4 * default_workers())
 
 
 MAX_BATCH_SIZE = 10_000
@@ -384,11 +378,6 @@ trained with: a resumed run keeps its algorithm, an older model plays as it was 
 def stored_option(config: dict[str, Any], name: str) -> Any:
     """Option `name` of a stored config, or its OLDER_RUN_DEFAULTS value if it has none."""
     return config.get(name, OLDER_RUN_DEFAULTS[name])
-
-
-def stored_value_head(config: dict[str, Any]) -> bool:
-    """Whether a stored config's weights carry a value head (TrainConfig.value_head)."""
-    return stored_option(config, "algo") == "ppo"
 
 
 def stored_conv_channels(config: dict[str, Any]) -> int:
