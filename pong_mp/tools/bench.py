@@ -317,11 +317,10 @@ def episode_memory(
 def run_bench(
     workers: int,
     seconds: float,
-    env_id: str = "ALE/Pong-v5",
-    setup: TrainingSetup | None = None,
+    env_id: str,
+    setup: TrainingSetup,
 ) -> dict[str, Any]:
     """Every measurement of `pong-mp bench`, as one dict."""
-    setup = setup or TrainingSetup()  # train's defaults, new weights
     raw_before = raw_rate(env_id, workers, seconds)
     training = training_rate(env_id, workers, seconds, setup)
     raw_after = raw_rate(env_id, workers, seconds)
@@ -414,12 +413,11 @@ def format_bench(r: dict[str, Any]) -> str:
 def run_scaling(
     max_workers: int,
     seconds: float,
-    env_id: str = "ALE/Pong-v5",
-    setup: TrainingSetup | None = None,
+    env_id: str,
+    setup: TrainingSetup,
 ) -> list[dict[str, Any]]:
     """Training against raw with as many processes, one row for each count of
     `worker_counts` (1, 2, 4, ... and `max_workers`)."""
-    setup = setup or TrainingSetup()  # train's defaults, new weights
     where = where_measured()
     rows = []
     for workers in worker_counts(max_workers):
@@ -458,12 +456,11 @@ def simulated_env(step_seconds: float) -> dict[str, Any]:
 
 
 def run_simulation(
-    max_workers: int, seconds: float, step_seconds: float, setup: TrainingSetup | None = None
+    max_workers: int, seconds: float, step_seconds: float, setup: TrainingSetup
 ) -> list[dict[str, Any]]:
     """Training on FakePong-v0 whose steps sleep `step_seconds` (no CPU, so the orchestration
     limits the speed-up), one row per count of `worker_counts`, with its speed-up over
     one worker and its efficiency (speed-up / workers; 1 is ideal)."""
-    setup = setup or TrainingSetup()
     env_kwargs = simulated_env(step_seconds)
     where = where_measured()
     rows: list[dict[str, Any]] = []
