@@ -249,9 +249,12 @@ class LocalBackend(BackendBase):
     @property
     def weights_name(self) -> str:
         """The name of the weights' shared-memory block (once started)."""
+        return self._started_weights().name
+
+    def _started_weights(self) -> SharedWeights:
         if self._weights is None:
             raise RuntimeError("LocalBackend.start() was not called")
-        return self._weights.name
+        return self._weights
 
     def worker_pids(self) -> list[int]:
         """Pids of the current worker processes."""
@@ -288,9 +291,7 @@ class LocalBackend(BackendBase):
 
     def publish(self, version: int, weights: np.ndarray) -> None:
         """Write `weights` into shared memory as `version`, over the oldest version kept."""
-        if self._weights is None:
-            raise RuntimeError("LocalBackend.start() was not called")
-        self._weights.write(weights, version)
+        self._started_weights().write(weights, version)
         # New weights: a batch is complete. Those who waited for its last results did so
         # at the barrier; from the last result on, they wait for the coordinator.
         for w in self._workers:
@@ -301,9 +302,7 @@ class LocalBackend(BackendBase):
     def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue `tasks` behind those submitted before, to be played with `version`; idle
         workers get theirs at once, to play while the coordinator does its bookkeeping."""
-        if self._weights is None:
-            raise RuntimeError("LocalBackend.start() was not called")
-        if version not in self._weights.versions:
+        if version not in self._started_weights().versions:
             raise ValueError(f"weights version {version} was not published (or was dropped)")
         self._pending.extend(Play(version, task) for task in tasks)
         self._dispatch()
@@ -359,8 +358,7 @@ class LocalBackend(BackendBase):
         they arrive. A result's gradient is a view of a shared slot: valid until the next
         result is asked for (the worker gets no new episode before), or where it `stays`
         (a slot per position), until the next round is submitted."""
-        if self._weights is None:
-            raise RuntimeError("LocalBackend.start() was not called")
+        self._started_weights()
         self._dispatch()
         while self._pending or any(w.job is not None for w in self._workers):
             self._dispatch()
