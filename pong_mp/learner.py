@@ -1,18 +1,5 @@
 """The learner interface: what the trainer calls, whichever algorithm learns, and what the
-learners share.
-
-    trainer.updates                       a learner (pg.PGLearner, ppo.PPOLearner)
-    ───────────────                       ─────────────────────────────────────────
-    learner.start(state, backend, more)   publish the weights the first batch plays with
-    while more(state):
-      played = learner.play(state, backend)
-                                          the batch of update state.batch + 1, played
-                                          (pg: its gradients summed; the actor-critic: its
-                                          episodes' data, kept where they were played)
-      state, stats = learner.learn(state, played, backend)
-                                          one update: the optimizer's steps, the new
-                                          weights published, the next batch under way
-      metrics line, checkpoint ...
+learners share. The loop that calls it is drawn at the top of trainer.py.
 
 A learner reaches the workers only through the backend's calls, its tasks and its
 `backends.base.WorkerSpec`: backends and the episode loop never see a learner's types. It
@@ -85,16 +72,11 @@ class Schedule:
 class Learning:
     """What every learner's coordinator needs of the run (pg.PGLearning, ppo.PPOLearning)."""
 
-    seed: int
-    """The run's seed: every episode's derives from it."""
-    batch_size: int
-    """Episodes an update."""
-    optimizer: str
-    """adam or rmsprop (optim.OPTIMIZERS)."""
-    lr: Schedule
-    """The learning rate, by env steps played before the update's batch."""
-    decay_rate: float = 0.99
-    """RMSProp's decay of the mean of squared gradients."""
+    seed: int  # every episode's derives from it
+    batch_size: int  # episodes an update
+    optimizer: str  # adam or rmsprop (optim.OPTIMIZERS)
+    lr: Schedule  # by env steps played before the update's batch
+    decay_rate: float = 0.99  # RMSProp's decay of the mean of squared gradients
 
 
 def running_reward(running: float | None, rewards: list[float]) -> float | None:

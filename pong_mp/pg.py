@@ -12,9 +12,8 @@ gradients summed in their fixed order, one optimizer step an update.
                                                the next batch handed out before the
                                                update's norms are taken
 
-With --policy-lag L, batch k is played with the weights of update k-1-L, so batches
-k .. k+L are in flight together: the gradient of batch k is applied as soon as it is summed,
-while the next L play on.
+With --policy-lag L, batches k .. k+L are in flight together (docs/how-it-works.md, 'Policy
+lag').
 """
 
 from __future__ import annotations
@@ -53,10 +52,8 @@ class PGWork:
     """What pg's workers need (`backends.base.WorkerSpec`)."""
 
     value_head: ClassVar[bool] = False
-    gamma: float
-    """Discount factor of the returns; they restart at every point."""
-    entropy_bonus: float = 0.0
-    """Weight of the policy's entropy in each episode's objective (0: none)."""
+    gamma: float  # discount factor of the returns; they restart at every point
+    entropy_bonus: float = 0.0  # weight of the policy's entropy in the objective (0: none)
 
     def worker(self, shape: policy.NetShape) -> PGWorker:
         """A worker's working memory for policies of `shape` (pg has no conv layer)."""
@@ -129,10 +126,8 @@ def play_episode(
 class PGLearning(Learning):
     """What pg's coordinator needs of the run."""
 
-    lag: int = 0
-    """--policy-lag: batch k is played with the weights of update k-1-L."""
-    batches: int | None = None
-    """The run's last update: no batch past it is handed out (None: no last)."""
+    lag: int = 0  # --policy-lag: batch k is played with the weights of update k-1-L
+    batches: int | None = None  # the run's last update: no batch past it is handed out
 
 
 class PGStep(NamedTuple):

@@ -1,6 +1,7 @@
 """The actor-critic learner (--algo ppo): what a worker records of an episode, GAE
 advantages, the clipped surrogate's gradient over a stored episode (the worker's side,
-PPOWork), and the update's passes (the coordinator's side, PPOLearner).
+PPOWork), and the update's passes (the coordinator's side, PPOLearner). The algorithm:
+docs/how-it-works.md, 'The actor-critic (--algo ppo)'.
 
 Data flow of one update:
 
@@ -13,16 +14,9 @@ Data flow of one update:
                           ──worker──> gradient over the episode's steps of minibatch m
         sum in the batch's fixed order ──> optimizer step ──> weights k + 1
 
-Each step of an episode falls in one minibatch per epoch, dealt by a hash of the episode's
-seed and the epoch written here (`minibatch_steps`, not numpy's generator), and every
-gradient is a pure function of (weights, task): the bytes do not depend on which worker,
-backend or retry computes it.
-
-The policy is the MLP with a value head on its hidden layer, whose gradient reaches the
-hidden layer too (a shared trunk, as in PPO's Atari setting). With --policy conv the hidden
-layer sees a convolutional layer's features instead of the pixels, and the gradient reaches
-its filters; a trajectory keeps the pixels, and each pass computes the features again.
-A point scored ends a rally: returns and advantages restart there, as Karpathy's do.
+The minibatches are dealt by a hash written here (`minibatch_steps`), not numpy's
+generator, so every gradient is a pure function of (weights, task): the bytes do not depend
+on which worker, backend or retry computes it.
 """
 
 from __future__ import annotations
@@ -70,37 +64,26 @@ class PPOSettings:
     """The actor-critic's constants a worker needs, at PPO's usual values
     (docs/learning-notes.md: no other was worth an option); each EpochTask carries the rest."""
 
-    clip: float = 0.1
-    """The surrogate's clipping range: the ratio is held within 1 +- clip."""
-    gae_lambda: float = 0.95
-    """GAE's lambda: 1 gives the discounted returns minus V, 0 one-step TD errors."""
-    value_coef: float = 0.5
-    """Weight of the value loss, (V - R)^2 / 2 a step."""
+    clip: float = 0.1  # the surrogate holds the ratio within 1 +- clip
+    gae_lambda: float = 0.95  # 1 gives the discounted returns minus V, 0 one-step TD errors
+    value_coef: float = 0.5  # weight of the value loss, (V - R)^2 / 2 a step
 
 
 @dataclass(frozen=True)
 class Trajectory:
     """One played episode as the learner keeps it: ~3 bytes per non-zero input pixel and
-    ~30 per step (a 5,000-step game is about 0.5 MB)."""
+    ~30 per step (a 5,000-step game is about 0.5 MB). From `actions` on, an entry a step,
+    float64 after `actions`."""
 
-    pixels: np.ndarray
-    """uint16 indices of the non-zero input pixels, step after step."""
-    signs: np.ndarray
-    """int8 values (+1 or -1) of those pixels."""
-    indptr: np.ndarray
-    """int64 (steps + 1): step t's pixels are pixels[indptr[t]:indptr[t + 1]]."""
-    actions: np.ndarray
-    """uint8 (steps): the action of each step, 1 UP, 0 DOWN (`sparse.log_prob`'s codes)."""
-    logp_old: np.ndarray
-    """float64 (steps): log pi(action) under the weights that played it."""
-    values: np.ndarray
-    """float64 (steps): the value head's estimate when the step was played."""
+    pixels: np.ndarray  # uint16 indices of the non-zero input pixels, step after step
+    signs: np.ndarray  # int8 values (+1 or -1) of those pixels
+    indptr: np.ndarray  # int64: step t's pixels are pixels[indptr[t]:indptr[t + 1]]
+    actions: np.ndarray  # uint8: 1 UP, 0 DOWN (`sparse.log_prob`'s codes)
+    logp_old: np.ndarray  # log pi(action) under the weights that played it
+    values: np.ndarray  # the value head's estimate when the step was played
     rewards: np.ndarray
-    """float64 (steps): the step's reward (-1, 0 or +1 in Pong)."""
-    advantages: np.ndarray
-    """float64 (steps): GAE(lambda) advantages, restarting at every point."""
-    returns: np.ndarray
-    """float64 (steps): advantages + values, what the value head learns."""
+    advantages: np.ndarray  # GAE(lambda), restarting at every point
+    returns: np.ndarray  # advantages + values, what the value head learns
 
     @property
     def steps(self) -> int:
@@ -159,10 +142,8 @@ class TrajectoryRecorder:
         self._actions: list[int] = []
         self._logp: list[float] = []
         self._rewards: list[float] = []
-        self.entropy_sum = 0.0
-        """Sum of the policy's entropy (nats) over the steps begun so far."""
-        self.reward_sum = 0.0
-        """Sum of the rewards added so far."""
+        self.entropy_sum = 0.0  # of the policy's entropy (nats) over the steps begun so far
+        self.reward_sum = 0.0  # of the rewards added so far
 
     def start(self, weights: policy.Weights32) -> None:
         """Begin an episode played with `weights` (which must have a value head)."""
@@ -268,18 +249,14 @@ def minibatch_steps(
 class PassStats:
     """What one gradient pass over some steps saw (summed over those steps)."""
 
-    steps: int = 0
-    """Steps whose gradient was taken."""
+    steps: int = 0  # whose gradient was taken
+    # Steps whose ratio r = pi / pi_old left 1 +- clip (CleanRL's and SB3's clip fraction);
+    # the surrogate zeroes the policy gradient of those that left it the way their advantage
+    # pushes.
     clipped: int = 0
-    """Steps whose ratio r = pi / pi_old left 1 +- clip (CleanRL's and SB3's clip fraction
-    counts these; the surrogate zeroes the policy gradient of those that left it in the
-    direction their advantage pushes)."""
-    entropy: float = 0.0
-    """Sum of the policy's entropy (nats)."""
-    value_error: float = 0.0
-    """Sum of (V - R)^2."""
-    kl: float = 0.0
-    """Sum of log pi_old(a) - log pi(a): an estimate of KL(old || new) times the steps."""
+    entropy: float = 0.0  # the policy's (nats)
+    value_error: float = 0.0  # (V - R)^2
+    kl: float = 0.0  # log pi_old(a) - log pi(a): an estimate of KL(old || new) times the steps
 
     def __add__(self, other: PassStats) -> PassStats:
         # Field by field, not dataclasses.astuple (a deep copy): the coordinator adds one
@@ -389,20 +366,14 @@ class EpochTask(PassTask):
     """One episode's share of one minibatch's gradient (its Trajectory as `data`): with the
     weights, all that the gradient is a function of."""
 
-    epoch: int
-    """The pass over the batch (0, 1, ...)."""
-    part: int
-    """The minibatch of that pass (0 .. parts - 1)."""
+    epoch: int  # the pass over the batch (0, 1, ...)
+    part: int  # the minibatch of that pass (0 .. parts - 1)
     parts: int
-    """Minibatches a pass."""
-    advantage_mean: float
-    """Mean of the batch's advantages."""
-    advantage_scale: float
-    """1 / their standard deviation (1 if they are all equal)."""
+    advantage_mean: float  # of the batch's advantages
+    advantage_scale: float  # 1 / their standard deviation (1 if they are all equal)
+    # The entropy's weight (nats a step) in the update's objective: --entropy-bonus, or from
+    # an --entropy-drop-at point on, its --entropy-drop-to (below 0: a penalty).
     entropy_coef: float
-    """Weight of the policy's entropy (nats) a step in the update's objective: the run's
-    --entropy-bonus, or from an --entropy-drop-at point on, its --entropy-drop-to (below 0: a
-    penalty)."""
 
     @property
     def trajectory(self) -> Trajectory | None:
@@ -419,10 +390,8 @@ class PPOWork:
     """What the actor-critic's workers need (`backends.base.WorkerSpec`)."""
 
     value_head: ClassVar[bool] = True
-    gamma: float
-    """Discount factor of the returns; they restart at every point."""
+    gamma: float  # discount factor of the returns; they restart at every point
     settings: PPOSettings = PPOSettings()
-    """The surrogate's and GAE's constants."""
 
     def worker(self, shape: policy.NetShape) -> PPOWorker:
         """A worker's working memory for policies of `shape`."""
@@ -526,14 +495,10 @@ mean of log pi_old - log pi."""
 class PPOLearning(Learning):
     """What the actor-critic's coordinator needs of the run."""
 
-    epochs: int
-    """Passes over each batch."""
-    minibatches: int
-    """Optimizer steps a pass."""
-    entropy: Schedule
-    """The entropy's weight in the objective, by the same steps as the rate's."""
-    step_threads: int = 1
-    """Threads of each optimizer step (`optim.MeanStep`): any count gives the same bits."""
+    epochs: int  # passes over each batch
+    minibatches: int  # optimizer steps a pass
+    entropy: Schedule  # the entropy's weight in the objective
+    step_threads: int = 1  # of each optimizer step (`optim.MeanStep`): any count, same bits
 
 
 @dataclass
