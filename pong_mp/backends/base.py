@@ -103,25 +103,17 @@ class WorkerSpec(Protocol):
 class RolloutSpec:
     """How episodes are played; the same for every worker of a run."""
 
-    env_id: str
-    """Gymnasium env id, e.g. ALE/Pong-v5 or FakePong-v0."""
+    env_id: str  # e.g. ALE/Pong-v5 or FakePong-v0
     shape: policy.NetShape
-    """The policy network's shape."""
-    learner: WorkerSpec
-    """What the workers run: the learner's side of a task."""
-    workers: int = 1
-    """Worker processes or actors (ignored by the serial backend)."""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments for the env constructor (FakePong's points_to_win, ...)."""
-    episode_timeout: float = 600.0
-    """Seconds one episode may take before its worker is treated as hung and replaced."""
-    max_retries: int = 2
-    """How many times an episode is played again after it failed, before the run stops."""
-    lag: int = 0
-    """Policy lag: the backend keeps lag + 1 weights versions (as many batches in flight)."""
+    learner: WorkerSpec  # what the workers run: the learner's side of a task
+    workers: int = 1  # processes or actors (ignored by the serial backend)
+    env_kwargs: dict[str, Any] = field(default_factory=dict)  # for the env's constructor
+    episode_timeout: float = 600.0  # seconds before an episode's worker is judged hung
+    max_retries: int = 2  # plays of an episode after it failed, before the run stops
+    lag: int = 0  # policy lag: the backend keeps lag + 1 weights versions
+    # Episodes a batch: the local pool gives the actor-critic's passes a gradient slot for
+    # each position (0: each worker a slot or two of its own).
     batch_size: int = 0
-    """Episodes a batch: the local pool gives the actor-critic's passes a gradient slot for
-    each position (0: each worker a slot or two of its own)."""
 
     @property
     def value_head(self) -> bool:

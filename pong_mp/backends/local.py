@@ -1,27 +1,18 @@
-"""The local backend: a pool of persistent worker processes on this machine.
+"""The local backend: a pool of persistent worker processes on this machine, described in
+docs/how-it-works.md, 'The pool' (a worker's side is `worker_process.py`).
 
-Each worker (`worker_process.py`) is a spawned process that builds its env once. The weights
-go out through one shared-memory block with a slot per version kept (--policy-lag + 1); each
-worker has its own duplex pipe, so the coordinator always knows which episode a worker
+Each worker has its own duplex pipe, so the coordinator always knows which episode a worker
 holds, a worker killed mid-message can only break its own pipe, and a death is seen at once
-through the process sentinel.
-
-Episodes go one at a time, in submission order, to whichever worker is idle, whatever batch
-they belong to. A worker that dies or hangs is replaced and its episode played again with
-the same seed; an exception in a worker comes back with its traceback and the episode is
-retried a bounded number of times.
+through the process sentinel. Episodes go one at a time, in submission order, to whichever
+worker is idle, whatever batch they belong to.
 
 With --algo ppo, an idle worker takes first the passes (PassTasks) over the episodes whose
 data it keeps (`kept.py`), which go without it: a trajectory crosses the pipe once an update
-instead of once a pass, and again only to a worker that would otherwise wait. A worker busy
-with a pass is also sent its next such pass, so the passes of a round follow each other with
-no round trip. The passes' gradients go into one block with a slot for each position of the
-batch, which every worker writes: a gradient stays there until its round is complete, and
-the round is then summed by the coordinator's threads, each on its own blocks of the
-parameters (`batch_sum.sum_in_blocks`), not one gradient at a time as they arrive. Where
-/dev/shm has no room for that block, or the batch is so much larger than the pool that it
-would hold memory for little gain (more than `POSITION_BLOCK_EPISODES` episodes, and more
-than 4 a worker), each worker has a slot or two of its own.
+instead of once a pass, and again only to a worker that would otherwise wait. A round's
+gradients stay in a slot per position until the round is complete, then the coordinator's
+threads sum it (`batch_sum.sum_in_blocks`), not one gradient at a time as they arrive; a
+batch much larger than the pool (`POSITION_BLOCK_EPISODES`) would hold memory for little
+gain, so there each worker has a slot or two of its own.
 
 Data flow of one batch:
 

@@ -1,14 +1,11 @@
-"""The Ray backend: the local pool on every node of a Ray cluster, one leader actor a node.
+"""The Ray backend: the local pool on every node of a Ray cluster, one leader actor a node
+(docs/ray.md; `ray` is imported only here).
 
-`ray` is imported only here. Each node that runs workers has one `NodeLeader` actor, which
-runs the local backend's pool (`local.py`) with that node's share of the workers: its
-processes, shared memory, kept trajectories and fault handling, exactly as on one machine.
-The driver talks to the leaders only, one call per node for each batch or round it submits,
-which carries the round's tasks and returns the episodes' small results with one float64
-sum per group of batch_sum.GROUP episodes, made on the node that played the group. So the
-weights are bit-identical to the local backend's, the driver gets about GROUP times fewer
-bytes than one gradient per episode, and a round costs one Ray call per node instead of one
-per episode.
+The driver talks to the leaders only, one call per node for each round, which returns the
+episodes' small results with one float64 sum per group of batch_sum.GROUP episodes, made on
+the node that played the group. So the weights are bit-identical to the local backend's,
+the driver gets about GROUP times fewer bytes than one gradient per episode, and a round
+costs one Ray call per node instead of one per episode.
 
 Data flow of one round (a batch to play, or one round of the actor-critic's passes):
 
@@ -26,11 +23,6 @@ Data flow of one round (a batch to play, or one round of the actor-critic's pass
 On the driver's own machine (and without --policy-lag) the object store is skipped: the
 driver writes the weights into that leader's pool's shared-memory block, calls run(None,
 ...), and maps the leader's SharedSums block to read the group sums in place.
-
-A leader that dies (its node lost) is replaced, on the same node if it is still there, and
-its groups are played again with the same seeds. A worker that dies, hangs or raises is the
-pool's to handle, on its node; an episode that keeps failing stops the run with the
-worker's traceback.
 """
 
 from __future__ import annotations

@@ -1,10 +1,8 @@
 """The local backend's worker process: its main loop and the messages it exchanges with the
 pool (`local.py`) over its own duplex pipe.
 
-A worker is a spawned process named `pong-mp-worker-N`. It ignores SIGINT and SIGHUP from
-its start (the coordinator owns Ctrl-C and a closed terminal, and stops its workers after
-saving), ends itself if the coordinator dies, attaches to the shared weights block and to
-its own gradient slot, and does tasks with one EpisodeWorker until told to stop:
+A worker (docs/how-it-works.md, 'The pool') attaches to the shared weights block and to its
+own gradient slot, and does tasks with one EpisodeWorker until told to stop:
 
     coordinator -> worker   Play(version, task, slot) | Stop()
     worker -> coordinator   Ready() once set up (or Failed(None, traceback)), then
