@@ -6,9 +6,6 @@
     agent = pong_mp.Agent.load("models/pong.npz")
     agent.reset()
     action = agent.act(observation)   # gymnasium's ALE/Pong-v5 RGB frame -> 2 (UP) or 3 (DOWN)
-
-`train` takes the `pong-mp train` options as keyword arguments, named like the long options
-with underscores (`batch_size=10`, `env_arg={"points_to_win": 5}`, `resume=True`).
 """
 
 from __future__ import annotations

@@ -8,13 +8,11 @@ ran. That order is a fixed two-level tree over the episodes' positions in the ba
   are added in position order into a float64 group sum (`sum_group`);
 - the group sums are added in group order into the batch's total.
 
-A backend may hand back single episodes (the coordinator groups and adds them as they
-arrive), whole group sums made with `sum_group` elsewhere (the Ray backend sums each group on
-the node that played it), or episodes whose gradients stay where they are until the round is
-complete (the local pool's slot per position; `sum_in_blocks` then adds the whole tree on
-several threads, each on its own blocks of the parameters). All give the same bytes: each
-element sees the same additions in the same order. A batch of at most GROUP episodes is one
-group, whose sum is the plain in-order sum.
+A backend may hand back single episodes (added as they arrive), group sums made with
+`sum_group` on the node that played them (Ray), or episodes whose gradients stay in the
+local pool's slots until the round is complete (`sum_in_blocks` then adds the whole tree on
+several threads, each on its own blocks of the parameters). Each element sees the same
+additions in the same order, so all give the same bytes.
 """
 
 from __future__ import annotations

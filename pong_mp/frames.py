@@ -1,9 +1,8 @@
 """What the policy sees, as sparse inputs: the non-zero pixels of binary(frame) -
-binary(previous), the frame difference.
+binary(previous), the frame difference (docs/how-it-works.md, 'Input').
 
-A difference has ~29 non-zero pixels of 6400 (a random player's game of real Pong). An
-input stream turns each observation into the indices and signs (+1/-1) of those pixels, as
-cheaply as the env's observations allow:
+An input stream turns each observation into the indices and signs (+1/-1) of those pixels,
+as cheaply as the env's observations allow:
 - `BinaryInputs` for envs whose observations are RGB frames (FakePong, gymnasium's ALE):
   `binarize`, then compare;
 - `PaletteInputs` for FastAtari: compare the raw palette indices and look up the colours of

@@ -59,15 +59,12 @@ class Moments:
 
 
 class EpisodeGradient:
-    """An episode's policy gradient, accumulated as the episode is played, in fixed memory.
-
-    The objective is sum_t adv_t * logp_t with adv = standardize(discounted returns). Its
-    gradient is sum_t (R_t - mu) / sigma * g_t, with g_t = dlogp_t * d logit_t / d params,
-    which is (A - mu * B) / sigma with A = sum_t R_t g_t and B = sum_t g_t. A rally's
-    returns are known when its point is scored (R_t = r * gamma^(T - t)), so the steps are
-    buffered until then, at most `block` at a time, and folded into the float64 sums A and
-    B; mu and sigma come from running moments of the returns. Memory is the three
-    accumulators plus the buffer, whatever the episode's length.
+    """An episode's policy gradient, accumulated as the episode is played, in fixed memory
+    (docs/how-it-works.md, 'Gradient'): sum_t (R_t - mu) / sigma * g_t, with
+    g_t = dlogp_t * d logit_t / d params, is (A - mu * B) / sigma with A = sum_t R_t g_t and
+    B = sum_t g_t, so a rally's steps are buffered (at most `block`) until its point gives
+    their returns (R_t = r * gamma^(T - t)), then folded into the float64 sums A and B.
+    Memory is the three accumulators plus the buffer, whatever the episode's length.
 
     A rally longer than the buffer is folded into a third accumulator, the carry:
     C = sum_s gamma^(t_c - s) g_s up to the last folded step t_c, so that when its point r

@@ -1,10 +1,9 @@
-"""FakePong: a tiny pure-numpy Pong with ALE Pong's interface, for tests and CI.
+"""FakePong: a tiny pure-numpy Pong with ALE Pong's interface, for tests and CI
+(docs/how-it-works.md, 'FakePong-v0'; actions 0, 1, 4 and 5 hold still).
 
-Frames are 210x160x3 uint8 laid out like ALE's: the play field spans rows 34-193, the
-background's red value is 144 (erased by preprocessing), the agent's green paddle is on the
-right, the opponent's orange paddle on the left, and the white ball survives preprocessing.
-Actions are Discrete(6) as in ALE (2 = up, 3 = down, the rest hold still). Each point gives
-+1 or -1 and the game ends when one side reaches `points_to_win`.
+Frames are laid out like ALE's: the play field spans rows 34-193, the background's red value
+is 144 (erased by preprocessing), the agent's green paddle is on the right, the opponent's
+orange paddle on the left, and the white ball survives preprocessing.
 
 Speed matters more than fidelity: only the objects that moved are redrawn on a persistent
 canvas, each step returns a copy of it, and the hot path avoids numpy scalar calls.

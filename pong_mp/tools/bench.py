@@ -1,11 +1,7 @@
 """Measurements: `pong-mp bench` puts pong-mp's training speed next to the emulator's limit.
 
-All figures come from one run on one machine; the ones that matter are ratios within it:
-- raw: N processes stepping ALE/Pong-v5 with random actions (the limit), before and after
-  the training run, averaged;
-- reference: the serial loop of Ray's example (dense float64 numpy) against one raw process;
-- training: pong-mp's local backend with N workers training for real, the coordinator's
-  share of it, where the workers' idle time goes, and the workers' memory.
+All figures come from one run on one machine; the ones that matter are ratios within it
+(docs/performance.md lists them: raw, pong-mp's training, Ray's example's dense loop).
 """
 
 from __future__ import annotations
