@@ -61,8 +61,7 @@ class EpisodeStats:
     data: object | None = None
     """What a play left for the passes over the episode (the actor-critic's trajectory),
     kept where it was played; else None."""
-    report: object | None = None
-    """What a pass saw (the actor-critic's ppo.PassStats); else None."""
+    report: object | None = None  # what a pass saw (the actor-critic's ppo.PassStats)
 
 
 Task = EpisodeTask | PassTask

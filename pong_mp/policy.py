@@ -41,10 +41,8 @@ CONV_SIDE = (80 - CONV_SIZE) // CONV_STRIDE + 1
 class NetShape:
     """The shape of a policy network: what the layout of its flat parameters follows."""
 
-    hidden: int
-    """Hidden units."""
-    channels: int = 0
-    """Filters of the conv layer under the hidden layer (--policy conv); 0: the MLP."""
+    hidden: int  # units
+    channels: int = 0  # filters of the conv layer under the hidden layer; 0: the MLP
 
     @property
     def rows(self) -> int:
@@ -257,14 +255,10 @@ def backward(
 class Weights32:
     """The float32 copy of the policy that episodes compute with (read-only views)."""
 
-    w1t: np.ndarray
-    """W1 transposed, (rows, hidden) float32: rows are pixels, or conv features."""
-    w2: np.ndarray
-    """W2, (hidden,) float32."""
-    value: np.ndarray | None = None
-    """The value head, (hidden + 1,) float32 (weights, then the bias), or None."""
-    kernel: np.ndarray | None = None
-    """--policy conv: the filters, (CONV_SIZE, CONV_SIZE, channels) float32, or None."""
+    w1t: np.ndarray  # W1 transposed, (rows, hidden): rows are pixels, or conv features
+    w2: np.ndarray  # (hidden,)
+    value: np.ndarray | None = None  # the value head, (hidden + 1,): weights, then the bias
+    kernel: np.ndarray | None = None  # --policy conv's filters, (CONV_SIZE, CONV_SIZE, channels)
 
     @property
     def shape(self) -> NetShape:

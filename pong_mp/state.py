@@ -23,29 +23,21 @@ from pong_mp.config import TrainConfig
 class TrainState:
     """Everything that changes during training; what a checkpoint stores."""
 
-    params: np.ndarray
-    """Flat float64 policy parameters, laid out as their `policy.NetShape` says."""
-    cache: np.ndarray
-    """Mean of squared gradients, same shape as params: RMSProp's cache, Adam's v."""
-    batch: int = 0
-    """Updates done."""
-    episodes: int = 0
-    """Episodes played (the next episode's global index)."""
-    steps: int = 0
-    """Env steps played."""
-    running_reward: float | None = None
-    """Exponential mean (0.99) of episode rewards, in episode order; None before any."""
-    elapsed: float = 0.0
-    """Wall seconds spent in updates so far, across resumes."""
-    momentum: np.ndarray | None = None
-    """Adam's mean of gradients (m), same shape as params; None for RMSProp."""
+    params: np.ndarray  # flat float64, laid out as their `policy.NetShape` says
+    cache: np.ndarray  # mean of squared gradients, like params: RMSProp's cache, Adam's v
+    batch: int = 0  # updates done
+    episodes: int = 0  # played (the next episode's global index)
+    steps: int = 0  # env steps played
+    running_reward: float | None = None  # exponential mean (0.99) of episode rewards
+    elapsed: float = 0.0  # wall seconds spent in updates so far, across resumes
+    momentum: np.ndarray | None = None  # Adam's mean of gradients (m); None for RMSProp
+    # Optimizer steps since the optimizer's state was last zeroed (a new run, or a fork that
+    # starts it anew): Adam's bias correction counts these, not the updates.
     optimizer_steps: int = 0
-    """Optimizer steps taken since the optimizer's state was last zeroed (a new run, or a
-    fork that starts it anew): Adam's bias correction counts these, not the updates."""
+    # With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (the oldest
+    # known where there was none: a new run's initial weights, or those a fork that lengthened
+    # the lag started from), which the next L batches are played with; () without lag.
     lagged: tuple[np.ndarray, ...] = ()
-    """With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (the oldest
-    known where there was none: a new run's initial weights, or those a fork that lengthened
-    the lag started from), which the next L batches are played with; () without lag."""
 
 
 def initial_state(config: TrainConfig) -> TrainState:

@@ -20,12 +20,9 @@ from pong_mp.signals import check_stop
 class GameScore:
     """The result of one game."""
 
-    agent: int
-    """Points won by the policy."""
-    opponent: int
-    """Points won by the built-in opponent."""
-    steps: int
-    """Env steps the game took."""
+    agent: int  # points won by the policy
+    opponent: int  # points won by the built-in opponent
+    steps: int  # env steps the game took
 
 
 def play_games(
