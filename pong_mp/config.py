@@ -611,8 +611,7 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
     return dataclasses.replace(stored, **given)
 
 
-MAX_JSON_DEPTH = 32
-"""How deep the JSON that pong-mp reads may nest (its own is 2 levels deep)."""
+MAX_JSON_DEPTH = 32  # how deep the JSON that pong-mp reads may nest (its own is 2 levels deep)
 
 
 class JSONTooDeep(ValueError):

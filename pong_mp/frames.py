@@ -18,8 +18,7 @@ import numpy as np
 
 from pong_mp import sparse
 
-INPUT_SIZE = 80 * 80
-"""Length of one preprocessed frame: 80x80 pixels."""
+INPUT_SIZE = 80 * 80  # length of one preprocessed frame: 80x80 pixels
 
 ERASED = (144, 109, 0)
 """Red values set to 0 by preprocessing: ALE Pong's two backgrounds, and 0 itself."""

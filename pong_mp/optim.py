@@ -23,19 +23,14 @@ from pong_mp import sparse
 
 T = TypeVar("T")
 
-EPS = 1e-5
-"""Added to the root of the cache to avoid division by zero (Karpathy's value)."""
+EPS = 1e-5  # added to the root of the cache to avoid division by zero (Karpathy's value)
 
 
-ADAM_BETA1 = 0.9
-"""Adam's decay of the mean of gradients (Kingma and Ba's default)."""
-ADAM_BETA2 = 0.999
-"""Adam's decay of the mean of squared gradients (Kingma and Ba's default)."""
-ADAM_EPS = 1e-8
-"""Adam's epsilon (Kingma and Ba's default)."""
+ADAM_BETA1 = 0.9  # Adam's decay of the mean of gradients (Kingma and Ba's default)
+ADAM_BETA2 = 0.999  # Adam's decay of the mean of squared gradients (Kingma and Ba's default)
+ADAM_EPS = 1e-8  # Adam's epsilon (Kingma and Ba's default)
 
-OPTIMIZERS = ("rmsprop", "adam")
-"""The optimizers `--optimizer` accepts."""
+OPTIMIZERS = ("rmsprop", "adam")  # the optimizers `--optimizer` accepts
 
 
 def dropped(

@@ -22,16 +22,12 @@ import numpy as np
 from pong_mp import sparse
 from pong_mp.frames import INPUT_SIZE, binarize
 
-UP = 2
-"""ALE Pong's action that moves the agent's paddle up ("RIGHT" in ALE's naming)."""
-DOWN = 3
-"""ALE Pong's action that moves the agent's paddle down ("LEFT" in ALE's naming)."""
+UP = 2  # ALE Pong's action that moves the agent's paddle up ("RIGHT" in ALE's naming)
+DOWN = 3  # ALE Pong's action that moves the agent's paddle down ("LEFT" in ALE's naming)
 
 
-CONV_SIZE = 8
-"""--policy conv: the side of its filters, in pixels of the 80x80 input."""
-CONV_STRIDE = 4
-"""--policy conv: the step between its filters' positions."""
+CONV_SIZE = 8  # --policy conv: the side of its filters, in pixels of the 80x80 input
+CONV_STRIDE = 4  # --policy conv: the step between its filters' positions
 CONV_SIDE = (80 - CONV_SIZE) // CONV_STRIDE + 1
 """--policy conv: positions a side (19): its feature map is 19 x 19 x channels."""
 

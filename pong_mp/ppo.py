@@ -200,8 +200,7 @@ def advantage_moments(trajectory: Trajectory) -> Moments:
     return moments
 
 
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-"""splitmix64's increment: 2^64 / the golden ratio, odd."""
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # splitmix64's increment: 2^64 / the golden ratio, odd
 
 
 def _mix64(x: np.ndarray) -> np.ndarray:
@@ -267,8 +266,7 @@ class PassStats:
 _PASS_FIELDS = tuple(field.name for field in dataclasses.fields(PassStats))
 
 
-ORDERS_KEPT = 1 << 22
-"""The most steps whose deal a worker keeps (`PassWork.order`): 16 MB of int32."""
+ORDERS_KEPT = 1 << 22  # the most steps whose deal a worker keeps (`PassWork.order`): 16 MB of int32
 
 
 class PassWork:

@@ -18,8 +18,7 @@ def _has_avx2() -> bool:
     return False
 
 
-BUILD = "portable"
-"""Which build this process runs: "avx2" or "portable"."""
+BUILD = "portable"  # which build this process runs: "avx2" or "portable"
 
 if os.environ.get("PONG_MP_LOOPS") != "portable" and _has_avx2():
     try:

@@ -17,8 +17,7 @@ from pong_mp.files import FileError, check_writable
 from pong_mp.tools.gif import GifStream
 
 FORMATS = (".gif", ".mp4")
-FPS = 15
-"""Frames per second: ALE plays 60 frames a second and a step is 4 of them."""
+FPS = 15  # frames per second: ALE plays 60 frames a second and a step is 4 of them
 
 
 class VideoRecorder:
