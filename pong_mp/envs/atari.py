@@ -5,10 +5,9 @@ random-play episode) because the seed drives ALE's sticky actions. `FastAtari` r
 emulator with sticky actions off and applies them itself, frame by frame as ALE does, from a
 generator seeded at reset. Pong is deterministic, so an episode is a function of its seed.
 
-Its observations are the cropped, downsampled screen as palette indices (80x80 uint8), read
-from the emulator instead of a 100 KB RGB image. `binary` turns indices into the 0/1 pixels
-of `frames.binarize` through a table learned from ALE's own RGB conversion, so the frames
-are gymnasium's. Tests check both claims against gymnasium's env.
+Observations are palette indices, not a 100 KB RGB image; `binary` turns them into
+`frames.binarize`'s 0/1 pixels through a table learned from ALE's own RGB conversion, so the
+frames are gymnasium's. Tests check both claims against gymnasium's env.
 """
 
 from __future__ import annotations
