@@ -19,11 +19,8 @@ Module map, in the order data flows through an update:
     ppo.py         the actor-critic (--algo ppo): an episode's trajectory, GAE, minibatches,
                    the clipped surrogate's gradient, and the update's passes
     state.py       TrainState (what an update changes), a new run's state, a fork's reshaping
-    backends/      where tasks are done: episode_worker.py (EpisodeWorker, what every
-                   backend runs), serial.py, local.py (the process pool), worker_process.py
-                   (a pool worker's loop and messages), kept.py, shm.py, ray_cluster.py
-                   (the pool on each Ray node, under a leader actor),
-                   base.py (RolloutSpec, the Backend and WorkerSpec interfaces)
+    backends/      where tasks are done: in this process, on a process pool, or on Ray
+                   (its package docstring maps its modules)
     episode.py     tasks and results, and one episode's loop (seed, play)
     frames.py      frames -> binary 80x80 -> sparse frame differences
     policy.py      the network (dense float64 reference); sparse.pyx the compiled loops

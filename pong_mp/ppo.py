@@ -483,10 +483,8 @@ MAX_GRAD_NORM = 0.5
 norm where it is longer): PPO's usual limit."""
 
 PPO_FIELDS = ("entropy_bonus", "value_loss", "clip_fraction", "approx_kl")
-"""The metrics fields of --algo ppo, over the update's passes: the entropy's weight in the
-update's objective (its schedule's, as `lr` is), the value head's mean (V - R)^2 / 2, the
-share of steps whose ratio r left 1 +- clip (CleanRL's and SB3's clip fraction), and the
-mean of log pi_old - log pi."""
+"""The metrics fields of --algo ppo, over the update's passes (docs/how-it-works.md, 'The
+actor-critic (--algo ppo)', says what each is)."""
 
 
 @dataclass(frozen=True, kw_only=True)
