@@ -23,9 +23,7 @@ from pong_mp.signals import check_stop
 from pong_mp.state import TrainState
 
 Stats = dict[str, Any]
-"""An update's statistics, keyed by their metrics fields: `reward_mean`, `steps`,
-`grad_norm`, `weight_norm`, `step_norm`, `lr`, `entropy`, the learner's own (`PPO_FIELDS`),
-and `update_seconds`, the coordinator's time on the workers' critical path."""
+"""An update's statistics, keyed by the metrics fields `trainer._record` writes them to."""
 
 RUNNING_DECAY = 0.99
 """Weight of the old value in the running reward, updated once per episode (Karpathy's)."""
