@@ -34,12 +34,40 @@ if _ROOT not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
     )
 
 
+def _shares_ray(item: pytest.Item | None) -> bool:
+    """Whether a test runs its backends on the tests' shared Ray instance."""
+    return (
+        item is not None
+        and item.get_closest_marker("ray") is not None
+        and item.get_closest_marker("own_ray") is None
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist, the tests that start Ray all run in one process: one Ray
-    instance at a time. (bin/test runs them after the others, in one process of their own.)"""
+    """The tests on the shared Ray instance run one after another, then those that start
+    Ray their own way, so that the instance starts once (bin/test runs them all in one
+    process of their own, after the others). Under pytest-xdist, the tests that start Ray
+    all run in one process: one Ray instance at a time."""
+
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("own_ray"):
+            return 2
+        return 1 if _shares_ray(item) else 0
+
+    items.sort(key=rank)
     for item in items:
         if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stops the shared Ray instance once the next test will not use it: it costs CPU while
+    idle, and a test that starts Ray its own way needs none running."""
+    if _shares_ray(item) and not _shares_ray(nextitem):
+        ray = sys.modules.get("ray")
+        if ray is not None and ray.is_initialized():
+            ray.shutdown()
 
 
 SHARED_RAY_CPUS = 4
@@ -63,15 +91,6 @@ def ray_of_the_test(request: pytest.FixtureRequest) -> None:
     sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it, as RayBackend.start says
     ray_cluster.connect(None, num_cpus=SHARED_RAY_CPUS)
     signal.signal(signal.SIGTERM, sigterm)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def no_ray_after_the_module() -> Iterator[None]:
-    """Stops the shared Ray instance after each module: it costs CPU while idle."""
-    yield
-    ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():
-        ray.shutdown()
 
 
 @pytest.fixture(autouse=True)
