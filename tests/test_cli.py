@@ -17,7 +17,10 @@ from pong_mp import checkpoint, policy
 from tests.fault_envs import SLOW_PONG
 from tests.helpers import METRIC_FIELDS, checkpoint_weights, pong_mp
 
-SMALL = "--env FakePong-v0 --batch-size 4 --batches 3 --seed 1 --env-arg points_to_win=3".split()
+SMALL = (
+    "--env FakePong-v0 --hidden 16 --channels 4 --batch-size 4 --batches 3 --seed 1 "
+    "--env-arg points_to_win=3"
+).split()  # the default learner on a small net: the commands' work, not the net's, is tested
 
 
 def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:

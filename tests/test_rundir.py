@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint, files
-from pong_mp.config import REMOVED
+from pong_mp.config import REMOVED, RemovedOptionError, without_removed
 from pong_mp.files import FileError
 from pong_mp.rundir import (
     LOCK_FILE,
@@ -355,6 +355,19 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
     assert _snapshot(run_dir) == before
 
 
+def _with_removed_option(
+    finished_run: Path, tmp_path: Path, key: str, value: object
+) -> tuple[Path, Path]:
+    """finished_run's checkpoint and a model file of it, whose configs give `key` = value."""
+    with np.load(finished_run / "checkpoint.npz") as npz:
+        arrays = dict(npz)
+    arrays["config"] = np.str_(json.dumps({**json.loads(str(arrays["config"])), key: value}))
+    np.savez(tmp_path / "checkpoint.npz", **arrays)
+    model = {k: arrays[k].astype(np.float32) for k in ("W1", "W2", "conv") if k in arrays}
+    np.savez(tmp_path / "model.npz", **model, config=arrays["config"])
+    return tmp_path / "checkpoint.npz", tmp_path / "model.npz"
+
+
 @pytest.mark.parametrize(
     ("key", "kept", "other"),
     [
@@ -371,11 +384,27 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
         ("baseline", "none", "value"),
     ],
 )
-def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(
+def test_a_config_of_an_option_pong_mp_no_longer_has_is_read_at_its_one_value_alone(
     tmp_path: Path, finished_run: Path, key: str, kept: object, other: object
 ) -> None:
     # Records made before an option was removed name it: at the value it now always has
-    # they resume; at another they need the code of the commit that last had it.
+    # they are read; at another they need the code of the commit that last had it. What
+    # the commands make of it: the test below, for one option.
+    commit = REMOVED[key][1]
+    stored = json.loads((finished_run / "config.json").read_text())
+    assert without_removed({**stored, key: kept}) == stored
+    flag = "--" + key.replace("_", "-")
+    with pytest.raises(RemovedOptionError, match=f"made with {flag} .*commit {commit}"):
+        without_removed({**stored, key: other})
+    for path in _with_removed_option(finished_run, tmp_path, key, other):
+        with pytest.raises(checkpoint.CheckpointError, match=f"made with {flag} .*{commit}"):
+            checkpoint.load_policy(path)
+
+
+def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone(
+    tmp_path: Path, finished_run: Path
+) -> None:
+    key, kept, other = "gamma", 0.99, 0.995
     commit = REMOVED[key][1]
     run_dir = _copy_with_config(finished_run, tmp_path / "kept", {key: kept})
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "2")
@@ -384,23 +413,14 @@ def test_a_run_of_an_option_pong_mp_no_longer_has_resumes_at_its_one_value_alone
     run_dir = _copy_with_config(finished_run, tmp_path / "other", {key: other})
     before = _snapshot(run_dir)
     done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
-    flag = "--" + key.replace("_", "-")
     _one_line_error(
-        done, 2, f"{run_dir}/config.json: this run was made with {flag} ", f"commit {commit}"
+        done, 2, f"{run_dir}/config.json: this run was made with --gamma ", f"commit {commit}"
     )
     assert _snapshot(run_dir) == before
     # Its checkpoint, and a model file of it, are refused the same way.
-    with np.load(finished_run / "checkpoint.npz") as npz:
-        arrays = dict(npz)
-    arrays["config"] = np.str_(json.dumps({**json.loads(str(arrays["config"])), key: other}))
-    np.savez(tmp_path / "checkpoint.npz", **arrays)
-    model = {k: arrays[k].astype(np.float32) for k in ("W1", "W2", "conv") if k in arrays}
-    np.savez(tmp_path / "model.npz", **model, config=arrays["config"])
-    for path in (tmp_path / "checkpoint.npz", tmp_path / "model.npz"):
-        with pytest.raises(checkpoint.CheckpointError, match=f"made with {flag} .*{commit}"):
-            checkpoint.load_policy(path)
+    for path in _with_removed_option(finished_run, tmp_path, key, other):
         done = pong_mp("play", str(path), "--episodes", "1")
-        _one_line_error(done, 2, f"made with {flag} ", commit)
+        _one_line_error(done, 2, "made with --gamma ", commit)
 
 
 def test_config_json_names_the_commit_of_the_code_that_ran(finished_run: Path) -> None:
