@@ -69,12 +69,19 @@ def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> Non
     assert checkpoint_weights(tmp_path / "killed") == checkpoint_weights(tmp_path / "calm")
 
 
-@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=OWN_RAY)])
-@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize(
+    ("signum", "code", "backend"),
+    [
+        (signal.SIGINT, 130, "local"),
+        (signal.SIGTERM, 143, "local"),
+        # Ray's driver takes SIGTERM for itself when it starts: the run must keep its own.
+        # (It leaves SIGINT alone, whose handling is the local case's.)
+        pytest.param(signal.SIGTERM, 143, "ray", marks=OWN_RAY),
+    ],
+)
 def test_a_stop_signal_saves_and_exits_quickly(
     tmp_path: Path, signum: int, code: int, backend: str, clean_system
 ) -> None:
-    # Ray's driver takes SIGTERM for itself when it starts: the run must keep its own.
     if backend == "ray":
         pytest.importorskip("ray")
     proc = start(
