@@ -283,7 +283,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
     _check_config(stored, shape.hidden)
     lagged = _lagged(data, stored, data["W1"].shape)
-    tails = _tails(data, prefixes, shape, np.float64, config.stored_option(stored, "algo") == "ppo")
+    tails = _tails(data, prefixes, shape, np.float64, config.stored_value_head(stored))
     params, cache, *momentum = (
         np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), tail])
         for prefix, tail in zip(prefixes, tails, strict=True)

@@ -380,6 +380,11 @@ def stored_option(config: dict[str, Any], name: str) -> Any:
     return config.get(name, OLDER_RUN_DEFAULTS[name])
 
 
+def stored_value_head(config: dict[str, Any]) -> bool:
+    """Whether a stored config's weights carry a value head (TrainConfig.value_head)."""
+    return stored_option(config, "algo") == "ppo"
+
+
 def stored_conv_channels(config: dict[str, Any]) -> int:
     """A stored config's conv channels, 0 for the MLP (TrainConfig.conv_channels)."""
     return stored_option(config, "channels") if stored_option(config, "policy") == "conv" else 0
