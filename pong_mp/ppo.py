@@ -72,8 +72,8 @@ class PPOSettings:
 @dataclass(frozen=True)
 class Trajectory:
     """One played episode as the learner keeps it: ~3 bytes per non-zero input pixel and
-    ~30 per step (a 5,000-step game is about 0.5 MB). From `actions` on, an entry a step,
-    float64 after `actions`."""
+    ~30 per step (a 5,000-step game is about 0.5 MB). `actions` and the fields after it
+    hold one entry a step; those after `actions` are float64."""
 
     pixels: np.ndarray  # uint16 indices of the non-zero input pixels, step after step
     signs: np.ndarray  # int8 values (+1 or -1) of those pixels
@@ -81,7 +81,7 @@ class Trajectory:
     actions: np.ndarray  # uint8: 1 UP, 0 DOWN (`sparse.log_prob`'s codes)
     logp_old: np.ndarray  # log pi(action) under the weights that played it
     values: np.ndarray  # the value head's estimate when the step was played
-    rewards: np.ndarray
+    rewards: np.ndarray  # the step's reward (-1, 0 or +1 in Pong)
     advantages: np.ndarray  # GAE(lambda), restarting at every point
     returns: np.ndarray  # advantages + values, what the value head learns
 
