@@ -17,13 +17,13 @@ additions in the same order, so all give the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from pong_mp import sparse
-from pong_mp.episode import EpisodeResult, EpisodeStats
+from pong_mp.episode import EpisodeResult, EpisodeStats, ZeroRows
 
 GROUP = 30
 """Episodes per group: about what one node of the cluster in Ray's example (18 cores) plays in
@@ -44,16 +44,30 @@ def group_count(batch_size: int) -> int:
     return -(-batch_size // GROUP)
 
 
-def sum_group(grads: Iterable[np.ndarray], out: np.ndarray | None = None) -> np.ndarray:
+def sum_group(
+    grads: Iterable[np.ndarray],
+    out: np.ndarray | None = None,
+    zeroed: Sequence[ZeroRows | None] = (),
+    start: int = 0,
+) -> np.ndarray:
     """The float64 sum of a group's gradients, given in position order, into `out` where
     given (overwritten): in one compiled pass over memory where all are flat float32 (the
-    local pool's slots), else `_add` one after the other."""
+    local pool's slots), else `_add` one after the other. `zeroed`, where given, has each
+    gradient's flags of the W1 rows it holds as +0.0 (or None), which are then not read,
+    and the gradients are the range of the flat parameters that begins at element `start`."""
     grads = list(grads)
     if not grads:
         raise ValueError("a group has at least one gradient")
     total = np.empty(grads[0].shape, np.float64) if out is None else out
     if all(_compiled_add(total, grad) for grad in grads):
-        sparse.add_float32(total, grads, first=True)
+        flagged = [z for z in zeroed if z is not None]
+        if flagged and len(zeroed) == len(grads):
+            flags = [None if z is None else z.flags for z in zeroed]
+            sparse.add_float32(
+                total, grads, first=True, zeroed=flags, start=start, hidden=flagged[0].width
+            )
+        else:
+            sparse.add_float32(total, grads, first=True)
         return total
     for count, grad in enumerate(grads):
         _add(total, grad, first=count == 0)
@@ -65,19 +79,26 @@ Ranges = Callable[[Callable[[int, int], object]], None]
 threads (`optim.MeanStep.ranges`)."""
 
 
-def sum_in_blocks(total: np.ndarray, grads: list[np.ndarray], ranges: Ranges | None) -> None:
+def sum_in_blocks(
+    total: np.ndarray,
+    grads: list[np.ndarray],
+    ranges: Ranges | None,
+    zeroed: Sequence[ZeroRows | None] = (),
+) -> None:
     """The batch's whole tree of additions over `grads` (float32, in position order) into
     `total`, range by range (on threads where `ranges` runs them so): each element gets
-    exactly the additions, in the same order, that adding the gradients one by one gives."""
+    exactly the additions, in the same order, that adding the gradients one by one gives.
+    `zeroed`: as `sum_group`'s, a flag array (or None) for each gradient."""
 
     def part(start: int, stop: int) -> None:
         out = total[start:stop]
         for group in range(group_count(len(grads))):
             members = [g[start:stop] for g in grads[group * GROUP : (group + 1) * GROUP]]
+            flags = zeroed[group * GROUP : (group + 1) * GROUP]
             if group:
-                _add(out, sum_group(members), first=False)
+                _add(out, sum_group(members, None, flags, start), first=False)
             else:  # group 0 is summed straight into the total, whose first term it is anyway
-                sum_group(members, out)
+                sum_group(members, out, flags, start)
 
     if ranges is None:
         part(0, len(total))
@@ -138,7 +159,8 @@ class BatchSum:
         its ranges run by `ranges` (None: in one)."""
         self.total = out
         self._ranges = ranges
-        self._staying: dict[int, np.ndarray] = {}  # position -> a gradient that stays
+        self._staying: dict[int, tuple[np.ndarray, ZeroRows | None]] = {}  # a gradient that
+        # stays, by its position, with its flags
         self.count = 0  # episodes whose results arrived
         self.steps = 0
         self.rewards: dict[int, float] = {}
@@ -186,7 +208,7 @@ class BatchSum:
             return
         position = stats.index - self._first
         if isinstance(item, EpisodeResult) and item.stays:
-            self._stay(position, grad)
+            self._stay(position, grad, item.zeroed)
             return
         if self._staying:
             raise ValueError("a batch's gradients either all stay or none does")
@@ -202,14 +224,14 @@ class BatchSum:
             assert pending.total is not None
             self._group_done(group, pending.total)
 
-    def _stay(self, position: int, grad: np.ndarray) -> None:
+    def _stay(self, position: int, grad: np.ndarray, zeroed: ZeroRows | None) -> None:
         if self._open or self._next_group:
             raise ValueError("a batch's gradients either all stay or none does")
-        self._staying[position] = grad
+        self._staying[position] = grad, zeroed
         if len(self._staying) == self._batch_size:
             assert self.total is not None
-            grads = [self._staying[p] for p in range(self._batch_size)]
-            sum_in_blocks(self.total, grads, self._ranges)
+            grads, flags = zip(*(self._staying[p] for p in range(self._batch_size)), strict=True)
+            sum_in_blocks(self.total, list(grads), self._ranges, flags)
             self._staying.clear()
             self._next_group = self._groups
 

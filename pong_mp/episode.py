@@ -69,6 +69,16 @@ Task = EpisodeTask | PassTask
 have the episode's `index` and `seed`, and say whether they give a `gradient`."""
 
 
+@dataclass(frozen=True)
+class ZeroRows:
+    """Which rows of W1 (the first rows of a flat gradient) are known to hold +0.0: the flags
+    `sparse.ppo_accumulate` keeps with a worker's gradient slot, so that a sum need not read
+    those rows (the actor-critic's pass touches the W1 rows of its inputs only)."""
+
+    flags: np.ndarray  # uint8, one per row: 1 where the row holds +0.0
+    width: int  # elements in a row (the hidden units)
+
+
 @dataclass
 class EpisodeResult:
     """An episode with its gradient, as the coordinator sums it."""
@@ -82,6 +92,7 @@ class EpisodeResult:
     """Whether `grad` stays as it is until its round of tasks is summed (a slot of the
     local pool's for each position of the batch): BatchSum keeps the view and sums the round
     when it is complete, on several threads, instead of adding each as it arrives."""
+    zeroed: ZeroRows | None = None  # rows of `grad` known to hold +0.0, where a slot keeps them
 
 
 def episode_seed(run_seed: int, index: int) -> int:

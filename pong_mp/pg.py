@@ -34,6 +34,7 @@ from pong_mp.episode import (
     EpisodeStats,
     EpisodeTask,
     Task,
+    ZeroRows,
     make_tasks,
     run_episode,
 )
@@ -77,10 +78,14 @@ class PGWorker:
         weights: policy.Weights32,
         task: Task,
         out: np.ndarray | None,
+        zeroed: ZeroRows | None = None,
     ) -> EpisodeResult:
-        """Play `task`, an episode, with `weights`: its gradient goes into `out`."""
+        """Play `task`, an episode, with `weights`: its gradient goes into `out`, every row
+        written (so `zeroed` is cleared)."""
         if not isinstance(task, EpisodeTask):
             raise TypeError(f"Karpathy's learner has no task {type(task).__name__}")
+        if zeroed is not None:
+            zeroed.flags[:] = 0
         return play_episode(env, inputs, weights, self.work.gamma, task, out, self._gradient)
 
 

@@ -41,6 +41,7 @@ from pong_mp.episode import (
     EpisodeTask,
     PassTask,
     Task,
+    ZeroRows,
     make_tasks,
     run_episode,
 )
@@ -311,10 +312,12 @@ class PassWork:
         entropy_coef: float,
         settings: PPOSettings,
         out: np.ndarray,
+        zeroed: ZeroRows | None = None,
     ) -> PassStats:
         """The gradient of the actor-critic's objective, summed over `steps` of
-        `trajectory`, w.r.t. the flat parameters of `weights`, into the flat float32 `out`;
-        advantages standardised with the batch's mean and scale."""
+        `trajectory`, w.r.t. the flat parameters of `weights`, into the flat float32 `out`
+        (with `zeroed` its W1 rows' flags, kept up to date); advantages standardised with the
+        batch's mean and scale."""
         if weights.value is None:
             raise ValueError("the actor-critic's weights need a value head")
         hidden = self.hidden
@@ -345,7 +348,7 @@ class PassWork:
         n = self._count
         sparse.ppo_accumulate(
             *rows_in, hs, weights.w2, weights.value, coef_logit, coef_value, count,
-            out[:n], self._value, dh,
+            out[:n], self._value, dh, None if zeroed is None else zeroed.flags,
         )
         out[n : n + hidden + 1] = self._value
         self._value[:] = 0.0
@@ -414,10 +417,11 @@ class PPOWorker:
         weights: policy.Weights32,
         task: Task,
         out: np.ndarray | None,
+        zeroed: ZeroRows | None = None,
     ) -> EpisodeResult:
         """Do `task` with `weights` (see the class)."""
         if isinstance(task, EpochTask):
-            return epoch_pass(weights, task, self.work.settings, out, self._passes)
+            return epoch_pass(weights, task, self.work.settings, out, self._passes, zeroed)
         if not isinstance(task, EpisodeTask):
             raise TypeError(f"the actor-critic has no task {type(task).__name__}")
         # The episode played: the result depends only on (weights, task).
@@ -447,10 +451,12 @@ def epoch_pass(
     settings: PPOSettings,
     out: np.ndarray | None = None,
     work: PassWork | None = None,
+    zeroed: ZeroRows | None = None,
 ) -> EpisodeResult:
     """An episode's share of one minibatch's gradient at `weights` (summed over its steps in
     the task's minibatch), written into `out` (flat float32) when given, with what the pass
-    saw as its report. `work` is the working memory a worker reuses."""
+    saw as its report. `work` is the working memory a worker reuses; `zeroed` the flags
+    kept with `out` (`sparse.ppo_accumulate`)."""
     start = time.perf_counter()
     trajectory = task.trajectory
     if trajectory is None:
@@ -463,7 +469,7 @@ def epoch_pass(
     grad = np.empty(weights.shape.size(value=True), np.float32) if out is None else out
     seen = work.gradient(
         weights, trajectory, steps, task.advantage_mean, task.advantage_scale,
-        task.entropy_coef, settings, grad,
+        task.entropy_coef, settings, grad, zeroed if out is not None else None,
     )
     stats = EpisodeStats(
         index=task.index,

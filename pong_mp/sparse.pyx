@@ -467,13 +467,18 @@ def ppo_accumulate(
     float[::1] out,
     double[::1] out_value,
     double[:, ::1] dh_out,
+    unsigned char[::1] zeroed=None,
 ) -> None:
     """Write into the flat float32 `out` (W1 transposed, then W2) the policy gradient of
     sum_t coef_logit[t] * logit_t + coef_value[t] * V_t over steps t < `count` (a shared
     trunk), and add the value head's (weights, then the bias) to `out_value`. Each W1 row is
     summed in float64 in step order, as `accumulate` sums it; rows of inputs that do not
     occur are zeros. The gradient w.r.t. each step's hidden units before the relu goes into
-    dh_out (count x hidden, for --policy conv's layer below)."""
+    dh_out (count x hidden, for --policy conv's layer below).
+
+    `zeroed` (a flag per W1 row, kept with `out`) marks the rows of `out` known to be all
+    +0.0: such a row that no input touches is left as it is instead of cleared, and the flags
+    are brought up to date (`add_float32` reads them)."""
     cdef Py_ssize_t hidden = w2.shape[0], rows = out.shape[0] // max(hidden, 1) - 1
     cdef Py_ssize_t base = rows * hidden
     cdef Py_ssize_t t, k, p, q, row
@@ -486,6 +491,9 @@ def ppo_accumulate(
         raise ValueError("ppo_accumulate: arrays of mismatched sizes")
     if not (dh_out.shape[0] >= count and dh_out.shape[1] == hidden):
         raise ValueError("ppo_accumulate: dh_out of the wrong shape")
+    if zeroed is not None and zeroed.shape[0] != rows:
+        raise ValueError("ppo_accumulate: a zeroed flag for each W1 row, no more, no fewer")
+    cdef unsigned char* flags = &zeroed[0] if zeroed is not None and rows else NULL
     _check_csr(idx, vals, indptr, count, rows, "ppo_accumulate")
     cdef double[::1] total_room = np.zeros(hidden)
     cdef double* dh = &dh_out[0, 0]
@@ -506,8 +514,13 @@ def ppo_accumulate(
     for p in range(rows):
         row = p * hidden
         if by.first[p] == by.first[p + 1]:
-            memset(&out[row], 0, hidden * sizeof(float))
+            if flags == NULL or not flags[p]:
+                memset(&out[row], 0, hidden * sizeof(float))
+                if flags != NULL:
+                    flags[p] = 1  # only once the row is zero: a worker may die at any point
             continue
+        if flags != NULL:
+            flags[p] = 0  # before the row is written, for the same reason
         q = by.first[p]
         pong_mp_signed_row(dh, hidden, &by.step_of[q], &by.sign[q], by.first[p + 1] - q,
                            total, &out[row])
@@ -825,45 +838,93 @@ cdef extern from *:
        cache while every gradient is added to them. No pointer is `restrict`: a caller may
        pass arrays that overlap, and only `acc`, whose address never escapes, needs none. */
     #define PONG_MP_ADD_CHUNK 512
+
+    /* acc[0..m) = (copy ? g : acc + g), widened, for the elements at..at+m-1 of one
+       gradient. Where `zeroed` flags the W1 row (of `unit` elements; `units` rows come first)
+       an element lies in, the gradient holds +0.0 there and is not read: the same
+       operation with +0.0, which keeps the bits (acc + 0.0 turns -0.0 into +0.0). */
+    static inline void pong_mp_add_range(
+        double *acc, const float *g, const unsigned char *zeroed, Py_ssize_t at, Py_ssize_t m,
+        Py_ssize_t unit, Py_ssize_t units, int copy)
+    {
+        Py_ssize_t i = 0;
+        while (i < m) {
+            Py_ssize_t stop = m, e = at + i;
+            int zero = 0;
+            if (zeroed != NULL && e < unit * units) {
+                Py_ssize_t row = e / unit, end = (row + 1) * unit - at;
+                zero = zeroed[row];
+                if (end < stop)
+                    stop = end;
+            }
+            if (zero && copy)
+                for (; i < stop; i++) acc[i] = 0.0;
+            else if (zero)
+                for (; i < stop; i++) acc[i] = acc[i] + 0.0;
+            else if (copy)
+                for (; i < stop; i++) acc[i] = (double)g[i];
+            else
+                for (; i < stop; i++) acc[i] = acc[i] + (double)g[i];
+        }
+    }
+
     static void pong_mp_add_float32(
-        double *total, const float *const *grads, Py_ssize_t count, int first, Py_ssize_t n)
+        double *total, const float *const *grads, const unsigned char *const *zeroed,
+        Py_ssize_t count, int first, Py_ssize_t n, Py_ssize_t start, Py_ssize_t unit,
+        Py_ssize_t units)
     {
         double acc[PONG_MP_ADD_CHUNK];
         for (Py_ssize_t c = 0; c < n; c += PONG_MP_ADD_CHUNK) {
             Py_ssize_t m = n - c < PONG_MP_ADD_CHUNK ? n - c : PONG_MP_ADD_CHUNK, k = 0;
             if (first) {
-                const float *g = grads[0] + c;
-                for (Py_ssize_t i = 0; i < m; i++)
-                    acc[i] = (double)g[i];
+                pong_mp_add_range(acc, grads[0] + c, zeroed[0], start + c, m, unit, units, 1);
                 k = 1;
             } else {
                 for (Py_ssize_t i = 0; i < m; i++)
                     acc[i] = total[c + i];
             }
-            for (; k < count; k++) {
-                const float *g = grads[k] + c;
-                for (Py_ssize_t i = 0; i < m; i++)
-                    acc[i] = acc[i] + (double)g[i];
-            }
+            for (; k < count; k++)
+                pong_mp_add_range(acc, grads[k] + c, zeroed[k], start + c, m, unit, units, 0);
             for (Py_ssize_t i = 0; i < m; i++)
                 total[c + i] = acc[i];
         }
     }
     """
-    void pong_mp_add_float32(double* total, const float** grads, Py_ssize_t count, int first,
-                             Py_ssize_t n) nogil
+    void pong_mp_add_float32(double* total, const float** grads, const unsigned char** zeroed,
+                             Py_ssize_t count, int first, Py_ssize_t n, Py_ssize_t start,
+                             Py_ssize_t unit, Py_ssize_t units) nogil
 
 
-def add_float32(double[::1] total, grads, bint first=False) -> None:
+def add_float32(
+    double[::1] total,
+    grads,
+    bint first=False,
+    zeroed=None,
+    Py_ssize_t start=0,
+    Py_ssize_t hidden=0,
+) -> None:
     """total += each float32 gradient of `grads` in turn (total = the first, widened, where
     `first`), as numpy's `+=` adds them (each float32 widened exactly, then one float64
-    addition), in one pass over memory: the batch sum's step (`batch_sum.py`)."""
-    cdef Py_ssize_t n = total.shape[0], count = len(grads), k
+    addition), in one pass over memory: the batch sum's step (`batch_sum.py`).
+
+    `zeroed`, where given, has for each gradient None or its flags of W1 rows known to hold
+    +0.0 (`ppo_accumulate`'s), W1 being the first rows x `hidden` elements of the flat
+    parameters, and `total` and the gradients a range of them that begins at element
+    `start`: rows so flagged are not read, and the bits are the same."""
+    cdef Py_ssize_t n = total.shape[0], count = len(grads), k, units = 0
     cdef const float[::1] grad
+    cdef const unsigned char[::1] flags
     if count == 0:
         raise ValueError("add_float32: no gradient to add")
-    cdef const float** pointers = <const float**>malloc(count * sizeof(float*))
-    if pointers == NULL:
+    if zeroed is not None and (len(zeroed) != count or hidden <= 0 or start < 0):
+        raise ValueError("add_float32: zeroed needs a flag array (or None) for each gradient "
+                         "and the rows' length")
+    cdef const float** pointers = <const float**>calloc(count, sizeof(float*))
+    cdef const unsigned char** flag_pointers = <const unsigned char**>calloc(
+        count, sizeof(unsigned char*))
+    if pointers == NULL or flag_pointers == NULL:
+        free(pointers)
+        free(flag_pointers)
         raise MemoryError()
     views = []  # each buffer stays held while its pointer is read
     try:
@@ -873,11 +934,20 @@ def add_float32(double[::1] total, grads, bint first=False) -> None:
                 raise ValueError("add_float32: arrays of mismatched sizes")
             views.append(grad)
             pointers[k] = &grad[0] if n else NULL
+            if zeroed is not None and zeroed[k] is not None:
+                flags = zeroed[k]
+                if units and flags.shape[0] != units:
+                    raise ValueError("add_float32: flags of mismatched sizes")
+                units = flags.shape[0]
+                views.append(flags)
+                flag_pointers[k] = &flags[0] if units else NULL
         if n:
             with nogil:  # a round's sum runs on several threads, each on its own blocks
-                pong_mp_add_float32(&total[0], pointers, count, first, n)
+                pong_mp_add_float32(&total[0], pointers, flag_pointers, count, first, n, start,
+                                    hidden, units)
     finally:
         free(pointers)
+        free(flag_pointers)
 
 
 # -- the actor-critic's step, in ranges that threads share (optim.MeanStep) ---------------------

@@ -18,7 +18,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.batch_sum import GroupSum
-from pong_mp.episode import EpisodeResult, EpisodeStats, Task
+from pong_mp.episode import EpisodeResult, EpisodeStats, Task, ZeroRows
 from pong_mp.frames import InputStream
 
 T = TypeVar("T")
@@ -82,9 +82,12 @@ class WorkerLearner(Protocol):
         weights: policy.Weights32,
         task: Task,
         out: np.ndarray | None,
+        zeroed: ZeroRows | None = None,
     ) -> EpisodeResult:
         """Do `task` with `weights`: play an episode in `env`, or a pass over one played
-        before; a gradient goes into `out` (flat float32), or None comes back for none."""
+        before; a gradient goes into `out` (flat float32), or None comes back for none.
+        `zeroed`, where `out` is a slot that keeps them, flags the W1 rows `out` holds as
+        +0.0: a learner that writes `out` keeps them true (or clears them)."""
 
 
 class WorkerSpec(Protocol):

@@ -14,7 +14,7 @@ from pong_mp import policy
 from pong_mp.backends.base import RolloutSpec, WorkerLearner
 from pong_mp.backends.kept import KeptData
 from pong_mp.envs import make_training_env
-from pong_mp.episode import EpisodeResult, PassTask, Task
+from pong_mp.episode import EpisodeResult, PassTask, Task, ZeroRows
 from pong_mp.frames import InputStream
 
 
@@ -44,10 +44,15 @@ class EpisodeWorker:
         self._learner = self.spec.learner.worker(self.spec.shape)
 
     def play(
-        self, weights: policy.Weights32, task: Task, out: np.ndarray | None = None
+        self,
+        weights: policy.Weights32,
+        task: Task,
+        out: np.ndarray | None = None,
+        zeroed: ZeroRows | None = None,
     ) -> EpisodeResult:
-        """Do `task` with `weights`; a gradient goes into `out` (float32) if given. With `keep`,
-        a PassTask without its episode's data gets the data kept, and a play's data is kept."""
+        """Do `task` with `weights`; a gradient goes into `out` (float32) if given, `zeroed`
+        the flags kept with it (`WorkerLearner.run`). With `keep`, a PassTask without its
+        episode's data gets the data kept, and a play's data is kept."""
         if self._env is None or self._inputs is None or self._learner is None:
             raise RuntimeError("EpisodeWorker.play() before open()")
         if self._keep and isinstance(task, PassTask):
@@ -55,7 +60,7 @@ class EpisodeWorker:
             task = self.kept.whole(task)
         elif self._keep:
             self.kept.playing()
-        result = self._learner.run(self._env, self._inputs, weights, task, out)
+        result = self._learner.run(self._env, self._inputs, weights, task, out, zeroed)
         if self._keep and result.stats.data is not None:
             self.kept.played(task.index, result.stats.data)
         return result

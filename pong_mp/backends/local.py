@@ -428,8 +428,10 @@ class LocalBackend(BackendBase):
                 w.kept.played(message.stats.index, message.stats.data)
             # A view of the slot: valid until this worker gets its next episode, or where it
             # is its position's, until the next round.
-            grad = w.grad.slots[message.slot] if message.gradient else None
-            return EpisodeResult(message.stats, grad, stays=self._by_position)
+            if not message.gradient:
+                return EpisodeResult(message.stats, None)
+            grad, zeroed = w.grad.slots[message.slot], w.grad.zeroed(message.slot)
+            return EpisodeResult(message.stats, grad, stays=self._by_position, zeroed=zeroed)
         index, tb = message.index, message.traceback
         job = w.job
         if job is None or index is None:  # it failed before it could play anything

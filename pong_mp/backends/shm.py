@@ -30,6 +30,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.backends.base import BackendUnavailable
+from pong_mp.episode import ZeroRows
 from pong_mp.files import pid_alive
 
 HEADER_BYTES = 64
@@ -284,15 +285,21 @@ _NO_VERSION = np.iinfo(np.int64).min  # a slot not written yet (versions may be 
 
 class SharedGradient(_Block):
     """One worker's gradient slots: the worker writes one, the coordinator reads it in place
-    (5 MB never go through a pipe); with two, it writes the next while the last is read."""
+    (5 MB never go through a pipe); with two, it writes the next while the last is read.
+    After the slots, each slot's flags of the W1 rows it holds as +0.0 (`zeroed`): a new
+    block's are 0, "not known"."""
 
     DTYPE: type[np.floating] = np.float32
+    FLAGS = True  # whether the slots have W1 row flags after them
 
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
-        """Map the flat gradients."""
+        """Map the flat gradients and their flags."""
         super().__init__(shm, shape, owner)
         flat = np.ndarray((self.length(shape),), dtype=self.DTYPE, buffer=shm.buf)
         self._views = _slots(flat, shape)
+        rows = shape.net.rows if self.FLAGS else 0
+        flags = np.ndarray((rows * shape.width,), np.uint8, buffer=shm.buf, offset=flat.nbytes)
+        self._flags = [flags[i * rows : (i + 1) * rows] for i in range(shape.width)]
 
     @staticmethod
     def length(shape: BlockShape) -> int:
@@ -301,13 +308,18 @@ class SharedGradient(_Block):
 
     @classmethod
     def size(cls, shape: BlockShape) -> int:
-        """`shape.width` flat gradients' bytes."""
-        return np.dtype(cls.DTYPE).itemsize * cls.length(shape)
+        """`shape.width` flat gradients' bytes, and their flags'."""
+        flags = shape.width * shape.net.rows if cls.FLAGS else 0
+        return np.dtype(cls.DTYPE).itemsize * cls.length(shape) + flags
 
     @property
     def slots(self) -> list[np.ndarray]:
         """The gradients, flat (DTYPE), a slot each."""
         return self._views
+
+    def zeroed(self, slot: int) -> ZeroRows | None:
+        """Slot `slot`'s flags of the W1 rows it holds as +0.0 (None without flags)."""
+        return ZeroRows(self._flags[slot], self.shape.net.hidden) if self.FLAGS else None
 
 
 def _slots(flat: np.ndarray, shape: BlockShape) -> list[np.ndarray]:
@@ -321,6 +333,7 @@ class SharedSums(SharedGradient):
     on the same machine reads in place (not through Ray's object store)."""
 
     DTYPE = np.float64
+    FLAGS = False
 
 
 def map_sums(name: str, shape: BlockShape) -> list[np.ndarray]:

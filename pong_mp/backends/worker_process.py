@@ -154,7 +154,9 @@ def worker_main(
                 return
             version, task, slot = message
             try:
-                result = worker.play(weights.read(version), task, grad.slots[slot])
+                result = worker.play(
+                    weights.read(version), task, grad.slots[slot], grad.zeroed(slot)
+                )
             except Exception:
                 conn.send(Failed(task.index, traceback.format_exc()))
             else:
