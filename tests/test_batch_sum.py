@@ -150,6 +150,47 @@ def test_several_gradients_added_in_one_pass_are_numpys_additions_in_turn(first:
         sparse.add_float32(got, [])
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["first-copied", "onto-total"])
+def test_rows_flagged_as_zeros_are_not_read_and_the_bytes_stay_numpys(first: bool) -> None:
+    # A slot's flags say which W1 rows hold +0.0 (ppo_accumulate keeps them): the sum adds
+    # +0.0 there without reading the row. Rows of 7 cross the chunks of 512; the ranges
+    # start anywhere, as the threads' do; the totals hold -0.0, which +0.0 turns into +0.0.
+    from pong_mp import sparse
+
+    rng = np.random.default_rng(17)
+    hidden, rows = 7, 300
+    size = rows * hidden + 50  # W1, then parameters no flag covers
+    grads, flags = [], []
+    for count in range(5):
+        grad = (rng.standard_normal(size) * 10.0 ** rng.integers(-6, 6, size)).astype(np.float32)
+        grad[rng.integers(0, size, 40)] = -0.0
+        flag = (rng.random(rows) < 0.6).astype(np.uint8)
+        grad[: rows * hidden].reshape(rows, hidden)[flag == 1] = 0.0
+        grads.append(grad)
+        flags.append(None if count == 2 else flag)
+    for start, stop in [(0, size), (3, 1_500), (1_201, size), (2_099, 2_101)]:
+        total = rng.standard_normal(stop - start)
+        total[rng.random(stop - start) < 0.3] = -0.0
+        parts = [grad[start:stop] for grad in grads]
+        expected = total.copy()
+        sparse.add_float32(expected, parts, first=first)
+        got = total.copy()
+        sparse.add_float32(got, parts, first=first, zeroed=flags, start=start, hidden=hidden)
+        assert got.tobytes() == expected.tobytes(), (start, stop)
+    # Flagged rows are not read: garbage in them does not reach the sum.
+    garbage = [grad.copy() for grad in grads]
+    for grad, flag in zip(garbage, flags, strict=True):
+        if flag is not None:
+            grad[: rows * hidden].reshape(rows, hidden)[flag == 1] = 1e30
+    got = np.zeros(size)
+    sparse.add_float32(got, garbage, first=first, zeroed=flags, hidden=hidden)
+    expected = np.zeros(size)
+    sparse.add_float32(expected, grads, first=first)
+    assert got.tobytes() == expected.tobytes()
+    with pytest.raises(ValueError, match="zeroed"):
+        sparse.add_float32(got, grads, zeroed=flags[:2], hidden=hidden)
+
+
 @pytest.mark.parametrize("kind", ["plain", "read-only", "strided", "float64"])
 def test_a_group_sum_gives_numpy_bytes_for_any_gradient_array(kind: str) -> None:
     # Whichever way the addition goes (the compiled loop or numpy's), the bytes are the

@@ -16,12 +16,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import policy, ppo
+from pong_mp import pg, policy, ppo
 from pong_mp.api import Agent
 from pong_mp.backends import RolloutSpec
 from pong_mp.batch_sum import BatchSum
 from pong_mp.config import ConfigError
-from pong_mp.episode import make_tasks
+from pong_mp.envs import make_training_env
+from pong_mp.episode import ZeroRows, make_tasks
 from pong_mp.frames import INPUT_SIZE
 from pong_mp.rundir import prepare_run, read_metrics
 from tests.helpers import (
@@ -239,6 +240,49 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -
             - _objective(down, trajectory, steps, mean, scale, beta, settings, channels)
         ) / (2 * eps)
         assert out[i] == pytest.approx(slope, rel=2e-3, abs=2e-4), i
+
+
+@pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
+def test_a_slots_zero_row_flags_stay_true_and_change_no_bit(channels: int) -> None:
+    # A pass into a slot that keeps flags of the W1 rows it holds as +0.0 leaves a flagged
+    # row as it is instead of clearing it; the gradient must be the one written into a new
+    # array, pass after pass over other steps, and every flag must say the truth.
+    params, weights = _weights(0, channels)
+    trajectory = _record(weights, 60, seed=2)
+    settings = ppo.PPOSettings(clip=0.2, value_coef=0.5)
+    rows = policy.input_rows(weights.shape)
+    out = np.zeros(len(params), np.float32)  # a new block's slot: zeros, no flag known
+    zeroed = ZeroRows(np.zeros(rows, np.uint8), HIDDEN)
+    work, fresh_work = ppo.PassWork(weights.shape), ppo.PassWork(weights.shape)
+    flagged = []
+    for part in [0, 1, 2, 1, 0]:
+        steps = ppo.minibatch_steps(5, 0, trajectory.steps, 3, part)
+        work.gradient(weights, trajectory, steps, 0.1, 1.7, 0.01, settings, out, zeroed)
+        fresh = np.empty(len(params), np.float32)
+        fresh_work.gradient(weights, trajectory, steps, 0.1, 1.7, 0.01, settings, fresh)
+        assert out.tobytes() == fresh.tobytes()
+        w1 = out[: rows * HIDDEN].reshape(rows, HIDDEN)
+        assert not w1[zeroed.flags == 1].any()  # a flagged row holds zeros
+        assert not np.signbit(w1[zeroed.flags == 1]).any()  # +0.0, not -0.0
+        flagged.append(int(zeroed.flags.sum()))
+    # Most rows are untouched by a pass of 20 steps, and flagged once cleared.
+    assert min(flagged) > rows // 2
+
+
+def test_karpathys_learner_clears_a_slots_zero_row_flags() -> None:
+    # pg writes every row of its gradient: no flag may survive it.
+    shape = policy.NetShape(HIDDEN)
+    params = policy.init_params(shape, 1)
+    env, inputs = make_training_env("FakePong-v0")
+    try:
+        out = np.zeros(len(params), np.float32)
+        zeroed = ZeroRows(np.ones(policy.input_rows(shape), np.uint8), HIDDEN)
+        worker = pg.PGWork(0.99).worker(shape)
+        task = make_tasks(0, 0, 1)[0]
+        worker.run(env, inputs, policy.Weights32.from_params(params, shape), task, out, zeroed)
+    finally:
+        env.close()
+    assert not zeroed.flags.any()
 
 
 def test_at_the_playing_weights_no_step_is_clipped_and_the_ratio_is_one() -> None:

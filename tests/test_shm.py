@@ -90,6 +90,17 @@ def test_a_gradient_slot_holds_one_gradient_both_sides_see(
             # Each slot is its own: writing the last left the others as they were.
             for slot in range(width):
                 assert owner.slots[slot][0] == slot
+            # Each has its own W1 row flags after the gradients, shared too, "not known" (0)
+            # in a new block; writing them leaves the gradients as they were.
+            rows = policy.NetShape(8).rows
+            for slot in range(width):
+                flags = worker.zeroed(slot)
+                assert flags is not None and flags.width == 8 and len(flags.flags) == rows
+                assert not owner.zeroed(slot).flags.any()
+                flags.flags[:] = slot + 1
+            for slot in range(width):
+                assert (owner.zeroed(slot).flags == slot + 1).all()
+                assert owner.slots[slot][0] == slot
         finally:
             worker.close()
     finally:
