@@ -839,35 +839,11 @@ cdef extern from *:
        pass arrays that overlap, and only `acc`, whose address never escapes, needs none. */
     #define PONG_MP_ADD_CHUNK 512
 
-    /* acc[0..m) = (copy ? g : acc + g), widened, for the elements at..at+m-1 of one
-       gradient. Where `zeroed` flags the W1 row (of `unit` elements; `units` rows come first)
-       an element lies in, the gradient holds +0.0 there and is not read: the same
-       operation with +0.0, which keeps the bits (acc + 0.0 turns -0.0 into +0.0). */
-    static inline void pong_mp_add_range(
-        double *acc, const float *g, const unsigned char *zeroed, Py_ssize_t at, Py_ssize_t m,
-        Py_ssize_t unit, Py_ssize_t units, int copy)
-    {
-        Py_ssize_t i = 0;
-        while (i < m) {
-            Py_ssize_t stop = m, e = at + i;
-            int zero = 0;
-            if (zeroed != NULL && e < unit * units) {
-                Py_ssize_t row = e / unit, end = (row + 1) * unit - at;
-                zero = zeroed[row];
-                if (end < stop)
-                    stop = end;
-            }
-            if (zero && copy)
-                for (; i < stop; i++) acc[i] = 0.0;
-            else if (zero)
-                for (; i < stop; i++) acc[i] = acc[i] + 0.0;
-            else if (copy)
-                for (; i < stop; i++) acc[i] = (double)g[i];
-            else
-                for (; i < stop; i++) acc[i] = acc[i] + (double)g[i];
-        }
-    }
-
+    /* Where `zeroed[k]` flags the W1 row (of `unit` elements; `units` rows come first) that
+       an element lies in, gradient k holds +0.0 there and is not read: its addition is
+       acc + 0.0, which keeps the bits of the sum (it turns -0.0 into +0.0, and nothing
+       else), and two of them in a row are one, so a run of flagged gradients costs one pass
+       over the row's sums. The chunk is taken row piece by row piece for that. */
     static void pong_mp_add_float32(
         double *total, const float *const *grads, const unsigned char *const *zeroed,
         Py_ssize_t count, int first, Py_ssize_t n, Py_ssize_t start, Py_ssize_t unit,
@@ -875,18 +851,41 @@ cdef extern from *:
     {
         double acc[PONG_MP_ADD_CHUNK];
         for (Py_ssize_t c = 0; c < n; c += PONG_MP_ADD_CHUNK) {
-            Py_ssize_t m = n - c < PONG_MP_ADD_CHUNK ? n - c : PONG_MP_ADD_CHUNK, k = 0;
-            if (first) {
-                pong_mp_add_range(acc, grads[0] + c, zeroed[0], start + c, m, unit, units, 1);
-                k = 1;
-            } else {
-                for (Py_ssize_t i = 0; i < m; i++)
-                    acc[i] = total[c + i];
+            Py_ssize_t m = n - c < PONG_MP_ADD_CHUNK ? n - c : PONG_MP_ADD_CHUNK;
+            for (Py_ssize_t lo = 0, hi; lo < m; lo = hi) {
+                Py_ssize_t e = start + c + lo, row = -1, k = 0;
+                hi = m;
+                if (unit > 0 && e < unit * units) {
+                    row = e / unit;
+                    if ((row + 1) * unit - (start + c) < hi)
+                        hi = (row + 1) * unit - (start + c);
+                }
+                int zero_last = 0;  /* whether the last operation was acc + 0.0 */
+                if (first) {
+                    const float *g = grads[0] + c;
+                    if (row >= 0 && zeroed[0] != NULL && zeroed[0][row]) {
+                        for (Py_ssize_t i = lo; i < hi; i++) acc[i] = 0.0;
+                        zero_last = 1;
+                    } else {
+                        for (Py_ssize_t i = lo; i < hi; i++) acc[i] = (double)g[i];
+                    }
+                    k = 1;
+                } else {
+                    for (Py_ssize_t i = lo; i < hi; i++) acc[i] = total[c + i];
+                }
+                for (; k < count; k++) {
+                    const float *g = grads[k] + c;
+                    if (row >= 0 && zeroed[k] != NULL && zeroed[k][row]) {
+                        if (!zero_last)
+                            for (Py_ssize_t i = lo; i < hi; i++) acc[i] = acc[i] + 0.0;
+                        zero_last = 1;
+                    } else {
+                        for (Py_ssize_t i = lo; i < hi; i++) acc[i] = acc[i] + (double)g[i];
+                        zero_last = 0;
+                    }
+                }
+                for (Py_ssize_t i = lo; i < hi; i++) total[c + i] = acc[i];
             }
-            for (; k < count; k++)
-                pong_mp_add_range(acc, grads[k] + c, zeroed[k], start + c, m, unit, units, 0);
-            for (Py_ssize_t i = 0; i < m; i++)
-                total[c + i] = acc[i];
         }
     }
     """
