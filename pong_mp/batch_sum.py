@@ -159,8 +159,8 @@ class BatchSum:
         its ranges run by `ranges` (None: in one)."""
         self.total = out
         self._ranges = ranges
-        self._staying: dict[int, tuple[np.ndarray, ZeroRows | None]] = {}  # a gradient that
-        # stays, by its position, with its flags
+        # The gradients that stay, by position, each with its flags.
+        self._staying: dict[int, tuple[np.ndarray, ZeroRows | None]] = {}
         self.count = 0  # episodes whose results arrived
         self.steps = 0
         self.rewards: dict[int, float] = {}
