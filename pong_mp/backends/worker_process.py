@@ -152,13 +152,14 @@ def worker_main(
             message: Play | Stop = conn.recv()
             if isinstance(message, Stop):
                 return
-            version, task, slot = message
+            slot = message.slot
             try:
                 result = worker.play(
-                    weights.read(version), task, grad.slots[slot], grad.zeroed(slot)
+                    weights.read(message.version), message.task, grad.slots[slot],
+                    grad.zeroed(slot),
                 )
             except Exception:
-                conn.send(Failed(task.index, traceback.format_exc()))
+                conn.send(Failed(message.task.index, traceback.format_exc()))
             else:
                 # The gradient, if any, is in the shared slot.
                 conn.send(Done(result.stats, result.grad is not None, slot))
