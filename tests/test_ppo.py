@@ -569,6 +569,10 @@ def test_passes_go_without_their_trajectory_to_the_worker_that_keeps_it(
         got = _passes_after_a_batch(backend, kill_before_passes=kill)
         light, whole = backend.light_passes, backend.whole_passes
         assert backend.replacements == int(kill)
+        # The slots' zero-row flags were kept (and, staying, read by the sum): the bytes
+        # above are the same with them.
+        flagged = [backend._grads[0].zeroed(s).flags.sum() for s in range(batch_size or 1)]
+        assert min(flagged) > 0
     assert got == expected
     assert kept_by_first == 0 and light + whole == 4 * 6
     # A trajectory crosses the pipe at most once per worker that did not play it...
