@@ -60,14 +60,9 @@ def sum_group(
         raise ValueError("a group has at least one gradient")
     total = np.empty(grads[0].shape, np.float64) if out is None else out
     if all(_compiled_add(total, grad) for grad in grads):
-        flagged = [z for z in zeroed if z is not None]
-        if flagged and len(zeroed) == len(grads):
-            flags = [None if z is None else z.flags for z in zeroed]
-            sparse.add_float32(
-                total, grads, first=True, zeroed=flags, start=start, hidden=flagged[0].width
-            )
-        else:
-            sparse.add_float32(total, grads, first=True)
+        width = next((z.width for z in zeroed if z is not None), 0)
+        flags = [None if z is None else z.flags for z in zeroed] if width else None
+        sparse.add_float32(total, grads, first=True, zeroed=flags, start=start, hidden=width)
         return total
     for count, grad in enumerate(grads):
         _add(total, grad, first=count == 0)

@@ -206,6 +206,7 @@ class _Block:
     def close(self) -> None:
         """Drop this process's mapping: the arrays mapped on it go first."""
         self.__dict__.pop("_views", None)
+        self.__dict__.pop("_zeroed", None)
         self._shm.close()
 
     def unlink(self) -> None:
@@ -299,7 +300,10 @@ class SharedGradient(_Block):
         self._views = _slots(flat, shape)
         rows = shape.net.rows if self.FLAGS else 0
         flags = np.ndarray((rows * shape.width,), np.uint8, buffer=shm.buf, offset=flat.nbytes)
-        self._flags = [flags[i * rows : (i + 1) * rows] for i in range(shape.width)]
+        self._zeroed = [
+            ZeroRows(flags[i * rows : (i + 1) * rows], shape.net.hidden) if self.FLAGS else None
+            for i in range(shape.width)
+        ]
 
     @staticmethod
     def length(shape: BlockShape) -> int:
@@ -319,7 +323,7 @@ class SharedGradient(_Block):
 
     def zeroed(self, slot: int) -> ZeroRows | None:
         """Slot `slot`'s flags of the W1 rows it holds as +0.0 (None without flags)."""
-        return ZeroRows(self._flags[slot], self.shape.net.hidden) if self.FLAGS else None
+        return self._zeroed[slot]
 
 
 def _slots(flat: np.ndarray, shape: BlockShape) -> list[np.ndarray]:
