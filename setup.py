@@ -19,7 +19,9 @@ from setuptools import Extension, setup
 # the optimizers' loops vectorize; the results are the same correctly rounded ones.
 # Wider vectors change nothing else: each element gets the same operations in the same order,
 # and no sum is reordered (no fast-math).
-FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno"]
+# -g0: no debug information (Python's own flags ask for it), which halves the compile time of
+# each build; the code generated is the same.
+FLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fno-math-errno", "-g0"]
 SOURCE = ["pong_mp/sparse.pyx"]
 
 # A build from before the loader would shadow pong_mp/sparse.py.
@@ -39,4 +41,5 @@ if platform.machine().lower() in ("x86_64", "amd64") and os.name == "posix":
     for extension in avx2:
         extension.optional = True  # set after cythonize, which does not carry it over
     extensions += avx2
-setup(ext_modules=extensions)
+# The builds compile side by side, one a CPU.
+setup(ext_modules=extensions, options={"build_ext": {"parallel": os.cpu_count() or 1}})

@@ -34,8 +34,11 @@ ensure_venv() {
     }
     echo "pong-mp: setting up $VENV with $($python --version) (first run only, ~1 min)" >&2
     [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+    # --no-compile: Python compiles the modules it imports on first use; compiling all of
+    # every package (Ray's thousands among them) at install time took half a minute.
     if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
-           "$VENV/bin/python" -m pip install --quiet -e "$spec"; } >"$VENV/install.log" 2>&1
+           "$VENV/bin/python" -m pip install --quiet --no-compile -e "$spec"
+         } >"$VENV/install.log" 2>&1
     then
         tail -n 20 "$VENV/install.log" >&2
         echo "pong-mp: error: installing into $VENV failed (full log: $VENV/install.log)" >&2
