@@ -23,6 +23,7 @@ SCALARS = {
     "progress/episodes": "episodes",
     "progress/updates": "batch",
     "update/seconds": "seconds",
+    "update/play_seconds": "play_seconds",
     "update/coordinator_seconds": "update_seconds",
     "update/grad_norm": "grad_norm",
     "update/weight_norm": "weight_norm",

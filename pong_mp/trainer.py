@@ -207,16 +207,17 @@ def updates(
     last = time.perf_counter()
     while more(state):
         played = learner.play(state, backend)
+        play_seconds = time.perf_counter() - last
         new_state, stats = learner.learn(state, played, backend)
         now = time.perf_counter()
         seconds, last = now - last, now
         new_state.elapsed = state.elapsed + seconds
-        yield new_state, _record(config, new_state, stats, seconds)
+        yield new_state, _record(config, new_state, stats, seconds, play_seconds)
         state = new_state
 
 
 def _record(
-    config: TrainConfig, state: TrainState, stats: Stats, seconds: float
+    config: TrainConfig, state: TrainState, stats: Stats, seconds: float, play_seconds: float
 ) -> dict[str, Any]:
     """The metrics record of the update that made `state`."""
     return {
@@ -227,6 +228,8 @@ def _record(
         "running_reward": state.running_reward,
         "seconds": seconds,
         "steps_per_sec": stats["steps"] / seconds,
+        # Until the batch was played (pg: with its gradients); the rest of `seconds` learns.
+        "play_seconds": play_seconds,
         # The coordinator's critical path: from the batch's last result until the new
         # weights and the next episodes are out.
         "update_seconds": stats["update_seconds"],

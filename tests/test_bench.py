@@ -192,14 +192,14 @@ def test_the_simulation_measures_powers_of_two_up_to_the_workers_on_a_sleeping_e
     def fake_rate(env, workers, seconds, setup, env_kwargs):
         calls.append((env, workers, env_kwargs))
         return {"steps_per_sec": 100.0 * workers**0.5, "coordinator_share": 0.1,
-                "workers_busy": 0.5, "updates": 3}
+                "play_share": 0.4, "workers_busy": 0.5, "updates": 3}
 
     monkeypatch.setattr(bench, "training_rate", fake_rate)
     rows = bench.run_simulation(6, 1.0, 0.003, bench.TrainingSetup(batch_size=6))
     assert [c[1] for c in calls] == [1, 2, 4, 6]
     assert all(c[0] == "FakePong-v0" and c[2]["step_seconds"] == 0.003 for c in calls)
     assert rows[2]["speed_up"] == pytest.approx(2.0) and rows[2]["efficiency"] == 0.5
-    assert "| 4 | 200 | 2.00x | 0.50 | 10% | 3 |" in bench.format_simulation(rows)
+    assert "| 4 | 200 | 2.00x | 0.50 | 10% | 40% | 3 |" in bench.format_simulation(rows)
 
 
 def test_sleeping_fakepong_steps_take_their_time() -> None:
@@ -255,6 +255,7 @@ def test_training_rate_starts_from_a_model_with_its_lag(
     assert (hidden, lag) == (8, 1) and np.array_equal(start, params)
     assert rate["updates"] >= 1 and rate["steps_per_sec"] > 0
     assert 0 < rate["workers_busy"] <= 1.1  # approximate at the window's ends
+    assert 0 < rate["play_share"] < 1  # pg's play: its episodes and their gradients
     shares = rate["idle_shares"]
     assert set(shares) == {"barrier", "coordinator", "pipes", "other"}
     assert all(0 <= share <= 1 for share in shares.values())
@@ -274,6 +275,15 @@ def test_the_bench_says_where_idle_time_goes() -> None:
         "other 5% of it"
     ]
     assert bench._idle_line({"workers_busy": 0.9}) == []  # results of older versions
+
+
+def test_the_bench_says_how_an_update_splits_into_play_and_learning() -> None:
+    from pong_mp.tools import bench
+
+    assert bench._play_line({"play_share": 0.25}) == [
+        "playing the batch: 25% of each update's wall time; learning from it 75%"
+    ]
+    assert bench._play_line({}) == []  # results of older versions
 
 
 def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:

@@ -301,7 +301,9 @@ def test_at_the_playing_weights_no_step_is_clipped_and_the_ratio_is_one() -> Non
 PPO = {"algo": "ppo", "optimizer": "adam", "lr": 1e-3, "epochs": 2, "minibatches": 2}
 """A small actor-critic: 2 passes of 2 minibatches over each batch."""
 
-TIMING = {"seconds", "steps_per_sec", "update_seconds", "elapsed", "time", "workers"}
+TIMING = {
+    "seconds", "steps_per_sec", "play_seconds", "update_seconds", "elapsed", "time", "workers",
+}  # fmt: skip
 
 
 def _quiet(_: str) -> None:

@@ -91,6 +91,20 @@ def test_run_directory_contents(tmp_path: Path, clean_system) -> None:
     assert "batch      3 | episodes       9" in lines[-1]
 
 
+@pytest.mark.parametrize("algo", ["pg", "ppo"])
+def test_play_seconds_are_the_time_the_batch_took_to_play(tmp_path: Path, algo: str) -> None:
+    # Each step of this env sleeps 5 ms: a batch's play takes at least its steps' sleeps, and
+    # the learning after it (pg: the optimizer step; ppo: the passes) the rest of `seconds`.
+    config = fake_config(
+        tmp_path, env_kwargs={"points_to_win": 1, "step_seconds": 0.005}, batch_size=2,
+        batches=2, backend="serial", algo=algo,
+    )  # fmt: skip
+    train(config, log=_quiet)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    for r in records:
+        assert r["steps"] * 0.005 <= r["play_seconds"] < r["seconds"]
+
+
 def test_resume_continues_bit_for_bit(tmp_path: Path, serial_weights: bytes, clean_system) -> None:
     train(fake_config(tmp_path, batches=2, backend="serial"), log=_quiet)
     train(fake_config(tmp_path, batches=3, workers=3), resume=True, log=_quiet)

@@ -237,6 +237,7 @@ def training_rate(
     finally:
         backend.close()
     wall = sum(r["seconds"] for r in records)
+    played = sum(r["play_seconds"] for r in records)
     # From each batch's last result until the new weights and the next episodes are out.
     coordinator = sum(r["update_seconds"] for r in records)
     # Approximate by up to one episode per worker at either end of the window: where the
@@ -253,6 +254,7 @@ def training_rate(
         "steps_per_sec": sum(r["steps"] for r in records) / wall,
         "updates": len(records),
         "coordinator_share": coordinator / wall,
+        "play_share": played / wall,
         "workers_busy": spent["busy_seconds"] / (workers * wall),
         "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
@@ -337,15 +339,22 @@ def run_bench(
         "train_steps_per_sec": training["steps_per_sec"],
         "train_ratio": training["steps_per_sec"] / raw,
         "train_updates": training["updates"],
-        "workers_busy": training["workers_busy"],
-        "idle_shares": training.get("idle_shares"),
+        **time_shares(training),
         **setup.describe(),
-        "coordinator_share": training["coordinator_share"],
         "passes_light_share": training.get("passes_light_share"),
         "peak_worker_rss_mb": training["peak_worker_rss_mb"],
         "episode_memory_mb_1k_steps": short,
         "episode_memory_mb_10k_steps": long,
         **where_measured(),
+    }
+
+
+def time_shares(training: dict[str, Any]) -> dict[str, Any]:
+    """Where a training measurement's time went, as each record gives it: the coordinator's
+    share of the wall time, the play's, and the workers' busy and idle shares."""
+    return {
+        key: training.get(key)
+        for key in ("coordinator_share", "play_share", "workers_busy", "idle_shares")
     }
 
 
@@ -391,6 +400,7 @@ def format_bench(r: dict[str, Any]) -> str:
         f"({r['raw_one_process_steps_per_sec']:,.0f})",
         "coordinator (sum, optimizer, broadcast, hand-out): "
         f"{100 * r['coordinator_share']:.2f}% of each update's wall time",
+        *_play_line(r),
         *_idle_line(r),
         "peak worker RSS: " + ("n/a" if rss is None else f"{rss:.0f} MB"),
     ]
@@ -428,9 +438,7 @@ def run_scaling(
                 "raw_steps_per_sec": raw,
                 "train_steps_per_sec": training["steps_per_sec"],
                 "train_ratio": training["steps_per_sec"] / raw,
-                "coordinator_share": training["coordinator_share"],
-                "workers_busy": training["workers_busy"],
-                "idle_shares": training.get("idle_shares"),
+                **time_shares(training),
                 **where,
             }
         )
@@ -473,9 +481,7 @@ def run_simulation(
                 "train_updates": training["updates"],
                 "speed_up": training["steps_per_sec"] / one,
                 "efficiency": training["steps_per_sec"] / one / workers,
-                "coordinator_share": training["coordinator_share"],
-                "workers_busy": training["workers_busy"],
-                "idle_shares": training.get("idle_shares"),
+                **time_shares(training),
                 **where,
             }
         )
@@ -485,10 +491,12 @@ def run_simulation(
 def format_simulation(rows: list[dict[str, Any]]) -> str:
     """The simulation's rows as a Markdown table."""
     return markdown_table(
-        "workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | updates",
+        "workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | play "
+        "| updates",
         (
             f"{r['workers']} | {r['train_steps_per_sec']:,.0f} | {r['speed_up']:.2f}x "
-            f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% | {r['train_updates']}"
+            f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% "
+            f"| {_percent(r.get('play_share'))} | {r['train_updates']}"
             for r in rows
         ),
     )
@@ -506,6 +514,19 @@ def format_scaling(rows: list[dict[str, Any]]) -> str:
             for r in rows
         ),
     )
+
+
+def _percent(share: float | None) -> str:
+    return "n/a" if share is None else f"{100 * share:.0f}%"
+
+
+def _play_line(r: dict[str, Any]) -> list[str]:
+    # The update's two phases (older versions' results have no play_share).
+    play = r.get("play_share")
+    if play is None:
+        return []
+    return [f"playing the batch: {100 * play:.0f}% of each update's wall time; learning from it "
+            f"{100 * (1 - play):.0f}%"]
 
 
 def _idle_line(r: dict[str, Any]) -> list[str]:
