@@ -192,14 +192,14 @@ def test_the_simulation_measures_powers_of_two_up_to_the_workers_on_a_sleeping_e
     def fake_rate(env, workers, seconds, setup, env_kwargs):
         calls.append((env, workers, env_kwargs))
         return {"steps_per_sec": 100.0 * workers**0.5, "coordinator_share": 0.1,
-                "play_share": 0.4, "workers_busy": 0.5, "updates": 3}
+                "play_share": 0.4, "workers_busy": 0.5, "cpu_busy": 0.9, "updates": 3}
 
     monkeypatch.setattr(bench, "training_rate", fake_rate)
     rows = bench.run_simulation(6, 1.0, 0.003, bench.TrainingSetup(batch_size=6))
     assert [c[1] for c in calls] == [1, 2, 4, 6]
     assert all(c[0] == "FakePong-v0" and c[2]["step_seconds"] == 0.003 for c in calls)
     assert rows[2]["speed_up"] == pytest.approx(2.0) and rows[2]["efficiency"] == 0.5
-    assert "| 4 | 200 | 2.00x | 0.50 | 10% | 40% | 3 |" in bench.format_simulation(rows)
+    assert "| 4 | 200 | 2.00x | 0.50 | 10% | 40% | 90% | 3 |" in bench.format_simulation(rows)
 
 
 def test_sleeping_fakepong_steps_take_their_time() -> None:
@@ -256,6 +256,7 @@ def test_training_rate_starts_from_a_model_with_its_lag(
     assert rate["updates"] >= 1 and rate["steps_per_sec"] > 0
     assert 0 < rate["workers_busy"] <= 1.1  # approximate at the window's ends
     assert 0 < rate["play_share"] < 1  # pg's play: its episodes and their gradients
+    assert rate["cpu_busy"] is None or 0 < rate["cpu_busy"] <= 1
     shares = rate["idle_shares"]
     assert set(shares) == {"barrier", "coordinator", "pipes", "other"}
     assert all(0 <= share <= 1 for share in shares.values())
@@ -283,7 +284,25 @@ def test_the_bench_says_how_an_update_splits_into_play_and_learning() -> None:
     assert bench._play_line({"play_share": 0.25}) == [
         "playing the batch: 25% of each update's wall time; learning from it 75%"
     ]
+    assert bench._play_line({"play_share": 0.25, "cpu_busy": 0.6}) == [
+        "playing the batch: 25% of each update's wall time; learning from it 75%; the "
+        "machine's CPUs busy 60% of the time"
+    ]
     assert bench._play_line({}) == []  # results of older versions
+
+
+def test_cpu_busy_is_the_busy_share_of_all_cpu_time_between_two_readings() -> None:
+    from pong_mp.tools import bench
+
+    assert bench.cpu_busy((100, 400), (250, 600)) == pytest.approx(0.75)
+    assert bench.cpu_busy(None, (250, 600)) is None  # no /proc/stat
+    assert bench.cpu_busy((100, 400), (100, 400)) is None  # no time between them
+    now = bench.cpu_ticks()
+    if now is not None:  # Linux: busy ticks within all ticks, both counting up
+        assert 0 <= now[0] <= now[1]
+        sum(range(3_000_000))  # some CPU time
+        later = bench.cpu_ticks()
+        assert later is not None and later[1] >= now[1] and later[0] >= now[0]
 
 
 def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:

@@ -138,6 +138,24 @@ def _rss_mb(pid: int, field: str = "VmHWM") -> float | None:
     return None
 
 
+def cpu_ticks() -> tuple[int, int] | None:
+    """The machine's CPU time so far, in ticks, busy and in all, where /proc/stat has it."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    # user nice system idle iowait irq softirq steal (guest time is inside user already)
+    total = sum(fields[:8])
+    return total - fields[3] - fields[4], total
+
+
+def cpu_busy(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """The share of all CPUs' time that was busy between two `cpu_ticks` (None if unknown)."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 BENCH_GROUPS = ("learner", "policy", "schedule")
 """The groups of `pong-mp train`'s options that decide what bench's training runs compute."""
 
@@ -226,11 +244,13 @@ def training_rate(
             "light_passes", "whole_passes",
         )
         before = {name: getattr(backend, name) for name in counters}
+        ticks = cpu_ticks()
         start = time.perf_counter()
         for _, record in stream:
             records.append(record)
             if time.perf_counter() - start >= seconds:
                 break
+        busy = cpu_busy(ticks, cpu_ticks())
         spent = {name: getattr(backend, name) - before[name] for name in counters}
         passes = spent["light_passes"] + spent["whole_passes"]
         rss = [_rss_mb(pid) for pid in backend.worker_pids()]
@@ -255,6 +275,8 @@ def training_rate(
         "updates": len(records),
         "coordinator_share": coordinator / wall,
         "play_share": played / wall,
+        # The whole machine's: on a quiet machine, how much of its CPUs training used.
+        "cpu_busy": busy,
         "workers_busy": spent["busy_seconds"] / (workers * wall),
         "idle_shares": shares,
         "peak_worker_rss_mb": max((r for r in rss if r is not None), default=None),
@@ -351,10 +373,10 @@ def run_bench(
 
 def time_shares(training: dict[str, Any]) -> dict[str, Any]:
     """Where a training measurement's time went, as each record gives it: the coordinator's
-    share of the wall time, the play's, and the workers' busy and idle shares."""
+    share of the wall time, the play's, the workers' busy and idle shares, and the CPUs'."""
     return {
         key: training.get(key)
-        for key in ("coordinator_share", "play_share", "workers_busy", "idle_shares")
+        for key in ("coordinator_share", "play_share", "workers_busy", "idle_shares", "cpu_busy")
     }
 
 
@@ -492,11 +514,12 @@ def format_simulation(rows: list[dict[str, Any]]) -> str:
     """The simulation's rows as a Markdown table."""
     return markdown_table(
         "workers | training steps/s | speed-up over 1 worker | efficiency | coordinator | play "
-        "| updates",
+        "| CPUs busy | updates",
         (
             f"{r['workers']} | {r['train_steps_per_sec']:,.0f} | {r['speed_up']:.2f}x "
             f"| {r['efficiency']:.2f} | {100 * r['coordinator_share']:.0f}% "
-            f"| {_percent(r.get('play_share'))} | {r['train_updates']}"
+            f"| {_percent(r.get('play_share'))} | {_percent(r.get('cpu_busy'))} "
+            f"| {r['train_updates']}"
             for r in rows
         ),
     )
@@ -525,8 +548,11 @@ def _play_line(r: dict[str, Any]) -> list[str]:
     play = r.get("play_share")
     if play is None:
         return []
-    return [f"playing the batch: {100 * play:.0f}% of each update's wall time; learning from it "
-            f"{100 * (1 - play):.0f}%"]
+    line = (f"playing the batch: {100 * play:.0f}% of each update's wall time; learning from it "
+            f"{100 * (1 - play):.0f}%")
+    if r.get("cpu_busy") is not None:
+        line += f"; the machine's CPUs busy {100 * r['cpu_busy']:.0f}% of the time"
+    return [line]
 
 
 def _idle_line(r: dict[str, Any]) -> list[str]:
