@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
+from pathlib import Path
 from typing import Any
 
 
@@ -56,10 +57,16 @@ def phases(workers: int, hidden: int, updates: int, step_seconds: float) -> dict
                 batch_size=workers, policy="mlp", hidden=hidden, batches=updates,
                 tensorboard=False,
             )  # fmt: skip
+            lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+            steps = sum(json.loads(line)["steps"] for line in lines)
     finally:
         trainer.make_learner = make
     return {
         "hidden": hidden,
+        # Each worker plays one episode of an update: their mean length, against the play's
+        # seconds, is how long the play waits on its longest episodes.
+        "mean_episode_steps": steps / updates / workers,
+        "mean_episode_sleep_seconds": steps / updates / workers * step_seconds,
         **{
             f"{phase}_{what}": value
             for phase, (seconds, busy, ticks) in spent.items()
