@@ -144,6 +144,8 @@ def cpu_ticks() -> tuple[int, int] | None:
         fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     except (OSError, ValueError):
         return None
+    if len(fields) < 5:  # a kernel too old to count iowait apart
+        return None
     # user nice system idle iowait irq softirq steal (guest time is inside user already)
     total = sum(fields[:8])
     return total - fields[3] - fields[4], total
