@@ -34,10 +34,10 @@ ensure_venv() {
     }
     echo "pong-mp: setting up $VENV with $($python --version) (first run only, ~1 min)" >&2
     [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
-    # --no-compile: Python compiles the modules it imports on first use; compiling all of
-    # every package (Ray's thousands among them) at install time took half a minute.
+    # pip byte-compiles what it installs (half a minute with Ray): left to first import, it
+    # would be compiled again in every process where PYTHONDONTWRITEBYTECODE is set.
     if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
-           "$VENV/bin/python" -m pip install --quiet --no-compile -e "$spec"
+           "$VENV/bin/python" -m pip install --quiet -e "$spec"
          } >"$VENV/install.log" 2>&1
     then
         tail -n 20 "$VENV/install.log" >&2
