@@ -37,8 +37,7 @@ ensure_venv() {
     # pip byte-compiles what it installs (half a minute with Ray): left to first import, it
     # would be compiled again in every process where PYTHONDONTWRITEBYTECODE is set.
     if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
-           "$VENV/bin/python" -m pip install --quiet -e "$spec"
-         } >"$VENV/install.log" 2>&1
+           "$VENV/bin/python" -m pip install --quiet -e "$spec"; } >"$VENV/install.log" 2>&1
     then
         tail -n 20 "$VENV/install.log" >&2
         echo "pong-mp: error: installing into $VENV failed (full log: $VENV/install.log)" >&2

@@ -100,7 +100,8 @@ def test_play_seconds_are_the_time_the_batch_took_to_play(tmp_path: Path, algo: 
         batches=2, backend="serial", algo=algo,
     )  # fmt: skip
     train(config, log=_quiet)
-    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    records = read_metrics(tmp_path / "metrics.jsonl")
+    assert len(records) == 2
     for r in records:
         assert r["steps"] * 0.005 <= r["play_seconds"] < r["seconds"]
 

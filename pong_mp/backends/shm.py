@@ -298,12 +298,14 @@ class SharedGradient(_Block):
         super().__init__(shm, shape, owner)
         flat = np.ndarray((self.length(shape),), dtype=self.DTYPE, buffer=shm.buf)
         self._views = _slots(flat, shape)
-        rows = shape.net.rows if self.FLAGS else 0
-        flags = np.ndarray((rows * shape.width,), np.uint8, buffer=shm.buf, offset=flat.nbytes)
-        self._zeroed = [
-            ZeroRows(flags[i * rows : (i + 1) * rows], shape.net.hidden) if self.FLAGS else None
-            for i in range(shape.width)
-        ]
+        self._zeroed: list[ZeroRows | None] = [None] * shape.width
+        if self.FLAGS:
+            rows = shape.net.rows
+            flags = np.ndarray((rows * shape.width,), np.uint8, buffer=shm.buf, offset=flat.nbytes)
+            self._zeroed = [
+                ZeroRows(flags[i * rows : (i + 1) * rows], shape.net.hidden)
+                for i in range(shape.width)
+            ]
 
     @staticmethod
     def length(shape: BlockShape) -> int:
