@@ -374,7 +374,7 @@ def test_an_actor_critic_checkpoint_plays(tmp_path: Path, ppo_serial, clean_syst
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--policy-lag", "1"], "--algo ppo works with --policy-lag 0"),
+        (["--policy-lag", "2"], "--algo ppo works with --policy-lag 0 to 1"),
         (["--epochs", "0"], "--epochs must be between 1 and 100"),
     ],
 )
