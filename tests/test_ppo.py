@@ -172,14 +172,16 @@ def _log_probs(z: float) -> np.ndarray:
 
 def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
                mean: float, scale: float, entropy_coef: float, settings: ppo.PPOSettings,
-               channels: int) -> float:
-    # The dense float64 definition of what the gradient is of.
+               channels: int, logp_prox: np.ndarray | None = None) -> float:
+    # The dense float64 definition of what the gradient is of; with `logp_prox` (of
+    # `steps`), decoupled PPO's: the ratio against it, each advantage weighted by
+    # min(1, pi_prox / pi_old).
     shape = policy.NetShape(HIDDEN, channels)
     w1t, w2 = policy.split(params, shape)
     head = policy.value_head(params, shape)
     kernel = policy.conv_kernel(params, shape)
     total = 0.0
-    for t in steps:
+    for i, t in enumerate(steps):
         idx, vals, _ = trajectory.inputs(np.array([t]))
         x = np.zeros(INPUT_SIZE)
         x[idx] = vals
@@ -189,8 +191,11 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
         z, v = h @ w2, h @ head[:HIDDEN] + head[HIDDEN]
         logps = _log_probs(z)
         logp = logps[trajectory.actions[t]]
-        ratio = np.exp(logp - trajectory.logp_old[t])
         adv = (trajectory.advantages[t] - mean) * scale
+        ratio = np.exp(logp - trajectory.logp_old[t])
+        if logp_prox is not None:
+            ratio = np.exp(logp - logp_prox[i])
+            adv *= min(1.0, np.exp(logp_prox[i] - trajectory.logp_old[t]))
         clipped = np.clip(ratio, 1 - settings.clip, 1 + settings.clip)
         entropy = -np.sum(np.exp(logps) * logps)
         total += min(ratio * adv, clipped * adv)
@@ -200,8 +205,12 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
 
 
 @pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
-@pytest.mark.parametrize("moved", [0.0, 0.3])
-def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -> None:
+@pytest.mark.parametrize(
+    ("moved", "prox"), [(0.0, False), (0.3, False), (0.3, True)], ids=["at", "moved", "prox"]
+)
+def test_the_surrogate_gradient_is_the_objectives(
+    moved: float, prox: bool, channels: int
+) -> None:
     params, weights = _weights(0, channels)
     trajectory = _record(weights, 60, seed=2)
     assert set(trajectory.actions.tolist()) == {0, 1}  # both actions were played
@@ -214,11 +223,23 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -
     mean, scale, beta = 0.1, 1.7, 0.01
     out = np.empty(len(params), np.float32)
     work = ppo.PassWork(weights.shape)
+    # At the playing weights, the log-probs of the pass's forward are those of the play.
+    assert work.log_probs(weights, trajectory).tobytes() == trajectory.logp_old.tobytes()
+    logp_prox = None
+    if prox:  # the weights the update started from: halfway
+        middle = (params + new) / 2
+        middle_weights = policy.Weights32.from_params(middle, weights.shape)
+        logp_prox = work.log_probs(middle_weights, trajectory)[steps]
+        assert not np.allclose(logp_prox, trajectory.logp_old[steps])
     moved_weights = policy.Weights32.from_params(new, weights.shape)
-    stats = work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, out)
+    stats = work.gradient(
+        moved_weights, trajectory, steps, mean, scale, beta, settings, out, logp_prox=logp_prox
+    )
     # The reused working memory was left clear: a second pass gives the same bytes.
     again = np.empty_like(out)
-    work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, again)
+    work.gradient(
+        moved_weights, trajectory, steps, mean, scale, beta, settings, again, logp_prox=logp_prox
+    )
     assert again.tobytes() == out.tobytes()
     assert stats.steps == len(steps)
     assert (stats.clipped > 0) == (moved > 0)
@@ -238,8 +259,8 @@ def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -
         up[i] += eps
         down[i] -= eps
         slope = (
-            _objective(up, trajectory, steps, mean, scale, beta, settings, channels)
-            - _objective(down, trajectory, steps, mean, scale, beta, settings, channels)
+            _objective(up, trajectory, steps, mean, scale, beta, settings, channels, logp_prox)
+            - _objective(down, trajectory, steps, mean, scale, beta, settings, channels, logp_prox)
         ) / (2 * eps)
         assert out[i] == pytest.approx(slope, rel=2e-3, abs=2e-4), i
 
