@@ -30,6 +30,7 @@ from pong_mp.state import TrainState
 from tests.helpers import (
     assert_agent_acts_as,
     checkpoint_weights,
+    episode_stats,
     fake_config,
     new_backend,
     pong_mp,
@@ -1025,3 +1026,33 @@ def test_a_lagged_batch_is_played_with_the_weights_in_flight(clean_system) -> No
     lagged = played(newer, (older.astype(np.float32),))
     assert lagged == played(older, ())
     assert lagged != played(newer, ())
+
+
+@pytest.mark.parametrize("kill", [False, True], ids=["all-kept", "a-worker-replaced"])
+def test_a_prox_round_gives_the_serial_log_probs_on_the_pool(kill: bool, clean_system) -> None:
+    spec = RolloutSpec("FakePong-v0", policy.NetShape(HIDDEN, 3), ppo.PPOWork(0.99), workers=2)
+    params = policy.init_params(spec.shape, 5, value=True)
+    tasks = make_tasks(11, 0, 4, gradient=False)
+
+    def log_probs(backend, kill_first: bool = False) -> dict[int, bytes]:
+        played = {item.stats.index: item.stats.data for item in run_batch(backend, params, tasks)}
+        if kill_first:
+            os.kill(backend.worker_pids()[0], signal.SIGKILL)
+            backend._workers[0].process.join(5)
+        moved = params * 1.01  # the weights the update starts from
+        prox = [ppo.ProxTask(t.index, t.seed, played[t.index]) for t in tasks]
+        got = {}
+        for item in run_batch(backend, moved, prox):
+            stats = episode_stats(item)
+            assert getattr(item, "grad", None) is None and stats.steps == played[stats.index].steps
+            got[stats.index] = stats.report.tobytes()
+        return got
+
+    with new_backend("serial", spec) as serial:
+        expected = log_probs(serial)
+    with new_backend("local", spec) as backend:
+        assert log_probs(backend, kill) == expected
+        assert backend.replacements == int(kill)
+        # Each trajectory stays with the worker that played it; a replaced one's goes whole.
+        light, whole = backend.light_passes, backend.whole_passes
+    assert whole > 0 if kill else (light, whole) == (4, 0)
