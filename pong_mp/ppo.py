@@ -8,9 +8,12 @@ Data flow of one update:
     play: EpisodeTask ──worker──> Trajectory (sparse inputs, actions, log pi_old, V_old,
                                   rewards, GAE advantages and returns) as the episode's
                                   data, kept where it was played; no gradient
+    with --policy-lag 1 (batch k played with update k-2's weights):
+        ProxTask(trajectory) ──worker──> log pi_prox of each step under the weights the
+                                         update starts from (decoupled PPO's reference)
     for each epoch e, minibatch m:
         publish weights k ──> EpochTask(trajectory, e, m, advantage mean and scale,
-                                        entropy weight)
+                                        entropy weight[, its steps' log pi_prox])
                           ──worker──> gradient over the episode's steps of minibatch m
         sum in the batch's fixed order ──> optimizer step ──> weights k + 1
 
