@@ -8,12 +8,9 @@ Data flow of one update:
     play: EpisodeTask ──worker──> Trajectory (sparse inputs, actions, log pi_old, V_old,
                                   rewards, GAE advantages and returns) as the episode's
                                   data, kept where it was played; no gradient
-    with --policy-lag 1 (batch k played with update k-2's weights):
-        ProxTask(trajectory) ──worker──> log pi_prox of each step under the weights the
-                                         update starts from (decoupled PPO's reference)
     for each epoch e, minibatch m:
         publish weights k ──> EpochTask(trajectory, e, m, advantage mean and scale,
-                                        entropy weight[, its steps' log pi_prox])
+                                        entropy weight)
                           ──worker──> gradient over the episode's steps of minibatch m
         sum in the batch's fixed order ──> optimizer step ──> weights k + 1
 
@@ -305,36 +302,6 @@ class PassWork:
             order = self._orders[key] = deal_order(seed, epoch, steps).astype(np.int32)
         return order
 
-    def _forward(
-        self, weights: policy.Weights32, trajectory: Trajectory, steps: np.ndarray
-    ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray, np.ndarray]:
-        # The forward pass over `steps`: the inputs (pixels) and the hidden layer's inputs
-        # (the pixels, or the conv layer's features), and the logits and values; the
-        # hidden units are in self._hs.
-        assert weights.value is not None
-        count = len(steps)
-        inputs = trajectory.inputs(steps)
-        kernel = weights.kernel
-        rows_in = inputs if kernel is None else sparse.conv_many(kernel, *inputs, count)
-        if len(self._hs) < count:
-            self._hs = np.empty((count, self.hidden), np.float32)
-            self._dh = np.empty((count, self.hidden))
-        logits = np.empty(count)
-        values = np.empty(count)
-        sparse.forward_many(
-            weights.w1t, weights.w2, weights.value, *rows_in, count, self._hs[:count], logits,
-            values,
-        )
-        return inputs, rows_in, logits, values
-
-    def log_probs(self, weights: policy.Weights32, trajectory: Trajectory) -> np.ndarray:
-        """log pi(action) of every step of `trajectory` under `weights` (float64)."""
-        if weights.value is None:
-            raise ValueError("the actor-critic's weights need a value head")
-        _, _, logits, _ = self._forward(weights, trajectory, np.arange(trajectory.steps))
-        pairs = zip(logits.tolist(), trajectory.actions.tolist(), strict=True)
-        return np.array([sparse.log_prob(logit, action) for logit, action in pairs])
-
     def gradient(
         self,
         weights: policy.Weights32,
@@ -346,34 +313,35 @@ class PassWork:
         settings: PPOSettings,
         out: np.ndarray,
         zeroed: ZeroRows | None = None,
-        logp_prox: np.ndarray | None = None,
     ) -> PassStats:
         """The gradient of the actor-critic's objective, summed over `steps` of
         `trajectory`, w.r.t. the flat parameters of `weights`, into the flat float32 `out`
         (with `zeroed` its W1 rows' flags, kept up to date); advantages standardised with the
-        batch's mean and scale. With `logp_prox` (log pi of `steps`' actions under the
-        weights the update started from), the ratio is taken against those, and each
-        advantage weighted by pi_prox / pi_old (at most 1): decoupled PPO."""
+        batch's mean and scale."""
         if weights.value is None:
             raise ValueError("the actor-critic's weights need a value head")
         hidden = self.hidden
         count = len(steps)
-        (idx, vals, indptr), rows_in, logits, values = self._forward(weights, trajectory, steps)
-        hs, dh = self._hs[:count], self._dh[:count]
+        idx, vals, indptr = trajectory.inputs(steps)
         kernel = weights.kernel
+        # The hidden layer's inputs: the pixels, or the features of the conv layer.
+        rows_in = (idx, vals, indptr) if kernel is None else sparse.conv_many(
+            kernel, idx, vals, indptr, count
+        )
+        if len(self._hs) < count:
+            self._hs = np.empty((count, hidden), np.float32)
+            self._dh = np.empty((count, hidden))
+        hs, dh = self._hs[:count], self._dh[:count]
+        logits = np.empty(count)
+        values = np.empty(count)
+        sparse.forward_many(
+            weights.w1t, weights.w2, weights.value, *rows_in, count, hs, logits, values
+        )
         advantages = (trajectory.advantages[steps] - advantage_mean) * advantage_scale
-        logp_ref = trajectory.logp_old[steps]
-        if logp_prox is not None:
-            if len(logp_prox) != count:
-                raise ValueError(f"{len(logp_prox)} proximal log-probs for {count} steps")
-            # libm's exp, as the compiled loops use: the same bits on every worker.
-            pairs = zip(logp_prox.tolist(), logp_ref.tolist(), strict=True)
-            advantages *= [min(1.0, math.exp(prox - old)) for prox, old in pairs]
-            logp_ref = np.ascontiguousarray(logp_prox, np.float64)
         coef_logit = np.empty(count)
         coef_value = np.empty(count)
         clipped, entropy, error, kl = sparse.ppo_coefficients(
-            logits, values, trajectory.actions[steps], logp_ref, advantages,
+            logits, values, trajectory.actions[steps], trajectory.logp_old[steps], advantages,
             trajectory.returns[steps], settings.clip, settings.value_coef,
             entropy_coef, coef_logit, coef_value,
         )
@@ -395,20 +363,9 @@ class PassWork:
 
 
 @dataclass(frozen=True)
-class TrajectoryTask(PassTask):
-    """A pass over a played episode, its Trajectory as `data`."""
-
-    @property
-    def trajectory(self) -> Trajectory | None:
-        """The episode as it was played; None on its way to a worker that keeps it."""
-        assert self.data is None or isinstance(self.data, Trajectory)
-        return self.data
-
-
-@dataclass(frozen=True)
-class EpochTask(TrajectoryTask):
-    """One episode's share of one minibatch's gradient: with the weights, all that the
-    gradient is a function of."""
+class EpochTask(PassTask):
+    """One episode's share of one minibatch's gradient (its Trajectory as `data`): with the
+    weights, all that the gradient is a function of."""
 
     epoch: int  # the pass over the batch (0, 1, ...)
     part: int  # the minibatch of that pass (0 .. parts - 1)
@@ -418,21 +375,12 @@ class EpochTask(TrajectoryTask):
     # The entropy's weight (nats a step) in the update's objective: --entropy-bonus, or from
     # an --entropy-drop-at point on, its --entropy-drop-to (below 0: a penalty).
     entropy_coef: float
-    # With a policy lag: log pi of the minibatch's steps (increasing) under the weights the
-    # update started from (`ProxTask`), the reference of the ratio; None without one.
-    logp_prox: np.ndarray | None = None
-
-
-@dataclass(frozen=True)
-class ProxTask(TrajectoryTask):
-    """With a policy lag: log pi of each step's action of an episode under the weights the
-    update starts from, which the update's passes take their ratio against (decoupled PPO).
-    Gives no gradient; the log-probs come back as the report."""
 
     @property
-    def gradient(self) -> bool:
-        """No gradient: a forward pass."""
-        return False
+    def trajectory(self) -> Trajectory | None:
+        """The episode as it was played; None on its way to a worker that keeps it."""
+        assert self.data is None or isinstance(self.data, Trajectory)
+        return self.data
 
 
 # -- the worker's side ---------------------------------------------------------------------
@@ -474,8 +422,6 @@ class PPOWorker:
         """Do `task` with `weights` (see the class)."""
         if isinstance(task, EpochTask):
             return epoch_pass(weights, task, self.work.settings, out, self._passes, zeroed)
-        if isinstance(task, ProxTask):
-            return prox_pass(weights, task, self._passes)
         if not isinstance(task, EpisodeTask):
             raise TypeError(f"the actor-critic has no task {type(task).__name__}")
         # The episode played: the result depends only on (weights, task).
@@ -523,7 +469,7 @@ def epoch_pass(
     grad = np.empty(weights.shape.size(value=True), np.float32) if out is None else out
     seen = work.gradient(
         weights, trajectory, steps, task.advantage_mean, task.advantage_scale,
-        task.entropy_coef, settings, grad, zeroed if out is not None else None, task.logp_prox,
+        task.entropy_coef, settings, grad, zeroed if out is not None else None,
     )
     stats = EpisodeStats(
         index=task.index,
@@ -534,22 +480,6 @@ def epoch_pass(
         report=seen,
     )
     return EpisodeResult(stats, grad)
-
-
-def prox_pass(
-    weights: policy.Weights32, task: ProxTask, work: PassWork | None = None
-) -> EpisodeResult:
-    """The log-probs of a ProxTask's episode under `weights`, as its report."""
-    start = time.perf_counter()
-    trajectory = task.trajectory
-    if trajectory is None:
-        raise ValueError(f"the ProxTask of episode {task.index} carries no trajectory")
-    logp = (work or PassWork(weights.shape)).log_probs(weights, trajectory)
-    stats = EpisodeStats(
-        index=task.index, reward_sum=0.0, steps=trajectory.steps,
-        seconds=time.perf_counter() - start, report=logp,
-    )  # fmt: skip
-    return EpisodeResult(stats, None)
 
 
 # -- the coordinator's side ----------------------------------------------------------------
@@ -640,25 +570,10 @@ class PPOLearner:
             trajectories[stats.index] = stats.data
         return Played(summed, tasks, trajectories)
 
-    def _prox_round(self, played: Played, backend: Backend) -> dict[int, np.ndarray]:
-        # Each episode's log-probs under the weights the update starts from, by episode.
-        tasks = [
-            ProxTask(task.index, task.seed, played.trajectories[task.index])
-            for task in played.tasks
-        ]
-        summed = BatchSum(tasks[0].index, len(tasks), None)
-        logps = {}
-        for stats in run_round(backend, self._current, tasks, summed):
-            if not isinstance(stats.report, np.ndarray):
-                raise RuntimeError(f"episode {stats.index}'s log-probs did not come back")
-            logps[stats.index] = stats.report
-        return logps
-
     def learn(
         self, state: TrainState, played: Played, backend: Backend
     ) -> tuple[TrainState, Stats]:
-        """The update's passes over `played`, one optimizer step a minibatch (with a lag,
-        after a round that takes each step's log-prob under the weights it starts from)."""
+        """The update's passes over `played`, one optimizer step a minibatch."""
         settings, tasks = self.settings, played.tasks
         moments = Moments()
         for task in tasks:  # in episode order: the same bits whatever the arrival order
@@ -671,27 +586,15 @@ class PPOLearner:
         entropy_bonus = settings.entropy(state.steps)
         coordinator = 0.0  # the workers wait on the coordinator between minibatches
         first, update, parts = state.episodes, state.batch + 1, settings.minibatches
-        prox = self._prox_round(played, backend) if settings.lag else None
-        orders: dict[int, np.ndarray] = {}
         with stepper:
             for epoch, part in itertools.product(range(settings.epochs), range(parts)):
-                epoch_tasks = []
-                for task in tasks:
-                    trajectory = played.trajectories[task.index]
-                    logp_prox = None
-                    if prox is not None:
-                        if part == 0:
-                            orders[task.index] = deal_order(task.seed, epoch, trajectory.steps)
-                        steps = minibatch_steps(
-                            task.seed, epoch, trajectory.steps, parts, part, orders[task.index]
-                        )
-                        logp_prox = prox[task.index][steps]
-                    epoch_tasks.append(
-                        EpochTask(
-                            task.index, task.seed, trajectory, epoch, part, parts, moments.mean,
-                            moments.standardizing_scale, entropy_bonus, logp_prox,
-                        )
+                epoch_tasks = [
+                    EpochTask(
+                        task.index, task.seed, played.trajectories[task.index], epoch, part, parts,
+                        moments.mean, moments.standardizing_scale, entropy_bonus,
                     )
+                    for task in tasks
+                ]
                 summed = BatchSum(first, settings.batch_size, self._total, stepper.ranges)
                 passes = {
                     stats.index: stats.report

@@ -30,7 +30,6 @@ from pong_mp.state import TrainState
 from tests.helpers import (
     assert_agent_acts_as,
     checkpoint_weights,
-    episode_stats,
     fake_config,
     new_backend,
     pong_mp,
@@ -173,16 +172,14 @@ def _log_probs(z: float) -> np.ndarray:
 
 def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray,
                mean: float, scale: float, entropy_coef: float, settings: ppo.PPOSettings,
-               channels: int, logp_prox: np.ndarray | None = None) -> float:
-    # The dense float64 definition of what the gradient is of; with `logp_prox` (of
-    # `steps`), decoupled PPO's: the ratio against it, each advantage weighted by
-    # min(1, pi_prox / pi_old).
+               channels: int) -> float:
+    # The dense float64 definition of what the gradient is of.
     shape = policy.NetShape(HIDDEN, channels)
     w1t, w2 = policy.split(params, shape)
     head = policy.value_head(params, shape)
     kernel = policy.conv_kernel(params, shape)
     total = 0.0
-    for i, t in enumerate(steps):
+    for t in steps:
         idx, vals, _ = trajectory.inputs(np.array([t]))
         x = np.zeros(INPUT_SIZE)
         x[idx] = vals
@@ -192,11 +189,8 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
         z, v = h @ w2, h @ head[:HIDDEN] + head[HIDDEN]
         logps = _log_probs(z)
         logp = logps[trajectory.actions[t]]
-        adv = (trajectory.advantages[t] - mean) * scale
         ratio = np.exp(logp - trajectory.logp_old[t])
-        if logp_prox is not None:
-            ratio = np.exp(logp - logp_prox[i])
-            adv *= min(1.0, np.exp(logp_prox[i] - trajectory.logp_old[t]))
+        adv = (trajectory.advantages[t] - mean) * scale
         clipped = np.clip(ratio, 1 - settings.clip, 1 + settings.clip)
         entropy = -np.sum(np.exp(logps) * logps)
         total += min(ratio * adv, clipped * adv)
@@ -206,12 +200,8 @@ def _objective(params: np.ndarray, trajectory: ppo.Trajectory, steps: np.ndarray
 
 
 @pytest.mark.parametrize("channels", [0, 3], ids=["mlp", "conv"])
-@pytest.mark.parametrize(
-    ("moved", "prox"), [(0.0, False), (0.3, False), (0.3, True)], ids=["at", "moved", "prox"]
-)
-def test_the_surrogate_gradient_is_the_objectives(
-    moved: float, prox: bool, channels: int
-) -> None:
+@pytest.mark.parametrize("moved", [0.0, 0.3])
+def test_the_surrogate_gradient_is_the_objectives(moved: float, channels: int) -> None:
     params, weights = _weights(0, channels)
     trajectory = _record(weights, 60, seed=2)
     assert set(trajectory.actions.tolist()) == {0, 1}  # both actions were played
@@ -224,23 +214,11 @@ def test_the_surrogate_gradient_is_the_objectives(
     mean, scale, beta = 0.1, 1.7, 0.01
     out = np.empty(len(params), np.float32)
     work = ppo.PassWork(weights.shape)
-    # At the playing weights, the log-probs of the pass's forward are those of the play.
-    assert work.log_probs(weights, trajectory).tobytes() == trajectory.logp_old.tobytes()
-    logp_prox = None
-    if prox:  # the weights the update started from: halfway
-        middle = (params + new) / 2
-        middle_weights = policy.Weights32.from_params(middle, weights.shape)
-        logp_prox = work.log_probs(middle_weights, trajectory)[steps]
-        assert not np.allclose(logp_prox, trajectory.logp_old[steps])
     moved_weights = policy.Weights32.from_params(new, weights.shape)
-    stats = work.gradient(
-        moved_weights, trajectory, steps, mean, scale, beta, settings, out, logp_prox=logp_prox
-    )
+    stats = work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, out)
     # The reused working memory was left clear: a second pass gives the same bytes.
     again = np.empty_like(out)
-    work.gradient(
-        moved_weights, trajectory, steps, mean, scale, beta, settings, again, logp_prox=logp_prox
-    )
+    work.gradient(moved_weights, trajectory, steps, mean, scale, beta, settings, again)
     assert again.tobytes() == out.tobytes()
     assert stats.steps == len(steps)
     assert (stats.clipped > 0) == (moved > 0)
@@ -260,8 +238,8 @@ def test_the_surrogate_gradient_is_the_objectives(
         up[i] += eps
         down[i] -= eps
         slope = (
-            _objective(up, trajectory, steps, mean, scale, beta, settings, channels, logp_prox)
-            - _objective(down, trajectory, steps, mean, scale, beta, settings, channels, logp_prox)
+            _objective(up, trajectory, steps, mean, scale, beta, settings, channels)
+            - _objective(down, trajectory, steps, mean, scale, beta, settings, channels)
         ) / (2 * eps)
         assert out[i] == pytest.approx(slope, rel=2e-3, abs=2e-4), i
 
@@ -1026,33 +1004,3 @@ def test_a_lagged_batch_is_played_with_the_weights_in_flight(clean_system) -> No
     lagged = played(newer, (older.astype(np.float32),))
     assert lagged == played(older, ())
     assert lagged != played(newer, ())
-
-
-@pytest.mark.parametrize("kill", [False, True], ids=["all-kept", "a-worker-replaced"])
-def test_a_prox_round_gives_the_serial_log_probs_on_the_pool(kill: bool, clean_system) -> None:
-    spec = RolloutSpec("FakePong-v0", policy.NetShape(HIDDEN, 3), ppo.PPOWork(0.99), workers=2)
-    params = policy.init_params(spec.shape, 5, value=True)
-    tasks = make_tasks(11, 0, 4, gradient=False)
-
-    def log_probs(backend, kill_first: bool = False) -> dict[int, bytes]:
-        played = {item.stats.index: item.stats.data for item in run_batch(backend, params, tasks)}
-        if kill_first:
-            os.kill(backend.worker_pids()[0], signal.SIGKILL)
-            backend._workers[0].process.join(5)
-        moved = params * 1.01  # the weights the update starts from
-        prox = [ppo.ProxTask(t.index, t.seed, played[t.index]) for t in tasks]
-        got = {}
-        for item in run_batch(backend, moved, prox):
-            stats = episode_stats(item)
-            assert getattr(item, "grad", None) is None and stats.steps == played[stats.index].steps
-            got[stats.index] = stats.report.tobytes()
-        return got
-
-    with new_backend("serial", spec) as serial:
-        expected = log_probs(serial)
-    with new_backend("local", spec) as backend:
-        assert log_probs(backend, kill) == expected
-        assert backend.replacements == int(kill)
-        # Each trajectory stays with the worker that played it; a replaced one's goes whole.
-        light, whole = backend.light_passes, backend.whole_passes
-    assert whole > 0 if kill else (light, whole) == (4, 0)
