@@ -42,11 +42,6 @@ MAX_ARRAY_BYTES = max(
     * 8,
     # the MLP's weights in flight with the longest policy lag, in float32
     config.MAX_POLICY_LAG * config.MAX_HIDDEN * policy.INPUT_SIZE * 4,
-    # the widest conv policy's, with the actor-critic's longest lag
-    config.MAX_PPO_POLICY_LAG
-    * config.MAX_HIDDEN
-    * policy.input_rows(policy.NetShape(config.MAX_HIDDEN, config.MAX_CHANNELS))
-    * 4,
 )
 """The largest array a checkpoint or model file of pong-mp's limits holds (839 MB): what an
 array's header in such a file may claim."""
@@ -94,13 +89,11 @@ def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str
         views = [policy.split(flat, shape) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
-    # ppo's value head and --policy conv's filters (lag_value, lag_conv: in flight)
+    # ppo's value head and --policy conv's filters (neither has a policy lag)
     for key, part in (("value", policy.value_head), ("conv", policy.conv_kernel)):
         if part(state.params, shape) is not None:
             for prefix, flat in flats.items():
                 arrays[prefix + key] = part(flat, shape)
-            if state.lagged:
-                arrays["lag_" + key] = np.stack([part(flat, shape) for flat in state.lagged])
     write_atomic(Path(path), lambda fh: np.savez(fh, **arrays))
 
 
@@ -289,7 +282,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
     _check_config(stored, shape.hidden)
-    lagged = _lagged(data, stored, shape)
+    lagged = _lagged(data, stored, data["W1"].shape)
     tails = _tails(data, prefixes, shape, np.float64, config.stored_value_head(stored))
     params, cache, *momentum = (
         np.concatenate([policy.join(data[prefix + "W1"], data[prefix + "W2"]), tail])
@@ -324,23 +317,18 @@ def _optimizer_steps(data: dict[str, np.ndarray], stored: dict, batch: int) -> i
     return steps
 
 
-def _lagged(data: dict[str, np.ndarray], stored: dict, shape: policy.NetShape) -> tuple:
-    # The flat float32 weights of the batches in flight: L of them for a run with
-    # --policy-lag L, with the value head and filters where the run has them.
+def _lagged(data: dict[str, np.ndarray], stored: dict, shape: tuple[int, ...]) -> tuple:
+    # The weights of the batches in flight: L of them for a run with --policy-lag L.
     lag = config.stored_option(stored, "policy_lag")
     if not lag:
         return ()
     needs = f"a run with --policy-lag {lag}"
-    w1_shape = (shape.hidden, policy.input_rows(shape))
-    lag_w1 = _checked(data, "lag_W1", (lag, *w1_shape), np.float32, needs)
-    parts = [np.ascontiguousarray(lag_w1.transpose(0, 2, 1)).reshape(lag, -1)]
-    parts.append(_checked(data, "lag_W2", (lag, shape.hidden), np.float32, needs))
-    if config.stored_value_head(stored):
-        parts.append(_checked(data, "lag_value", (lag, shape.hidden + 1), np.float32, needs))
-    if shape.channels:
-        kernel = _checked(data, "lag_conv", (lag, *policy.kernel_shape(shape)), np.float32, needs)
-        parts.append(kernel.reshape(lag, -1))
-    return tuple(np.concatenate([part[i] for part in parts]) for i in range(lag))
+    lag_w1 = _checked(data, "lag_W1", (lag, *shape), np.float32, needs)
+    lag_w2 = _checked(data, "lag_W2", (lag, shape[0]), np.float32, needs)
+    return tuple(
+        np.concatenate([np.ascontiguousarray(w1.T).ravel(), w2])
+        for w1, w2 in zip(lag_w1, lag_w2, strict=True)
+    )
 
 
 _MACHINE_FIELDS = ("run_dir", "ray_address")

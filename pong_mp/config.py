@@ -129,7 +129,7 @@ class TrainConfig:
     policy_lag: int = option(
         0,
         "Play update k's episodes with the weights of update k-1-L, so that L+1 batches "
-        "can be in flight and no worker waits at a batch's end (0: synchronous; ppo: 0 or 1).",
+        "can be in flight and no worker waits at a batch's end (0: synchronous).",
         metavar="L",
         group="learner",
     )
@@ -280,10 +280,7 @@ class TrainConfig:
                 f"{MAX_ENTROPY_BONUS:g}",
             ),
             (self.algo in ALGOS, f"--algo must be one of {', '.join(ALGOS)}"),
-            (
-                self.algo == "pg" or self.policy_lag <= MAX_PPO_POLICY_LAG,
-                f"--algo ppo works with --policy-lag 0 to {MAX_PPO_POLICY_LAG}",
-            ),
+            (self.algo == "pg" or self.policy_lag == 0, "--algo ppo works with --policy-lag 0"),
             (1 <= self.epochs <= 100, "--epochs must be between 1 and 100"),
             (1 <= self.minibatches <= 1000, "--minibatches must be between 1 and 1000"),
             (1 <= self.hidden <= MAX_HIDDEN, f"--hidden must be between 1 and {MAX_HIDDEN}"),
@@ -359,11 +356,6 @@ MAX_ENTROPY_BONUS = 10.0
 
 MAX_POLICY_LAG = 8
 """The most lag: each step keeps one more weights version in memory, checkpoint and nodes."""
-
-MAX_PPO_POLICY_LAG = 1
-"""The most lag of --algo ppo: one batch played ahead with the weights an update starts from
-is what keeps workers busy through its passes; a conv policy's weights are 3.6 times the
-MLP's, so a longer lag would swell its checkpoints."""
 
 OLDER_RUN_DEFAULTS: dict[str, Any] = {
     "optimizer": "rmsprop",

@@ -57,7 +57,7 @@ from pong_mp.learner import (
     update_stats,
 )
 from pong_mp.optim import MeanStep
-from pong_mp.state import TrainState, with_policy_lag
+from pong_mp.state import TrainState
 
 
 @dataclass(frozen=True)
@@ -501,7 +501,6 @@ class PPOLearning(Learning):
     minibatches: int  # optimizer steps a pass
     entropy: Schedule  # the entropy's weight in the objective
     step_threads: int = 1  # of each optimizer step (`optim.MeanStep`): any count, same bits
-    lag: int = 0  # --policy-lag: batch k is played with the weights of update k-1-lag
 
 
 @dataclass
@@ -517,17 +516,14 @@ class Played:
 class PPOLearner:
     """The actor-critic on a backend (`learner.Learner`): play a batch, then --epochs passes
     of --minibatches optimizer steps, each step's gradient computed by the workers and summed
-    in the batch's fixed order. Each step's weights are published as the next version before
-    the next minibatch is handed out; with --policy-lag L, each batch's weights (update
-    k-1-L's, `state.lagged[0]`) are published as a version of their own before it is
-    played."""
+    in the batch's fixed order. Weights versions count optimizer steps: each step's weights
+    are published before the next minibatch is handed out."""
 
     def __init__(self, settings: PPOLearning) -> None:
         """A learner with `settings`; `start` readies it for a run's state."""
         self.settings = settings
         self._total = np.empty(0)
-        self._version = 0  # the last published
-        self._current = 0  # the version of the weights the next update starts from
+        self._version = 0
 
     @property
     def steps_per_update(self) -> int:
@@ -537,23 +533,11 @@ class PPOLearner:
     def start(
         self, state: TrainState, backend: Backend, more: Callable[[TrainState], bool]
     ) -> TrainState:
-        """Publish the weights the next update starts from; with a lag, give a new run the
-        weights its first batches are played with (its initial ones)."""
-        lag = self.settings.lag
-        if len(state.lagged) != lag:
-            if state.batch != 0:
-                raise ValueError(f"update {state.batch} has no weights for a policy lag of {lag}")
-            state = with_policy_lag(state, lag)
+        """Publish the weights the next batch is played with."""
         self._total = np.empty(len(state.params))
-        # Versions an update publishes: its steps', and with a lag its batch's.
-        self._version = state.batch * (self.steps_per_update + (lag > 0)) - 1
-        self._current = self._publish(backend, state.params.astype(np.float32))
+        self._version = state.batch * self.steps_per_update
+        backend.publish(self._version, state.params.astype(np.float32))
         return state
-
-    def _publish(self, backend: Backend, weights: np.ndarray) -> int:
-        self._version += 1
-        backend.publish(self._version, weights)
-        return self._version
 
     def play(self, state: TrainState, backend: Backend) -> Played:
         """The next batch, played into trajectories; no gradient travels."""
@@ -561,10 +545,7 @@ class PPOLearner:
         tasks = make_tasks(self.settings.seed, first, size, gradient=False)
         summed = BatchSum(first, size, None)
         trajectories: dict[int, Trajectory] = {}
-        # Fixed by the batch's number alone, so no bit depends on timing or workers: the
-        # backend keeps the last lag + 1 versions, so the current one stays playable.
-        version = self._publish(backend, state.lagged[0]) if state.lagged else self._current
-        for stats in run_round(backend, version, tasks, summed):
+        for stats in run_round(backend, self._version, tasks, summed):
             if not isinstance(stats.data, Trajectory):
                 raise RuntimeError(f"episode {stats.index} came back without its trajectory")
             trajectories[stats.index] = stats.data
@@ -598,7 +579,7 @@ class PPOLearner:
                 summed = BatchSum(first, settings.batch_size, self._total, stepper.ranges)
                 passes = {
                     stats.index: stats.report
-                    for stats in run_round(backend, self._current, epoch_tasks, summed)
+                    for stats in run_round(backend, self._version, epoch_tasks, summed)
                 }
                 for task in tasks:  # added in episode order: the same bits every time
                     report = passes.get(task.index)
@@ -612,11 +593,10 @@ class PPOLearner:
                 scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
                 if not stepper.step(summed.total, divisor, scale, step, lr):
                     raise NonFiniteError(f"update {update}: the new weights would not be finite")
-                self._current = self._publish(backend, stepper.weights)
+                self._version += 1
+                backend.publish(self._version, stepper.weights)
                 coordinator += time.perf_counter() - arrived
-        # The next batches are played with the weights this update started from.
-        lagged = (*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else ()
-        new_state = next_state(state, stepper, played.summed, self.steps_per_update, lagged=lagged)
+        new_state = next_state(state, stepper, played.summed, self.steps_per_update)
         stats = {
             **update_stats(state, new_state, played.summed, grad_norm, lr),
             "entropy_bonus": entropy_bonus,

@@ -86,7 +86,6 @@ def make_learner(config: TrainConfig) -> Learner:
                 ),
                 decay_rate=config.decay_rate,
                 step_threads=step_threads(),
-                lag=config.policy_lag,
             )
         )
     return PGLearner(
@@ -276,11 +275,9 @@ def _banner(config: TrainConfig, state: TrainState, resume: bool) -> str:
     else:
         start = "new run"
     idle = ""
-    # pg's batches in flight (L + 1) are all there is to hand out before an update; ppo's
-    # lagged batch is played after the update before it, as without a lag.
-    in_flight = config.policy_lag + 1 if config.algo == "pg" else 1
-    playable = config.batch_size * in_flight
+    playable = config.batch_size * (config.policy_lag + 1)
     if config.backend != "serial" and config.workers > playable:
+        # The batches in flight (L + 1) are all there is to hand out before an update.
         idle = (
             f"; only {playable} of the {config.workers} workers can be busy "
             f"(--batch-size {config.workers} would use them all)"

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import checkpoint, pg, policy, ppo
+from pong_mp import pg, policy, ppo
 from pong_mp.api import Agent
 from pong_mp.backends import RolloutSpec
 from pong_mp.batch_sum import BatchSum
@@ -24,9 +24,7 @@ from pong_mp.config import ConfigError
 from pong_mp.envs import make_training_env
 from pong_mp.episode import ZeroRows, make_tasks
 from pong_mp.frames import INPUT_SIZE
-from pong_mp.learner import Schedule
 from pong_mp.rundir import prepare_run, read_metrics
-from pong_mp.state import TrainState
 from tests.helpers import (
     assert_agent_acts_as,
     checkpoint_weights,
@@ -376,7 +374,7 @@ def test_an_actor_critic_checkpoint_plays(tmp_path: Path, ppo_serial, clean_syst
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        (["--policy-lag", "2"], "--algo ppo works with --policy-lag 0 to 1"),
+        (["--policy-lag", "1"], "--algo ppo works with --policy-lag 0"),
         (["--epochs", "0"], "--epochs must be between 1 and 100"),
     ],
 )
@@ -924,83 +922,3 @@ def test_an_entropy_drop_gives_the_bytes_of_a_fork_with_each_of_its_values_where
     assert checkpoint_weights(penalty) == checkpoint_weights(one)
     train(fake_config(source, batches=5, **base), resume=True, log=_quiet)  # no drop
     assert len({checkpoint_weights(run) for run in (source, one, two)}) == 3  # each counts
-
-
-LAG = {**CONV, "policy_lag": 1}
-"""The conv actor-critic whose batch k is played with the weights of update k-2."""
-
-
-@pytest.fixture(scope="module")
-def lag_serial(tmp_path_factory: pytest.TempPathFactory) -> tuple[bytes, list[dict]]:
-    """The weights and metrics of 3 updates of LAG on the serial backend."""
-    run_dir = tmp_path_factory.mktemp("lag-serial")
-    train(fake_config(run_dir, backend="serial", **LAG), log=_quiet)
-    return checkpoint_weights(run_dir), _metrics(run_dir)
-
-
-@pytest.mark.parametrize(
-    ("backend", "workers"),
-    [("local", 1), ("local", 3), pytest.param("ray", 2, marks=pytest.mark.ray)],
-)
-def test_a_policy_lag_gives_the_actor_critic_the_same_bits_on_every_backend(
-    tmp_path: Path, backend: str, workers: int, lag_serial, clean_system
-) -> None:
-    train(fake_config(tmp_path, backend=backend, workers=workers, **LAG), log=_quiet)
-    assert checkpoint_weights(tmp_path) == lag_serial[0]
-    assert _metrics(tmp_path) == lag_serial[1]
-
-
-def test_a_lagged_actor_critic_resumes_bit_for_bit_with_its_weights_in_flight(
-    tmp_path: Path, lag_serial, conv_serial, clean_system
-) -> None:
-    # Batch 1 is played with the initial weights with a lag or without; batch 2 is not.
-    assert lag_serial[1][0] == conv_serial[1][0]
-    assert lag_serial[1][1] != conv_serial[1][1]
-    path = tmp_path / "checkpoint.npz"
-    train(fake_config(tmp_path, batches=1, **LAG), log=_quiet)
-    after_one, _ = checkpoint.load(path)
-    initial = policy.init_params(policy.NetShape(16, 3), 4, value=True)
-    assert [w.tobytes() for w in after_one.lagged] == [initial.astype(np.float32).tobytes()]
-    train(fake_config(tmp_path, batches=2, backend="serial", **LAG), resume=True, log=_quiet)
-    after_two, _ = checkpoint.load(path)
-    assert [w.tobytes() for w in after_two.lagged] == [
-        after_one.params.astype(np.float32).tobytes()
-    ]
-    train(fake_config(tmp_path, batches=3, workers=3, **LAG), resume=True, log=_quiet)
-    assert checkpoint_weights(tmp_path) == lag_serial[0]
-    assert _metrics(tmp_path) == lag_serial[1]
-    with np.load(path) as npz:
-        arrays = dict(npz)
-    assert arrays["lag_value"].shape == (1, 17) and arrays["lag_conv"].shape == (1, 8, 8, 3)
-    del arrays["lag_conv"]
-    np.savez(path, **arrays)
-    with pytest.raises(checkpoint.CheckpointError, match="missing lag_conv"):
-        checkpoint.load(path)
-
-
-def test_a_lagged_batch_is_played_with_the_weights_in_flight(clean_system) -> None:
-    shape = policy.NetShape(HIDDEN, 3)
-    spec = RolloutSpec(
-        "FakePong-v0", shape, ppo.PPOWork(policy.GAMMA), env_kwargs={"points_to_win": 2}, lag=1
-    )
-    older, newer = (policy.init_params(shape, seed, value=True) for seed in (1, 2))
-
-    def played(params: np.ndarray, lagged: tuple[np.ndarray, ...]) -> list[bytes]:
-        settings = ppo.PPOLearning(
-            seed=3, batch_size=2, optimizer="adam", lr=Schedule(1e-3), epochs=1,
-            minibatches=1, entropy=Schedule(0.0), lag=len(lagged),
-        )  # fmt: skip
-        learner = ppo.PPOLearner(settings)
-        state = TrainState(params, np.zeros_like(params), momentum=np.zeros_like(params),
-                           batch=5, lagged=lagged)  # fmt: skip
-        with new_backend("serial", spec) as backend:
-            learner.start(state, backend, lambda _: True)
-            done = learner.play(state, backend)
-        return [
-            trajectory.logp_old.tobytes() + trajectory.actions.tobytes()
-            for _, trajectory in sorted(done.trajectories.items())
-        ]
-
-    lagged = played(newer, (older.astype(np.float32),))
-    assert lagged == played(older, ())
-    assert lagged != played(newer, ())
