@@ -1,18 +1,17 @@
 """What playing the next batch during an update's passes could buy the actor-critic, by its
 projection, from the costs a `pong-mp bench --project` record measured: a bound, not a
-measurement (no backend overlaps them yet).
+measurement (no backend does it).
 
-With `--policy-lag 1` batch k + 1 is played with the weights update k starts from, so a pool
-could play it while update k's passes run, in the time its workers wait on the coordinator
-and on the rounds' barriers. For each (workers, batch size) the local backend's schedule
-(`projection.simulate`'s) gives the play's wall time and the learning's; with the play
-overlapped, an update takes at least its learning (a round more, for the log-probs the lag's
-passes take their ratio against) and at least all the work spread over the workers:
+With a lag of one update (batch k + 1 played with the weights update k starts from) a pool
+could play the next batch while update k's passes run, in the time its workers wait on the
+coordinator and on the rounds' barriers. For each (workers, batch size) the local backend's
+schedule (`projection.simulate`'s) gives the play's wall time and the learning's; with the
+play overlapped, an update takes at least its learning and at least all the work spread
+over the workers:
 
-    overlapped = max(learning + prox round, (play work + pass work) / workers, longest play)
+    overlapped = max(learning, (play work + pass work) / workers, longest play)
 
-The prox round is counted as a whole epoch's passes over each episode: an upper bound, since
-it is a forward pass only. Prints JSON.
+Prints JSON.
 
     python docs/bench/overlap_what_if.py docs/bench/DATE-projection.json \
         > docs/bench/DATE-overlap-what-if.json
@@ -21,7 +20,6 @@ it is a forward pass only. Prints JSON.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import heapq
 import json
 
@@ -39,7 +37,7 @@ def phases(
     """The play's and the learning's wall seconds over `updates` updates as `simulate` lays
     them out, the overlapped bound, and the work behind them."""
     rng = np.random.default_rng(seed)
-    play_wall = learn_wall = prox_wall = play_work = pass_work = steps = longest = 0.0
+    play_wall = learn_wall = play_work = pass_work = steps = longest = 0.0
     for _ in range(updates):
         drawn = [costs.episodes[i] for i in rng.integers(len(costs.episodes), size=batch)]
         free = [(0.0, worker) for worker in range(min(workers, batch))]
@@ -55,19 +53,14 @@ def phases(
             for part in range(len(drawn[0].pass_seconds)):
                 arrivals = _passes(costs, drawn, keeper, part, now)
                 now = max(arrivals) + len(drawn) * costs.add_seconds + costs.step_seconds
-        whole = [dataclasses.replace(e, pass_seconds=(sum(e.pass_seconds),)) for e in drawn]
-        prox = max(_passes(costs, whole, keeper, 0, 0.0))
         play_wall += back
         learn_wall += now - back
-        prox_wall += prox
         play_work += sum(e.play_seconds for e in drawn)
-        pass_work += sum((epochs + 1) * sum(e.pass_seconds) for e in drawn)
+        pass_work += sum(epochs * sum(e.pass_seconds) for e in drawn)
         longest = max(longest, max(e.play_seconds for e in drawn))
         steps += sum(e.steps for e in drawn)
     busy = min(workers, batch)
-    overlapped = max(
-        learn_wall + prox_wall, (play_work + pass_work) / busy, longest * updates
-    )
+    overlapped = max(learn_wall, (play_work + pass_work) / busy, longest * updates)
     return {
         "workers": workers,
         "batch_size": batch,
