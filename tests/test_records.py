@@ -202,7 +202,8 @@ def test_commands_run_with_an_older_commit_name_it_and_use_its_options() -> None
 
 
 def test_a_record_of_an_option_since_removed_is_made_at_an_older_commit() -> None:
-    # A record today's code cannot read is one of the runs made by such a block.
+    # A record today's code cannot read is one of the runs made by such a block: one of an
+    # option removed since, or of a value today's code refuses (the actor-critic's lag).
     made_there = {
         name for _, block in _older_blocks() for name in re.findall(r"--run-dir runs/(\S+)", block)
     }
@@ -211,7 +212,8 @@ def test_a_record_of_an_option_since_removed_is_made_at_an_older_commit() -> Non
         try:
             read_config(path)
         except ConfigError as exc:
-            assert "which pong-mp no longer has" in str(exc), exc
+            removed = "which pong-mp no longer has" in str(exc)
+            assert removed or path.parent.name in made_there, exc
             older.append(path.parent.name)
     assert len(older) >= 10
     missing = sorted(set(older) - made_there)
