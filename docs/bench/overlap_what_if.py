@@ -20,54 +20,30 @@ Prints JSON.
 from __future__ import annotations
 
 import argparse
-import heapq
 import json
 
-import numpy as np
-
-from pong_mp.tools.projection import Costs, EpisodeCost, _passes
+from pong_mp.tools.projection import Costs, lay_out
 
 SHAPES = [(2, 10), (8, 8), (16, 10), (16, 16), (32, 32)]
 """(workers, batch size) pairs projected."""
 
+UPDATES = 20
+"""Updates laid out for each pair."""
 
-def phases(
-    costs: Costs, workers: int, batch: int, epochs: int, updates: int = 20, seed: int = 0
-) -> dict[str, float]:
-    """The play's and the learning's wall seconds over `updates` updates as `simulate` lays
-    them out, the overlapped bound, and the work behind them."""
-    rng = np.random.default_rng(seed)
-    play_wall = learn_wall = play_work = pass_work = steps = longest = 0.0
-    for _ in range(updates):
-        drawn = [costs.episodes[i] for i in rng.integers(len(costs.episodes), size=batch)]
-        free = [(0.0, worker) for worker in range(min(workers, batch))]
-        keeper, back = [], 0.0
-        for episode in drawn:
-            now, worker = heapq.heappop(free)
-            done = now + costs.round_trip_seconds + episode.play_seconds
-            keeper.append(worker)
-            back = max(back, done)
-            heapq.heappush(free, (done, worker))
-        now = back
-        for _epoch in range(epochs):
-            for part in range(len(drawn[0].pass_seconds)):
-                arrivals = _passes(costs, drawn, keeper, part, now)
-                now = max(arrivals) + len(drawn) * costs.add_seconds + costs.step_seconds
-        play_wall += back
-        learn_wall += now - back
-        play_work += sum(e.play_seconds for e in drawn)
-        pass_work += sum(epochs * sum(e.pass_seconds) for e in drawn)
-        longest = max(longest, max(e.play_seconds for e in drawn))
-        steps += sum(e.steps for e in drawn)
-    busy = min(workers, batch)
-    overlapped = max(learn_wall, (play_work + pass_work) / busy, longest * updates)
+
+def bound(costs: Costs, workers: int, batch: int, epochs: int) -> dict[str, float]:
+    """The play's share of an update as `simulate` lays it out, and the overlapped bound."""
+    laid = lay_out(costs, workers, batch, epochs, UPDATES)
+    synchronous = laid.play_wall + laid.learn_wall
+    work = (laid.play_work + laid.pass_work) / min(workers, batch)
+    overlapped = max(laid.learn_wall, work, laid.longest_play * UPDATES)
     return {
         "workers": workers,
         "batch_size": batch,
-        "play_share": play_wall / (play_wall + learn_wall),
-        "steps_per_sec": steps / (play_wall + learn_wall),
-        "overlapped_steps_per_sec_bound": steps / overlapped,
-        "bound_over_synchronous": (play_wall + learn_wall) / overlapped,
+        "play_share": laid.play_wall / synchronous,
+        "steps_per_sec": laid.steps / synchronous,
+        "overlapped_steps_per_sec_bound": laid.steps / overlapped,
+        "bound_over_synchronous": synchronous / overlapped,
     }
 
 
@@ -78,16 +54,8 @@ def main() -> None:
     record = parser.parse_args().record
     with open(record) as file:
         measured = json.load(file)
-    raw = measured["costs"]
-    costs = Costs(
-        episodes=tuple(
-            EpisodeCost(e["steps"], e["play_seconds"], tuple(e["pass_seconds"]))
-            for e in raw["episodes"]
-        ),
-        **{k: raw[k] for k in ("raw_step_seconds", "add_seconds", "step_seconds",
-                               "round_trip_seconds")},
-    )
-    rows = [phases(costs, w, b, measured["epochs"]) for w, b in SHAPES]
+    costs = Costs.from_dict(measured["costs"])
+    rows = [bound(costs, w, b, measured["epochs"]) for w, b in SHAPES]
     print(json.dumps({"record": record, "rows": rows}, indent=2))
 
 

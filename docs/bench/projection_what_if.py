@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 import json
 
-from pong_mp.tools.projection import Costs, EpisodeCost, simulate
+from pong_mp.tools.projection import Costs, simulate
 
 SHAPES = [(2, 10), (8, 32), (16, 32), (16, 64), (32, 64), (32, 128)]
 """(workers, batch size) pairs projected."""
@@ -31,15 +31,7 @@ def main() -> None:
     record = parser.parse_args().record
     with open(record) as file:
         measured = json.load(file)
-    raw = measured["costs"]
-    costs = Costs(
-        episodes=tuple(
-            EpisodeCost(e["steps"], e["play_seconds"], tuple(e["pass_seconds"]))
-            for e in raw["episodes"]
-        ),
-        **{k: raw[k] for k in ("raw_step_seconds", "add_seconds", "step_seconds",
-                               "round_trip_seconds")},
-    )
+    costs = Costs.from_dict(measured["costs"])
     one = simulate(costs, 1, measured["batch_size"], measured["epochs"])["steps_per_sec"]
     rows = []
     for workers, batch in SHAPES:

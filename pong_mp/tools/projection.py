@@ -60,6 +60,16 @@ class Costs:
     step_seconds: float  # the coordinator's for one optimizer step and its publish
     round_trip_seconds: float  # a message to a worker process and back
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Costs:
+        """The costs a `pong-mp bench --project --json` record holds (`dataclasses.asdict`)."""
+        episodes = tuple(
+            EpisodeCost(e["steps"], e["play_seconds"], tuple(e["pass_seconds"]))
+            for e in data["episodes"]
+        )
+        scalars = ("raw_step_seconds", "add_seconds", "step_seconds", "round_trip_seconds")
+        return cls(episodes=episodes, **{key: data[key] for key in scalars})
+
 
 def _passes(
     costs: Costs, drawn: list[EpisodeCost], keeper: list[int], part: int, start: float
@@ -80,14 +90,26 @@ def _passes(
     return arrival
 
 
-def simulate(
+@dataclass
+class Schedule:
+    """What `lay_out` totals over its updates: the play's and the learning's wall seconds,
+    the workers' seconds of play and of passes, the env steps, and the longest episode."""
+
+    play_wall: float = 0.0
+    learn_wall: float = 0.0
+    play_work: float = 0.0
+    pass_work: float = 0.0
+    steps: int = 0
+    longest_play: float = 0.0
+
+
+def lay_out(
     costs: Costs, workers: int, batch_size: int, epochs: int, updates: int = 20, seed: int = 0
-) -> dict[str, float]:
-    """The training rate over `updates` updates of `batch_size` episodes drawn from the
-    measured ones: env steps a second, as a fraction of `workers` raw processes' ("ratio",
-    each on a core of its own), and the workers' busy fraction ("busy")."""
+) -> Schedule:
+    """The local backend's schedule of `updates` updates of `batch_size` episodes drawn from
+    the measured ones (see the module's docstring), totalled."""
     rng = np.random.default_rng(seed)
-    wall = busy = steps = 0.0
+    total = Schedule()
     for _ in range(updates):
         drawn = [costs.episodes[i] for i in rng.integers(len(costs.episodes), size=batch_size)]
         free = [(0.0, worker) for worker in range(min(workers, batch_size))]
@@ -103,15 +125,29 @@ def simulate(
             for part in range(len(drawn[0].pass_seconds)):
                 arrivals = _passes(costs, drawn, keeper, part, now)
                 now = max(arrivals) + len(drawn) * costs.add_seconds + costs.step_seconds
-        wall += now
-        busy += sum(e.play_seconds + epochs * sum(e.pass_seconds) for e in drawn)
-        steps += sum(e.steps for e in drawn)
+        total.play_wall += back
+        total.learn_wall += now - back
+        total.play_work += sum(e.play_seconds for e in drawn)
+        total.pass_work += sum(epochs * sum(e.pass_seconds) for e in drawn)
+        total.steps += sum(e.steps for e in drawn)
+        total.longest_play = max(total.longest_play, *(e.play_seconds for e in drawn))
+    return total
+
+
+def simulate(
+    costs: Costs, workers: int, batch_size: int, epochs: int, updates: int = 20, seed: int = 0
+) -> dict[str, float]:
+    """The training rate over `updates` updates of `batch_size` episodes drawn from the
+    measured ones: env steps a second, as a fraction of `workers` raw processes' ("ratio",
+    each on a core of its own), and the workers' busy fraction ("busy")."""
+    laid = lay_out(costs, workers, batch_size, epochs, updates, seed)
+    wall = laid.play_wall + laid.learn_wall
     return {
         "workers": workers,
         "batch_size": batch_size,
-        "steps_per_sec": steps / wall,
-        "busy": busy / (workers * wall),
-        "ratio": steps * costs.raw_step_seconds / (workers * wall),
+        "steps_per_sec": laid.steps / wall,
+        "busy": (laid.play_work + laid.pass_work) / (workers * wall),
+        "ratio": laid.steps * costs.raw_step_seconds / (workers * wall),
     }
 
 
