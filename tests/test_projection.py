@@ -3,6 +3,9 @@ costs measured with the workers' own code."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import pytest
 
 from pong_mp.config import TrainConfig
@@ -11,6 +14,7 @@ from pong_mp.tools.projection import (
     Costs,
     EpisodeCost,
     format_projection,
+    lay_out,
     measure_costs,
     run_projection,
     simulate,
@@ -35,6 +39,21 @@ def test_one_worker_plays_then_passes_over_what_it_played() -> None:
     assert row["busy"] == pytest.approx(1.0)
     assert row["steps_per_sec"] == pytest.approx(100 / 1.4)
     assert row["ratio"] == pytest.approx(0.1 / 1.4)  # 100 raw steps take 0.1 s
+
+
+def test_the_schedule_splits_each_update_into_play_and_learning() -> None:
+    # 3 episodes on 2 workers, as below: the play takes 2 s an update (a worker plays two),
+    # the passes 1 s (that worker passes over both); the longest episode 1 s.
+    laid = lay_out(_costs((1.0, 0.5)), workers=2, batch_size=3, epochs=1, updates=2)
+    assert (laid.play_wall, laid.learn_wall) == pytest.approx((4.0, 2.0))
+    assert (laid.play_work, laid.pass_work) == pytest.approx((6.0, 3.0))
+    assert (laid.steps, laid.longest_play) == (600, 1.0)
+
+
+def test_costs_read_back_from_a_records_json() -> None:
+    costs = _costs((1.0, 0.5, 0.25), (2.0, 0.75, 0.5), add=0.01, step=0.02, round_trip=0.03)
+    record = json.loads(json.dumps({"costs": dataclasses.asdict(costs)}))
+    assert Costs.from_dict(record["costs"]) == costs
 
 
 def test_workers_beyond_the_batch_stay_idle() -> None:
