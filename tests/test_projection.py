@@ -43,11 +43,11 @@ def test_one_worker_plays_then_passes_over_what_it_played() -> None:
 
 def test_the_schedule_splits_each_update_into_play_and_learning() -> None:
     # 3 episodes on 2 workers, as below: the play takes 2 s an update (a worker plays two),
-    # the passes 1 s (that worker passes over both); the longest episode 1 s.
+    # the passes 1 s (that worker passes over both); the longest episode 1 s an update.
     laid = lay_out(_costs((1.0, 0.5)), workers=2, batch_size=3, epochs=1, updates=2)
     assert (laid.play_wall, laid.learn_wall) == pytest.approx((4.0, 2.0))
     assert (laid.play_work, laid.pass_work) == pytest.approx((6.0, 3.0))
-    assert (laid.steps, laid.longest_play) == (600, 1.0)
+    assert (laid.steps, laid.longest_plays) == (600, 2.0)
 
 
 def test_costs_read_back_from_a_records_json() -> None:

@@ -2,16 +2,18 @@
 projection, from the costs a `pong-mp bench --project` record measured: a bound, not a
 measurement (no backend does it).
 
-With a lag of one update (batch k + 1 played with the weights update k starts from) a pool
-could play the next batch while update k's passes run, in the time its workers wait on the
-coordinator and on the rounds' barriers. For each (workers, batch size) the local backend's
-schedule (`projection.simulate`'s) gives the play's wall time and the learning's; with the
-play overlapped, an update takes at least its learning and at least all the work spread
-over the workers:
+With a lag (the next batch played with the weights of an optimizer step before the update
+ends) a pool could play the next batch while the update's last passes run, in the time its
+workers wait on the coordinator and on the rounds' barriers. For each (workers, batch size)
+the local backend's schedule (`projection.lay_out`) gives the play's wall time and the
+learning's. With the next batch's play free to start after `E` of the update's epochs (0:
+the weights the update starts from, a lag of the whole update), an update takes at least
 
-    overlapped = max(learning, (play work + pass work) / workers, longest play)
+    max(learning, learning of E epochs + max(longest play, play work / workers),
+        (play work + pass work) / workers)
 
-Prints JSON.
+(each summed over the updates laid out), and its speed at most the steps over that. Prints
+JSON.
 
     python docs/bench/overlap_what_if.py docs/bench/DATE-projection.json \
         > docs/bench/DATE-overlap-what-if.json
@@ -32,18 +34,23 @@ UPDATES = 20
 
 
 def bound(costs: Costs, workers: int, batch: int, epochs: int) -> dict[str, float]:
-    """The play's share of an update as `simulate` lays it out, and the overlapped bound."""
+    """The play's share of an update as the schedule lays it out, and for each count of
+    epochs the next batch's play waits for, the overlapped bound over today's speed."""
     laid = lay_out(costs, workers, batch, epochs, UPDATES)
     synchronous = laid.play_wall + laid.learn_wall
-    work = (laid.play_work + laid.pass_work) / min(workers, batch)
-    overlapped = max(laid.learn_wall, work, laid.longest_play * UPDATES)
+    busy = min(workers, batch)
+    work = (laid.play_work + laid.pass_work) / busy
+    play = max(laid.longest_plays, laid.play_work / busy)
+    after = {}
+    for waits in range(epochs):  # the same episodes: the draws depend on the seed alone
+        before = lay_out(costs, workers, batch, waits, UPDATES).learn_wall
+        after[waits] = synchronous / max(laid.learn_wall, before + play, work)
     return {
         "workers": workers,
         "batch_size": batch,
         "play_share": laid.play_wall / synchronous,
         "steps_per_sec": laid.steps / synchronous,
-        "overlapped_steps_per_sec_bound": laid.steps / overlapped,
-        "bound_over_synchronous": synchronous / overlapped,
+        "bound_over_synchronous_by_epochs_waited": after,
     }
 
 

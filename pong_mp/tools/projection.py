@@ -93,14 +93,15 @@ def _passes(
 @dataclass
 class Schedule:
     """What `lay_out` totals over its updates: the play's and the learning's wall seconds,
-    the workers' seconds of play and of passes, the env steps, and the longest episode."""
+    the workers' seconds of play and of passes, the env steps, and each update's longest
+    episode's seconds."""
 
     play_wall: float = 0.0
     learn_wall: float = 0.0
     play_work: float = 0.0
     pass_work: float = 0.0
     steps: int = 0
-    longest_play: float = 0.0
+    longest_plays: float = 0.0
 
 
 def lay_out(
@@ -130,7 +131,7 @@ def lay_out(
         total.play_work += sum(e.play_seconds for e in drawn)
         total.pass_work += sum(epochs * sum(e.pass_seconds) for e in drawn)
         total.steps += sum(e.steps for e in drawn)
-        total.longest_play = max(total.longest_play, *(e.play_seconds for e in drawn))
+        total.longest_plays += max(e.play_seconds for e in drawn)
     return total
 
 
