@@ -25,6 +25,10 @@ from tests.helpers import (
 # Ray, where tests start it, must not try to send usage reports from a machine without a
 # network.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# Names this pytest run in the environment of every process it starts, so that leak checks
+# leave alone the workers of another run beside it (bin/test runs the Ray tests beside the
+# others): helpers.LANE_VARIABLES.
+os.environ.setdefault("PONG_MP_TEST_RUN", str(os.getpid()))
 # Child processes (the command, scripts, Ray's workers and nodes) make the fault envs by
 # their module path, tests.fault_envs: it must be importable wherever they start.
 _ROOT = str(Path(__file__).resolve().parents[1])

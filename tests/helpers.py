@@ -279,6 +279,7 @@ def assert_agent_acts_as(
 # -- leftovers: shared memory and worker processes -------------------------------------------
 
 SHM = Path("/dev/shm")
+LANE_VARIABLES = ("PYTEST_XDIST_WORKER", "PONG_MP_TEST_RUN")  # conftest.py sets the second
 
 
 def pong_shm_blocks() -> set[str]:
@@ -333,14 +334,20 @@ def _coordinated(pid: int) -> bool:
 
 
 def _other_lane(pid: int) -> bool:
-    # A worker started under another pytest-xdist test process (its environment names it):
-    # that process's tests answer for it.
+    # A worker started under another test process, of this pytest run (pytest-xdist's lanes)
+    # or of another (bin/test's Ray tests run beside the others): its environment names that
+    # process, whose tests answer for it. A Ray node's leader keeps its pool under its own
+    # parent, which is neither pong-mp nor pytest.
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
-    lane = os.environ.get("PYTEST_XDIST_WORKER", "").encode()
-    return any(v.startswith(b"PYTEST_XDIST_WORKER=") and v[20:] != lane for v in environ)
+    mine = {f"{name}={os.environ.get(name, '')}".encode() for name in LANE_VARIABLES}
+    return any(
+        v.startswith(f"{name}=".encode()) and v not in mine
+        for v in environ
+        for name in LANE_VARIABLES
+    )
 
 
 def stray_workers() -> set[int]:
