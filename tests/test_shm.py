@@ -207,9 +207,10 @@ def test_a_local_start_removes_the_blocks_of_a_run_killed_with_its_tracker(
     try:
         assert killed.returncode == -9 and name.startswith(NAME_PREFIX), killed.stderr
         # The kill took the run's resource tracker too, so only a pong-mp start can remove
-        # the block now: this test's, or that of a test run beside it (pytest-xdist).
+        # the block now: this test's, or that of a test run beside it (pytest-xdist, or
+        # bin/test's other phase).
         assert _group_gone(int(group)), "the run's resource tracker outlived the kill"
-        if not os.environ.get("PYTEST_XDIST_WORKER"):  # no test beside this one to remove it
+        if not (os.environ.get("PYTEST_XDIST_WORKER") or os.environ.get("PONG_MP_TESTS_BESIDE")):
             assert name in pong_shm_blocks(), "the kill left nothing to clean up"
 
         spec = RolloutSpec(
