@@ -43,6 +43,17 @@ ensure_venv() {
         echo "pong-mp: error: installing into $VENV failed (full log: $VENV/install.log)" >&2
         exit 1
     fi
+    compile_sources pong_mp
     # Several lines: a venv with test extras also satisfies the plain command.
     { echo "$want"; [ -z "$extras" ] || echo "${want% *} base"; } >"$stamp"
+}
+
+# compile_sources DIR...: byte-compiles this checkout's Python files where they changed. The
+# editable install leaves them to first import, where PYTHONDONTWRITEBYTECODE (set in many
+# CI and container images) has every process compile them again: a tenth of a second for
+# each command and each worker it starts. Python reads the compiled files whatever that
+# says, and compiles any source edited since in memory, as before. Best effort: a file that
+# does not compile, or a read-only checkout, is for the run itself to report.
+compile_sources() {
+    (cd "$PONG_MP_ROOT" && "$VENV/bin/python" -m compileall -q "$@" >/dev/null 2>&1) || true
 }
