@@ -34,10 +34,14 @@ ensure_venv() {
     }
     echo "pong-mp: setting up $VENV with $($python --version) (first run only, ~1 min)" >&2
     [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
-    # pip byte-compiles what it installs (half a minute with Ray): left to first import, it
-    # would be compiled again in every process where PYTHONDONTWRITEBYTECODE is set.
+    # What is installed is byte-compiled (Ray's alone takes half a minute): left to first
+    # import, it would be compiled again in every process where PYTHONDONTWRITEBYTECODE is
+    # set. compileall does it on every core, where pip's own would take one.
     if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
-           "$VENV/bin/python" -m pip install --quiet -e "$spec"; } >"$VENV/install.log" 2>&1
+           "$VENV/bin/python" -m pip install --quiet --no-compile -e "$spec" &&
+           { "$VENV/bin/python" -m compileall -q -j 0 "$("$VENV/bin/python" -c \
+                 'import sysconfig; print(sysconfig.get_path("purelib"))')" || true; }
+         } >"$VENV/install.log" 2>&1
     then
         tail -n 20 "$VENV/install.log" >&2
         echo "pong-mp: error: installing into $VENV failed (full log: $VENV/install.log)" >&2
