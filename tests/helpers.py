@@ -335,9 +335,9 @@ def _coordinated(pid: int) -> bool:
 
 def _other_lane(pid: int) -> bool:
     # A worker started under another test process, of this pytest run (pytest-xdist's lanes)
-    # or of another (bin/test's Ray tests run beside the others): its environment names that
-    # process, whose tests answer for it. A Ray node's leader keeps its pool under its own
-    # parent, which is neither pong-mp nor pytest.
+    # or of another (bin/test's Ray tests run beside the others; a Ray node leader's pool,
+    # whose parent is neither pong-mp nor pytest, included): its environment names that
+    # process, whose tests answer for it.
     try:
         environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:

@@ -254,8 +254,8 @@ def test_training_rate_starts_from_a_model_with_its_lag(
     hidden, lag, start = played[0]
     assert (hidden, lag) == (8, 1) and np.array_equal(start, params)
     assert rate["updates"] >= 1 and rate["steps_per_sec"] > 0
-    # Approximate at the window's ends: with the lag, an episode a worker begun before the
-    # half-second window (a few updates) and reported in it counts whole.
+    # Approximate at the window's ends: with the lag, an episode that a worker began before
+    # the half-second window (a few updates) and reported in it counts whole.
     assert 0 < rate["workers_busy"] <= 1.5
     assert 0 < rate["play_share"] < 1  # pg's play: its episodes and their gradients
     assert rate["cpu_busy"] is None or 0 < rate["cpu_busy"] <= 1

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from tests.helpers import (
     pong_processes,
     pong_shm_blocks,
     start,
+    stray_workers,
 )
 
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
@@ -205,6 +208,32 @@ def test_workers_exit_when_the_coordinator_is_killed(tmp_path: Path) -> None:
     assert not new_blocks(before), "leaked shared memory"
     state, _ = checkpoint.load(tmp_path / "checkpoint.npz")  # still whole
     assert state.batch >= 1
+
+
+@pytest.mark.parametrize("run", ["this", "another"])
+def test_the_leak_check_leaves_another_test_runs_workers_to_it(run: str) -> None:
+    # A process named as a worker, under two shells: neither its parent nor its grandparent
+    # runs pong-mp or pytest, as under a Ray node's leader. Its name is built in the code, so
+    # that no command line above it holds it.
+    code = "import ctypes, time; ctypes.CDLL(None).prctl(15, b'pong' + b'-mp-worker-9', 0, 0, 0)"
+    inner = f"{shlex.quote(sys.executable)} -c {shlex.quote(code + '; time.sleep(60)')}; true"
+    env = dict(os.environ)
+    if run == "another":
+        env["PONG_MP_TEST_RUN"] = "another"  # as in bin/test's other phase, beside this one
+    before = pong_processes()
+    shells = subprocess.Popen(
+        ["sh", "-c", f"sh -c {shlex.quote(inner)} & wait"], env=env, start_new_session=True
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not (pong_processes() - before) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        worker = pong_processes() - before
+        assert len(worker) == 1, "the stand-in worker did not start"
+        assert (worker <= stray_workers()) == (run == "this")
+    finally:
+        os.killpg(shells.pid, signal.SIGKILL)
+        shells.wait()
 
 
 def test_an_episode_that_keeps_failing_stops_the_run_cleanly(tmp_path: Path, clean_system) -> None:
