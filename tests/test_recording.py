@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -45,6 +46,15 @@ def test_record_refuses_other_formats(fake_checkpoint: Path, tmp_path: Path) -> 
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "needs a .gif or .mp4 file" in done.stderr
     assert not (tmp_path / "game.avi").exists()
+
+
+def test_a_file_the_directory_refuses_is_named_by_its_own_path(tmp_path: Path) -> None:
+    # The check passes (a writable directory), but the file beside the target cannot be made:
+    # here a directory has its name; on /proc, say, the system refuses it.
+    (tmp_path / f".game.{os.getpid()}.tmp.gif").mkdir()
+    with pytest.raises(ValueError, match=r"^cannot write \S*game\.gif: Is a directory$"):
+        VideoRecorder(tmp_path / "game.gif")
+    assert not (tmp_path / "game.gif").exists()
 
 
 def test_recorder_upscales_without_blurring(tmp_path: Path) -> None:
