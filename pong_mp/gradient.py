@@ -22,23 +22,13 @@ class Moments:
 
     def add(self, values: np.ndarray) -> None:
         """Take in a chunk of values."""
-        if len(values) == 0:
-            return
-        mean = float(values.mean())
-        m2 = float(np.square(values - mean).sum())
-        total = self.count + len(values)
-        delta = mean - self.mean
-        self.m2 += m2 + delta * delta * self.count * len(values) / total
-        self.mean += delta * len(values) / total
-        self.count = total
+        if len(values):
+            mean = float(values.mean())
+            self.merge(Moments(len(values), mean, float(np.square(values - mean).sum())))
 
     def add_zeros(self, count: int) -> None:
         """Take in `count` zeros."""
-        if count:
-            total = self.count + count
-            self.m2 += self.mean * self.mean * self.count * count / total
-            self.mean -= self.mean * count / total
-            self.count = total
+        self.merge(Moments(count))
 
     def merge(self, other: Moments) -> None:
         """Take in the values that `other` summarises (Chan et al.'s pairwise update)."""
