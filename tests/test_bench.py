@@ -14,6 +14,7 @@ from pong_mp import policy
 from pong_mp.config import PRESETS
 from pong_mp.envs import make_env
 from pong_mp.tools.bench import (
+    TrainingSetup,
     compare_envs,
     env_steps_per_sec,
     episode_memory,
@@ -119,9 +120,24 @@ def test_format_bench_shows_every_figure() -> None:
 
 
 def test_episode_memory_measures_a_fresh_process() -> None:
-    memory = episode_memory(200, hidden=8, repeats=1)
+    memory = episode_memory(200, TrainingSetup(hidden=8), repeats=1)
     assert memory is not None  # Linux CI
     assert 10 < memory["before"] < memory["peak"] < 1000
+
+
+def test_episode_memory_is_that_of_the_learner_benched() -> None:
+    # The actor-critic's worker keeps the episode it played for the passes (~0.5 MB a
+    # thousand steps); Karpathy's learner folds its gradient in as it plays, in fixed memory.
+    memory = {
+        (learner, steps): episode_memory(steps, setup, repeats=1)
+        for learner, setup in (("ppo", TrainingSetup(hidden=8)), ("pg", TrainingSetup(**PG)))
+        for steps in (1_000, 20_000)
+    }
+    if None in memory.values():
+        pytest.skip("needs Linux's /proc")
+    grown = {learner: memory[learner, 20_000]["added"] - memory[learner, 1_000]["added"]
+             for learner in ("ppo", "pg")}
+    assert grown["ppo"] > 5.0 and grown["pg"] < 2.0, grown
 
 
 def test_scaling_measures_every_worker_count_against_as_many_raw_processes(
@@ -333,7 +349,7 @@ def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_s
     monkeypatch.setattr(
         bench,
         "episode_memory",
-        lambda steps, entropy_bonus=0.0: memory.append(entropy_bonus) or None,
+        lambda steps, setup=None, repeats=3: memory.append(setup.entropy_bonus) or None,
     )
     setup = bench.TrainingSetup(**{**PG, "entropy_bonus": 0.25}, batch_size=1)
     results = bench.run_bench(1, 0.2, "FakePong-v0", setup)
@@ -347,8 +363,10 @@ def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_s
 def test_the_entropy_bonus_adds_its_sum_to_a_workers_episode_memory() -> None:
     from pong_mp.tools import bench
 
-    plain = bench.episode_memory(1_000, hidden=100, repeats=1)
-    bonus = bench.episode_memory(1_000, hidden=100, repeats=1, entropy_bonus=0.1)
+    plain = bench.episode_memory(1_000, bench.TrainingSetup(**{**PG, "entropy_bonus": 0.0},
+                                                            hidden=100), repeats=1)
+    bonus = bench.episode_memory(1_000, bench.TrainingSetup(**{**PG, "entropy_bonus": 0.1},
+                                                            hidden=100), repeats=1)
     if plain is None or bonus is None:
         pytest.skip("needs Linux's /proc")
     # The third sum E: 100 x 6,401 float64, 5.1 MB.

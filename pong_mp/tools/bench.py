@@ -287,49 +287,49 @@ def training_rate(
     }
 
 
-def _episode_memory(steps: int, hidden: int, entropy_bonus: float) -> tuple[float, float]:
-    from pong_mp.backends.base import RolloutSpec, prepare_worker_process
+def _episode_memory(steps: int, setup: TrainingSetup) -> tuple[float, float]:
+    from pong_mp.backends.base import prepare_worker_process
     from pong_mp.backends.episode_worker import EpisodeWorker
     from pong_mp.episode import EpisodeTask
-    from pong_mp.pg import PGWork
+    from pong_mp.trainer import rollout_spec
 
     prepare_worker_process()
-    # What a worker holds for all its episodes: its env and workspace, and its gradient slot.
+    # What a worker of `setup`'s learner holds for all its episodes: its env and working
+    # memory, and Karpathy's learner's gradient slot; the actor-critic's keeps the episode
+    # played, as the local pool's workers do for its passes.
     game = {"points_to_win": 10_000, "max_steps": steps}
-    work = PGWork(policy.GAMMA, entropy_bonus)
-    spec = RolloutSpec("FakePong-v0", policy.NetShape(hidden), work, env_kwargs=game)
-    worker = EpisodeWorker(spec)
+    config, params = training_config(FAKE_PONG_ID, 1, setup, game)
+    worker = EpisodeWorker(rollout_spec(config), keep=True)
     worker.open()
-    weights = policy.Weights32.from_params(policy.init_params(spec.shape, 0), spec.shape)
-    grad = np.ones(policy.param_count(spec.shape), dtype=np.float32)
+    weights = policy.Weights32.from_params(params, config.shape)
+    size = policy.param_count(config.shape)
+    grad = np.ones(size, dtype=np.float32) if config.algo == "pg" else None
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.
     Path("/proc/self/clear_refs").write_text("5")
     result = worker.play(weights, EpisodeTask(0, 0), grad)
+    peak = _rss_mb(os.getpid())
     worker.close()
     if result.stats.steps != steps:
         raise RuntimeError(f"the episode took {result.stats.steps} steps, not {steps}")
-    peak = _rss_mb(os.getpid())
     if before is None or peak is None:
         raise RuntimeError("needs Linux's /proc")
     return before, peak
 
 
 def episode_memory(
-    steps: int,
-    hidden: int = 200,
-    repeats: int = 3,
-    entropy_bonus: float = 0.0,
+    steps: int, setup: TrainingSetup | None = None, repeats: int = 3
 ) -> dict[str, float] | None:
-    """RSS (MB) of a fresh worker-like process before one episode of exactly `steps` steps,
-    and its peak during it (median of `repeats` processes); None where /proc cannot tell."""
+    """RSS (MB) of a fresh worker-like process of `setup`'s learner (default: train's
+    defaults) before one episode of exactly `steps` steps, and its peak during it (median of
+    `repeats` processes); None where /proc cannot tell."""
+    setup = setup or TrainingSetup()
     ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeats):
         with ctx.Pool(1) as pool:
             try:
-                args = (steps, hidden, entropy_bonus)
-                runs.append(_pooled(pool.apply_async(_episode_memory, args)))
+                runs.append(_pooled(pool.apply_async(_episode_memory, (steps, setup))))
             except (OSError, RuntimeError):
                 return None
     before, peak = sorted(runs, key=lambda run: run[1])[len(runs) // 2]
@@ -349,8 +349,8 @@ def run_bench(
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
     reference = dense_reference_rate(env_id, seconds)
-    short = episode_memory(1_000, entropy_bonus=setup.entropy_bonus)
-    long = episode_memory(10_000, entropy_bonus=setup.entropy_bonus)
+    short = episode_memory(1_000, setup)
+    long = episode_memory(10_000, setup)
     return {
         "env": env_id,
         "workers": workers,
