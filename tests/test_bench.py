@@ -363,10 +363,10 @@ def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_s
 def test_the_entropy_bonus_adds_its_sum_to_a_workers_episode_memory() -> None:
     from pong_mp.tools import bench
 
-    plain = bench.episode_memory(1_000, bench.TrainingSetup(**{**PG, "entropy_bonus": 0.0},
-                                                            hidden=100), repeats=1)
-    bonus = bench.episode_memory(1_000, bench.TrainingSetup(**{**PG, "entropy_bonus": 0.1},
-                                                            hidden=100), repeats=1)
+    plain = bench.episode_memory(1_000, TrainingSetup(**{**PG, "entropy_bonus": 0.0},
+                                                      hidden=100), repeats=1)
+    bonus = bench.episode_memory(1_000, TrainingSetup(**{**PG, "entropy_bonus": 0.1},
+                                                      hidden=100), repeats=1)
     if plain is None or bonus is None:
         pytest.skip("needs Linux's /proc")
     # The third sum E: 100 x 6,401 float64, 5.1 MB.

@@ -302,8 +302,9 @@ def _episode_memory(steps: int, setup: TrainingSetup) -> tuple[float, float]:
     worker = EpisodeWorker(rollout_spec(config), keep=True)
     worker.open()
     weights = policy.Weights32.from_params(params, config.shape)
-    size = policy.param_count(config.shape)
-    grad = np.ones(size, dtype=np.float32) if config.algo == "pg" else None
+    grad = (
+        np.ones(policy.param_count(config.shape), dtype=np.float32) if config.algo == "pg" else None
+    )
     before = _rss_mb(os.getpid(), "VmRSS")
     # Reset the peak so that set-up does not hide what the episode itself needs.
     Path("/proc/self/clear_refs").write_text("5")

@@ -41,10 +41,6 @@ class VideoRecorder:
             raise ValueError(f"{path}: --record needs a .gif or .mp4 file")
         if scale < 1 or stride < 1 or (max_frames is not None and max_frames < 1):
             raise ValueError("scale, stride and max_frames must be >= 1")
-        try:
-            check_writable(path, "a .gif or .mp4 file for --record")
-        except FileError as exc:
-            raise ValueError(str(exc)) from None
         self.path = path
         self.scale = scale
         self.stride = stride
@@ -57,8 +53,9 @@ class VideoRecorder:
         self._gif_file: BinaryIO | None = None
         self._gif: GifStream | None = None
         self._writer: Any = None
-        try:
-            with file_io(path, "write"):  # a directory that refuses new files all the same
+        try:  # one line for a target that cannot be written, seen by the check or on opening
+            check_writable(path, "a .gif or .mp4 file for --record")
+            with file_io(path, "write"):  # a directory may refuse new files all the same
                 if suffix == ".gif":
                     self._gif_file = open(self._tmp, "wb")  # noqa: SIM115 (closed in close/abort)
                     self._delay_ms = 1000 * stride / fps
