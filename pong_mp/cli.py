@@ -460,7 +460,7 @@ def play_command(
       pong-mp play models/pong.npz --episodes 10 --env-arg fast=false   # gymnasium's own env
       pong-mp play models/pong.npz --episodes 1 --record game.gif --max-frames 1500
     """
-    with _usage_errors(CheckpointError, UnknownEnvError, ValueError, OSError):
+    with _usage_errors(CheckpointError, UnknownEnvError, FileError, ValueError, OSError):
         params, stored = load_policy(checkpoint_path)
         trained_on = stored.get("env", "ALE/Pong-v5")
         env_id = env or trained_on

@@ -10,6 +10,7 @@ import imageio.v2 as imageio
 import numpy as np
 import pytest
 
+from pong_mp.files import FileError
 from pong_mp.tools.recording import VideoRecorder
 from tests.helpers import pong_mp
 
@@ -52,7 +53,7 @@ def test_a_file_the_directory_refuses_is_named_by_its_own_path(tmp_path: Path) -
     # The check passes (a writable directory), but the file beside the target cannot be made:
     # here a directory has its name; on /proc, say, the system refuses it.
     (tmp_path / f".game.{os.getpid()}.tmp.gif").mkdir()
-    with pytest.raises(ValueError, match=r"^cannot write \S*game\.gif: Is a directory$"):
+    with pytest.raises(FileError, match=r"^cannot write \S*game\.gif: Is a directory$"):
         VideoRecorder(tmp_path / "game.gif")
     assert not (tmp_path / "game.gif").exists()
 

@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from pong_mp.files import FileError, check_writable, file_io
+from pong_mp.files import check_writable, file_io
 from pong_mp.tools.gif import GifStream
 
 FORMATS = (".gif", ".mp4")
@@ -53,24 +53,22 @@ class VideoRecorder:
         self._gif_file: BinaryIO | None = None
         self._gif: GifStream | None = None
         self._writer: Any = None
-        try:  # one line for a target that cannot be written, seen by the check or on opening
-            check_writable(path, "a .gif or .mp4 file for --record")
-            with file_io(path, "write"):  # a directory may refuse new files all the same
-                if suffix == ".gif":
-                    self._gif_file = open(self._tmp, "wb")  # noqa: SIM115 (closed in close/abort)
-                    self._delay_ms = 1000 * stride / fps
-                else:
-                    # yuv420p for players everywhere; 210x160 frames upscaled stay even-sized.
-                    self._writer = imageio.get_writer(
-                        self._tmp,
-                        fps=fps / stride,
-                        codec="libx264",
-                        pixelformat="yuv420p",
-                        macro_block_size=2,
-                        quality=8,
-                    )
-        except FileError as exc:
-            raise ValueError(str(exc)) from None
+        # A target that cannot be written is one FileError, seen by the check or on opening.
+        check_writable(path, "a .gif or .mp4 file for --record")
+        with file_io(path, "write"):  # a directory may refuse new files all the same
+            if suffix == ".gif":
+                self._gif_file = open(self._tmp, "wb")  # noqa: SIM115 (closed in close/abort)
+                self._delay_ms = 1000 * stride / fps
+            else:
+                # yuv420p for players everywhere; 210x160 frames upscaled stay even-sized.
+                self._writer = imageio.get_writer(
+                    self._tmp,
+                    fps=fps / stride,
+                    codec="libx264",
+                    pixelformat="yuv420p",
+                    macro_block_size=2,
+                    quality=8,
+                )
         self._done = False
 
     def add(self, frame: np.ndarray) -> None:
