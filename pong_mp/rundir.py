@@ -40,6 +40,7 @@ from pong_mp.state import (
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
+_RUN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE)  # what a trainer writes
 PACKED_METRICS_FILE = METRICS_FILE + ".xz"
 """A committed record's metrics (docs/runs), compressed; its first line may be a `LINES_OF`
 reference. Live runs write METRICS_FILE; `metrics_file` finds either."""
@@ -64,12 +65,15 @@ class RunDirError(ValueError):
 
 def remove_stale_temps(run_dir: Path) -> list[Path]:
     """Remove the temp files of writers that are gone (killed mid-write); the removed paths.
-    Called under the run's lock; a live writer's (`pong-mp export`, say) is left alone."""
+    Called under the run's lock. Only pong-mp's own are touched: `.NAME.PID.tmp` (files.py)
+    whose writer is gone, and an older version's `.NAME.tmp` of the run's own files; a live
+    writer's (`pong-mp export`, say) and any other file are left alone."""
     removed = []
     for tmp in Path(run_dir).glob(".*.tmp"):
-        parts = tmp.name.rsplit(".", 2)
-        pid = int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
-        if pid is not None and pid != os.getpid() and pid_alive(pid):
+        name, _, pid = tmp.name[1:].removesuffix(".tmp").rpartition(".")
+        if not (pid.isdigit() and name) and tmp.name[1:-4] not in _RUN_FILES:
+            continue  # not one of pong-mp's temp files
+        if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
             continue
         with contextlib.suppress(OSError):
             tmp.unlink()
@@ -631,9 +635,16 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
     stop message, and whether `--resume` continues it."""
     on_disk = checkpoint_on_disk(run_dir)
     if on_disk is None:
-        if (Path(run_dir) / CONFIG_FILE).exists():
-            return f"no checkpoint in {run_dir} yet; --resume starts the run from its start", True
-        return f"nothing was written in {run_dir}", False
+        config_path = Path(run_dir) / CONFIG_FILE
+        if not config_path.exists():
+            return f"nothing was written in {run_dir}", False
+        if _forked(config_path):  # as prepare_run says to a --resume of it
+            return (
+                f"no checkpoint in {run_dir} yet, and a fork resumes only from its first one: "
+                "remove the directory and fork again",
+                False,
+            )
+        return f"no checkpoint in {run_dir} yet; --resume starts the run from its start", True
     if reached is None or on_disk >= reached:
         return f"checkpoint saved at update {on_disk} in {run_dir}", True
     lost = f"updates {on_disk + 1} to {reached} were"
@@ -644,6 +655,14 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
         "played again)",
         True,
     )
+
+
+def _forked(config_path: Path) -> bool:
+    # Whether the config.json at `config_path` is a fork's (False where it cannot be read).
+    try:
+        return json.loads(config_path.read_text()).get("fork_from") is not None
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:

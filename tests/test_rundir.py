@@ -283,8 +283,12 @@ def test_temp_files_of_dead_writers_are_removed_at_the_next_start(
     old_style.write_text("{")
     alive = run_dir / f".model.npz.{os.getppid()}.tmp"  # a writer that is still running
     alive.write_bytes(b"y")
+    users = [run_dir / ".notes.tmp", run_dir / ".draft.v2.tmp"]  # not pong-mp's: kept
+    for path in users:
+        path.write_text("mine")
     assert _train(run_dir, "--resume", "--batches", "2").returncode == 0
     assert not dead.exists() and not old_style.exists() and alive.exists()
+    assert all(path.read_text() == "mine" for path in users)
     assert remove_stale_temps(run_dir) == []
 
 

@@ -17,11 +17,13 @@ import pytest
 
 from pong_mp import checkpoint, policy
 from pong_mp import config as config_module
+from pong_mp import trainer as trainer_module
 from pong_mp.batch_sum import BatchSum
 from pong_mp.config import PRESETS, ConfigError, TrainConfig, shown
 from pong_mp.episode import EpisodeResult, EpisodeStats
+from pong_mp.files import FileError
 from pong_mp.learner import NonFiniteError
-from pong_mp.rundir import RunDirError, prepare_run, read_metrics
+from pong_mp.rundir import RunDirError, prepare_run, read_metrics, where_it_stands
 from pong_mp.state import TrainState
 from pong_mp.trainer import make_learner
 from tests.helpers import METRIC_FIELDS, apply, checkpoint_weights, fake_config, train
@@ -656,6 +658,24 @@ def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path:
     config = fake_config(fork, fork_from=str(source), backend="serial", checkpoint_every=100)
     train(config, log=log)
     assert seen == [2]
+
+
+def test_a_fork_that_could_not_write_its_first_checkpoint_is_not_offered_a_resume(
+    tmp_path: Path, monkeypatch
+) -> None:
+    source, fork = tmp_path / "source", tmp_path / "fork"
+    train(fake_config(source, batches=1, backend="serial"), log=_quiet)
+
+    def full_disk(run_dir: Path, *_: object) -> None:
+        raise FileError(f"cannot write {run_dir / 'checkpoint.npz'}: No space left on device")
+
+    monkeypatch.setattr(trainer_module, "_save", full_disk)
+    with pytest.raises(FileError):
+        train(fake_config(fork, fork_from=str(source), backend="serial"), log=_quiet)
+    said, resumable = where_it_stands(fork, None)
+    assert not resumable and said.endswith("remove the directory and fork again"), said
+    with pytest.raises(RunDirError, match="fork again"):  # what a --resume would say
+        prepare_run(fork, True, {})
 
 
 _NORMS_SCRIPT = """
