@@ -144,6 +144,29 @@ def test_a_replacement_that_does_not_start_is_replaced_in_turn(
         backend.close()
 
 
+def test_a_worker_the_system_will_not_start_is_one_error_and_leaks_nothing(
+    monkeypatch, clean_system
+) -> None:
+    import errno
+    import multiprocessing.context
+
+    start = multiprocessing.context.SpawnProcess.start
+    started: list[object] = []
+
+    def start_one_only(process: multiprocessing.context.SpawnProcess) -> None:
+        if started:  # as a limit on open files or processes refuses the second
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        started.append(process)
+        start(process)
+
+    monkeypatch.setattr(multiprocessing.context.SpawnProcess, "start", start_one_only)
+    backend = new_backend("local", fake_spec(workers=2))
+    with pytest.raises(WorkerError, match=r"^cannot start worker process 1: Too many open files$"):
+        backend.start()
+    backend.close()
+    assert len(started) == 1 and not started[0].is_alive()  # the one started is stopped
+
+
 @pytest.mark.parametrize("name", BACKENDS_WITH_WORKERS)
 def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_system) -> None:
     spec = fake_spec(

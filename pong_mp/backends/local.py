@@ -169,7 +169,8 @@ class LocalBackend(BackendBase):
                 raise BackendUnavailable(
                     f"cannot create shared memory in /dev/shm: {exc.strerror or exc}"
                 ) from exc
-            self._workers = [self._spawn(slot) for slot in range(self.spec.workers)]
+            for slot in range(self.spec.workers):  # each closed with the rest if one fails
+                self._workers.append(self._spawn(slot))
             self._await_ready()
         except BaseException:
             self.close()
@@ -225,16 +226,26 @@ class LocalBackend(BackendBase):
     def _spawn(self, slot: int) -> _Worker:
         assert self._weights is not None
         grad = self._grads[0 if self._by_position else slot]
-        ours, theirs = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=worker_main,
-            name=f"pong-mp-worker-{slot}",
-            args=(self.spec, self._weights.name, grad.name, theirs, os.getpid(), self._slots),
-            daemon=True,
-        )
-        with worker_signals_blocked():
-            process.start()
-        theirs.close()
+        try:  # a limit on processes or open files is a failed run, not a traceback
+            ours, theirs = self._ctx.Pipe(duplex=True)
+            process = self._ctx.Process(
+                target=worker_main,
+                name=f"pong-mp-worker-{slot}",
+                args=(self.spec, self._weights.name, grad.name, theirs, os.getpid(), self._slots),
+                daemon=True,
+            )
+            try:
+                with worker_signals_blocked():
+                    process.start()
+            except BaseException:
+                ours.close()
+                raise
+            finally:
+                theirs.close()
+        except OSError as exc:
+            raise WorkerError(
+                f"cannot start worker process {slot}: {exc.strerror or exc}"
+            ) from None
         return _Worker(slot=slot, process=process, conn=ours, grad=grad)
 
     @property
