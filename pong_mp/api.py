@@ -11,6 +11,8 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,8 @@ def train(
 
     Ctrl-C (KeyboardInterrupt in a notebook) saves the checkpoint and raises
     KeyboardInterrupt; `train(run_dir, resume=True)` continues. Bad options raise
-    ConfigError, RunDirError, CheckpointError or FileError with a one-line message.
+    ConfigError, RunDirError, CheckpointError or FileError with a one-line message; so does
+    a call from a thread other than the main one (ConfigError).
     """
     from pong_mp import trainer
     from pong_mp.config import ConfigError
@@ -57,8 +60,15 @@ def train(
     unknown = sorted(set(options) - allowed)
     if unknown:
         raise ConfigError(f"unknown option{'s' * (len(unknown) > 1)}: {', '.join(unknown)}")
+    if threading.current_thread() is not threading.main_thread():
+        raise ConfigError(
+            "pong_mp.train runs in the main thread only: it takes Ctrl-C and SIGTERM there, "
+            "to save the checkpoint as it stops"
+        )
     given = dict(options)
     if env_arg is not None:
+        if not isinstance(env_arg, Mapping):
+            raise ConfigError(f"env_arg must be a dict of env arguments, not {env_arg!r}")
         given["env_kwargs"] = dict(env_arg)
     explicit = set(given)
     if not resume and given.get("fork_from") is None:

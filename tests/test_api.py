@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -52,6 +53,21 @@ def test_train_takes_presets_and_refuses_unknown_options(tmp_path: Path) -> None
         pong_mp.train(tmp_path / "R", batch=3, env_kwargs={})
     with pytest.raises(ConfigError, match="--lr must be > 0"):
         pong_mp.train(tmp_path / "R", lr=-1.0, **SMALL)
+    with pytest.raises(ConfigError, match=r"^env_arg must be a dict of env arguments, not \["):
+        pong_mp.train(tmp_path / "R", **{**SMALL, "env_arg": ["a"]})
+    raised: list[BaseException] = []
+
+    def in_a_thread() -> None:
+        try:
+            pong_mp.train(tmp_path / "R", **SMALL)
+        except BaseException as exc:  # what was raised, for the test to look at
+            raised.append(exc)
+
+    thread = threading.Thread(target=in_a_thread)
+    thread.start()
+    thread.join(timeout=60)
+    assert len(raised) == 1 and isinstance(raised[0], ConfigError), raised
+    assert str(raised[0]).startswith("pong_mp.train runs in the main thread only")
     assert not (tmp_path / "R").exists()
     pong_mp.train(
         tmp_path / "K", preset="karpathy", env="FakePong-v0", env_arg={"points_to_win": 1},
