@@ -70,11 +70,13 @@ def remove_stale_temps(run_dir: Path) -> list[Path]:
     writer's (`pong-mp export`, say) and any other file are left alone."""
     removed = []
     for tmp in Path(run_dir).glob(".*.tmp"):
-        name, _, pid = tmp.name[1:].removesuffix(".tmp").rpartition(".")
-        if not (pid.isdigit() and name) and tmp.name[1:-4] not in _RUN_FILES:
+        stem = tmp.name[1:].removesuffix(".tmp")
+        name, _, pid = stem.rpartition(".")
+        if name and pid.isdigit():
+            if int(pid) != os.getpid() and pid_alive(int(pid)):
+                continue  # its writer is still at work
+        elif stem not in _RUN_FILES:
             continue  # not one of pong-mp's temp files
-        if pid.isdigit() and int(pid) != os.getpid() and pid_alive(int(pid)):
-            continue
         with contextlib.suppress(OSError):
             tmp.unlink()
             removed.append(tmp)
@@ -658,10 +660,11 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
 
 
 def _forked(config_path: Path) -> bool:
-    # Whether the config.json at `config_path` is a fork's (False where it cannot be read).
+    # Whether the config.json at `config_path` is a fork's, read as prepare_run reads it
+    # (False where it cannot be: --resume then names what is wrong with it).
     try:
-        return json.loads(config_path.read_text()).get("fork_from") is not None
-    except (OSError, ValueError, AttributeError):
+        return cfg.read_config(config_path).fork_from is not None
+    except ConfigError:
         return False
 
 
