@@ -9,6 +9,8 @@ runs. Both give the same bits.
 import glob
 import os
 import platform
+import sys
+from multiprocessing import get_context
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
@@ -28,18 +30,35 @@ SOURCE = ["pong_mp/sparse.pyx"]
 for stale in glob.glob("pong_mp/sparse.*.so") + glob.glob("pong_mp/sparse.*.pyd"):
     os.remove(stale)
 
-extensions = cythonize([Extension("pong_mp._sparse", SOURCE, extra_compile_args=FLAGS)],
-                       language_level=3)
+BUILDS = [("pong_mp._sparse", FLAGS, None)]  # (module, compiler flags, where its C goes)
 if platform.machine().lower() in ("x86_64", "amd64") and os.name == "posix":
-    # The same source again, generated apart so the two C files do not collide. Optional: a
-    # compiler without AVX2 leaves the build for any CPU alone.
-    avx2 = cythonize(
-        [Extension("pong_mp._sparse_avx2", SOURCE, extra_compile_args=[*FLAGS, "-mavx2"])],
-        language_level=3,
-        build_dir="build/avx2",
-    )
-    for extension in avx2:
-        extension.optional = True  # set after cythonize, which does not carry it over
-    extensions += avx2
+    # The same source again, generated apart so the two C files do not collide.
+    BUILDS.append(("pong_mp._sparse_avx2", [*FLAGS, "-mavx2"], "build/avx2"))
+
+
+def generate(build: tuple[str, list[str], str | None]) -> list[Extension]:
+    """Cython's C for one build (skipped where it is newer than the source)."""
+    name, flags, build_dir = build
+    return cythonize([Extension(name, SOURCE, extra_compile_args=flags)], language_level=3,
+                     build_dir=build_dir, quiet=True)
+
+
+if sys.platform == "linux" and len(BUILDS) > 1:
+    # Cython takes seconds a build, on one core: the builds are generated side by side, then
+    # generate() below finds their C up to date.
+    # Forked, not pickled: setup.py is not a module a child could import. A child that
+    # fails leaves its build to generate() below, which reports the error.
+    children = [get_context("fork").Process(target=generate, args=(b,)) for b in BUILDS]
+    for child in children:
+        child.start()
+    for child in children:
+        child.join()
+extensions = generate(BUILDS[0])
+for build in BUILDS[1:]:
+    for extension in generate(build):
+        # Optional: a compiler without AVX2 leaves the build for any CPU alone. Set after
+        # cythonize, which does not carry it over.
+        extension.optional = True
+        extensions.append(extension)
 # The builds compile side by side, one a CPU.
 setup(ext_modules=extensions, options={"build_ext": {"parallel": os.cpu_count() or 1}})
