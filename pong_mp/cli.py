@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import json
 import logging
@@ -121,8 +122,33 @@ def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
     return stoppable
 
 
+class _OutputClosed(Exception):
+    """Standard output closed under click's own writes (help, version, a command's lines)."""
+
+
+@contextlib.contextmanager
+def _output_closed_stops() -> Iterator[None]:
+    # click's main ends a broken pipe with exit 1 and nothing said: it must be seen first.
+    try:
+        yield
+    except OSError as exc:
+        if not output_gone(exc):
+            raise
+        raise _OutputClosed() from None
+
+
 class _OneLineErrors(click.Group):
     """Turns click's multi-line usage errors into one line on stderr."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        """Parse the options (`--help` and `--version` print as they are parsed)."""
+        with _output_closed_stops():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command (its own options and `--help` are parsed here)."""
+        with _output_closed_stops():
+            return super().invoke(ctx)
 
     def main(self, *args: Any, **kwargs: Any) -> Any:
         """Run the command; usage errors become `pong-mp: error: ...` and exit code 2."""
@@ -134,12 +160,20 @@ class _OneLineErrors(click.Group):
             sys.exit(0)
         except click.exceptions.Abort:
             _fail("aborted", 130)
-        except BrokenPipeError:
+        except (_OutputClosed, BrokenPipeError):
             # Standard output was closed (`| head -1`): quiet, with SIGPIPE's status.
             _detach_stdout()
             sys.exit(EXIT_OUTPUT_CLOSED)
         except click.UsageError as exc:
             _fail(_removed(exc) or exc.format_message().replace("\n", " "), EXIT_USAGE)
+        except OSError as exc:
+            # A path the system cannot even look up, before the command wrote anything.
+            if exc.errno != errno.ENAMETOOLONG:
+                raise
+            name = str(exc.filename)
+            shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]}"
+            _fail(f"{shown}: path too long for the file system ({len(name)} characters)",
+                  EXIT_USAGE)
         except click.ClickException as exc:
             _fail(exc.format_message(), EXIT_USAGE)
 
@@ -353,7 +387,7 @@ def train_command(
     signals.raise_stop_signals()
     try:
         given = config.apply_preset(preset, given if typed_only else options, explicit=set(given))
-        with open_run(run_dir, resume, given) as (cfg, state):
+        with open_run(options["run_dir"], resume, given) as (cfg, state):
             reporter = make_reporter(quiet, state.batch, cfg.batches)
             try:
                 state = run(cfg, state, resumed=resume, reporter=reporter)
@@ -488,6 +522,7 @@ def play_command(
                 f"({score.steps:,} steps)"
             )
 
+    played_all = False
     try:
         with _recording(recorder) as on_frame:
             scores = play_games(
@@ -501,10 +536,20 @@ def play_command(
                 on_frame=on_frame,
                 on_game=on_game,
             )
-    except (OSError, RuntimeError) as exc:
-        # Only the recording writes a file here: a full disk, or ffmpeg that failed.
+            played_all = True
+    except (Exception, SystemExit) as exc:  # a stop (Interrupted, KeyboardInterrupt) passes
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        _fail(f"recording to {record} failed: {first}", EXIT_ERROR)
+        if played_all or isinstance(exc, _RecordingFailed):
+            # A frame the recording could not write (a full disk, ffmpeg), or its close.
+            _fail(f"recording to {record} failed: {first}", EXIT_ERROR)
+        # What the env gave (or raised, or exited with) broke the game, as a worker's env
+        # breaks a training run (exit 1); the env was made and checked before.
+        what = (
+            f"it called sys.exit({exc.code!r})"
+            if isinstance(exc, SystemExit)
+            else f"{type(exc).__name__}: {first}"
+        )
+        _fail(f"{env_id} failed while playing: {what}", EXIT_ERROR)
     recorded = {} if recorder is None else {"recorded_frames": recorder.frames}
     if as_json:
         report = {
@@ -521,6 +566,10 @@ def play_command(
     _echo_or_stop(summary(scores) + (" (greedy)" if greedy else " (sampled)"))
     if recorder is not None:
         _echo_or_stop(f"recorded {recorder.frames:,} frames to {record}")
+
+
+class _RecordingFailed(Exception):
+    """A frame the recording could not take."""
 
 
 @contextlib.contextmanager
@@ -544,7 +593,10 @@ def _recording(recorder: VideoRecorder | None) -> Iterator[Callable[[Any], None]
 
     def on_frame(frame: Any) -> None:
         before = recorder.frames
-        recorder.add(frame)
+        try:
+            recorder.add(frame)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise _RecordingFailed(str(exc) or type(exc).__name__) from exc
         if recorder.frames > before:
             progress.update(1)
 
