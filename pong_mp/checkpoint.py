@@ -53,6 +53,10 @@ the weights in flight, at most."""
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
 
+MAX_COUNT = 2**53
+"""The most a checkpoint's counters (updates, episodes, env steps, optimizer steps) may say:
+far past what any run reaches, and still exact as a float and in int64 arithmetic."""
+
 
 def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str) -> None:
     """Write `state` to `path` atomically: a reader sees the old file or the new, never half."""
@@ -245,6 +249,17 @@ def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
             raise CheckpointError(f"{key} holds non-finite values")
 
 
+def _check_format(data: dict[str, np.ndarray]) -> None:
+    # Files from before the field are of the first format.
+    field = data.get("format_version", np.int64(FORMAT_VERSION))
+    version = field.item() if field.size == 1 else None
+    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+        raise CheckpointError(
+            f"format_version {version!r} is not one this pong-mp reads (1 to {FORMAT_VERSION};"
+            " a newer pong-mp wrote it?)"
+        )
+
+
 def _check_config(stored: object, hidden: int) -> None:
     if not isinstance(stored, dict) or stored.get("hidden") != hidden:
         raise CheckpointError(f"its config does not match its weights (hidden {hidden})")
@@ -281,6 +296,9 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     for key, value in scalars.items():
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
+        if key != "elapsed" and (type(value) is not int or value > MAX_COUNT):
+            raise CheckpointError(f"{key} must be a whole number up to 2**53, not {value!r}")
+    _check_format(data)
     _check_config(stored, shape.hidden)
     lagged = _lagged(data, stored, data["W1"].shape)
     tails = _tails(data, prefixes, shape, np.float64, config.stored_value_head(stored))
@@ -312,8 +330,10 @@ def _optimizer_steps(data: dict[str, np.ndarray], stored: dict, batch: int) -> i
         passes = config.stored_option(stored, "epochs")
         return batch * passes * config.stored_option(stored, "minibatches")
     steps = data["optimizer_steps"].item() if data["optimizer_steps"].size == 1 else None
-    if not isinstance(steps, int) or steps < 0:
-        raise CheckpointError(f"optimizer_steps must be a whole number >= 0, not {steps!r}")
+    if not isinstance(steps, int) or not 0 <= steps <= MAX_COUNT:
+        raise CheckpointError(
+            f"optimizer_steps must be a whole number from 0 to 2**53, not {steps!r}"
+        )
     return steps
 
 
@@ -393,6 +413,7 @@ def load_policy(path: Path) -> tuple[np.ndarray, dict]:
         except (KeyError, ValueError) as exc:
             raise CheckpointError(f"not a pong-mp model or checkpoint ({exc})") from None
         shape = _shape_of(data)
+        _check_format(data)
         _check_finite(data, ("W1", "W2"))
         _check_config(stored, shape.hidden)
         (tail,) = _tails(data, ("",), shape, np.float32, value_head=False)

@@ -123,6 +123,13 @@ def _save_raw(path: Path, **overrides: object) -> None:
         ({"steps": np.str_("many")}, "steps must be a number >= 0, not 'many'"),
         ({"optimizer_steps": np.float64(2.5)}, "optimizer_steps must be a whole number"),
         ({"optimizer_steps": np.int64(-1)}, "optimizer_steps must be a whole number"),
+        # Counters no run reaches, which would overflow int64 as the run counts on.
+        ({"batch": np.int64(2**63 - 1)}, r"batch must be a whole number up to 2\*\*53"),
+        ({"episodes": np.float64(2.5)}, "episodes must be a whole number up to"),
+        ({"steps": np.bool_(True)}, "steps must be a whole number up to"),
+        ({"optimizer_steps": np.int64(2**62)}, "optimizer_steps must be a whole number"),
+        ({"format_version": np.int64(2)}, "format_version 2 is not one this pong-mp reads"),
+        ({"format_version": np.str_("1")}, "format_version '1' is not one"),
         ({"adam_m_W1": np.zeros((HIDDEN, 6400))}, "only one of adam_m_W1 and adam_m_W2"),
         ({"rmsprop_W1": np.full((HIDDEN, 6400), "x")}, "rmsprop_W1 has dtype <U1"),
     ],
@@ -239,6 +246,15 @@ def test_load_policy_names_bad_files(tmp_path: Path) -> None:
     )
     with pytest.raises(CheckpointError, match="non-finite"):
         checkpoint.load_policy(tmp_path / "bad.npz")
+    np.savez(
+        tmp_path / "newer.npz",
+        W1=np.zeros((2, 6400), np.float32),
+        W2=np.zeros(2, np.float32),
+        config=np.str_('{"hidden": 2, "policy": "mlp"}'),
+        format_version=np.int64(checkpoint.FORMAT_VERSION + 1),
+    )
+    with pytest.raises(CheckpointError, match="a newer pong-mp wrote it"):
+        checkpoint.load_policy(tmp_path / "newer.npz")
 
 
 def test_export_never_overwrites_a_checkpoint_or_a_foreign_file(
