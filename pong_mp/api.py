@@ -77,7 +77,7 @@ def train(
         del defaults["run_dir"]
         given = {**defaults, **given}
     given = apply_preset(preset, given, explicit=explicit)
-    with open_run(Path(run_dir), resume, given) as (config, state):
+    with open_run(run_dir, resume, given) as (config, state):
         reporter = (
             NotebookReporter(state.batch, config.batches) if progress else QuietReporter()
         )

@@ -244,6 +244,10 @@ class TrainConfig:
                 self.fork_from is None or self.fork_from.strip() != "",
                 "--fork-from must name a run directory",
             ),
+            (
+                _strict_json(self.env_kwargs),
+                "--env-arg values must be JSON (numbers finite: no NaN or Infinity)",
+            ),
             (self.workers >= 1, "--workers must be >= 1"),
             (
                 self.backend != "local" or self.workers <= local_workers,
@@ -633,12 +637,37 @@ def _deeper_than(value: object, depth: int) -> bool:
     return any(_deeper_than(item, depth - 1) for item in items)
 
 
-def parse_json(text: str | bytes) -> Any:
+def _strict_json(value: object) -> bool:
+    # What config.json can hold so that any JSON reader, and parse_json, reads it back.
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def _not_json(constant: str) -> Any:
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"{text} is beyond a float's range")
+    return number
+
+
+def parse_json(text: str | bytes, finite: bool = True) -> Any:
     """json.loads, refusing a document deeper than MAX_JSON_DEPTH (JSONTooDeep, a ValueError)
-    before a RecursionError in the parser or in the code that walks it."""
+    before a RecursionError in the parser or in the code that walks it; and, if `finite`,
+    Python's NaN and Infinity and numbers past a float's range (ValueError)."""
     too_deep = JSONTooDeep(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
     try:
-        value = json.loads(text)
+        value = (
+            json.loads(text, parse_constant=_not_json, parse_float=_finite)
+            if finite
+            else json.loads(text)
+        )
     except RecursionError:
         raise too_deep from None
     if _deeper_than(value, MAX_JSON_DEPTH):
@@ -649,7 +678,8 @@ def parse_json(text: str | bytes) -> Any:
 def read_config(path: Path) -> TrainConfig:
     """Load and check config.json; a ConfigError names the file and the problem."""
     try:
-        data = parse_json(Path(path).read_bytes().decode("utf-8"))
+        # NaN and Infinity are read, so that the field holding one is named below.
+        data = parse_json(Path(path).read_bytes().decode("utf-8"), finite=False)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     except JSONTooDeep as exc:

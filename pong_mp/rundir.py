@@ -305,7 +305,7 @@ def _scan_metrics(data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, by
             continue
         cut_off = number == len(lines)
         try:
-            record = cfg.parse_json(raw.decode("utf-8"))
+            record = cfg.parse_json(raw.decode("utf-8"), finite=False)  # as written
             problem = _check_record(record)
         except cfg.JSONTooDeep as exc:
             problem = str(exc)
@@ -603,7 +603,7 @@ def run_dir_problem(run_dir: Path) -> str | None:
 
 @contextlib.contextmanager
 def open_run(
-    run_dir: Path, resume: bool, given: dict[str, Any]
+    run_dir: str | Path, resume: bool, given: dict[str, Any]
 ) -> Iterator[tuple[TrainConfig, TrainState]]:
     """Check the options, take the run directory's lock, and yield (config, state).
 
@@ -612,6 +612,9 @@ def open_run(
     written it in between). A start that wrote nothing leaves no directory behind.
     """
     refuse_in_a_starting_worker()  # before anything: a worker running the user's script
+    if not str(run_dir).strip():  # Path("") is the current directory: never meant
+        raise RunDirError("--run-dir must name a directory")
+    run_dir = Path(run_dir)
     lock = RunLock(run_dir)
     lock.check_free()
     prepare_run(run_dir, resume, given)

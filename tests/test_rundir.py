@@ -341,6 +341,7 @@ def _copy_with_config(run: Path, run_dir: Path, changes: dict[str, object]) -> P
         ("hidden", True, "hidden must be a whole number, not true"),
         ("workers", -3, "--workers must be >= 1"),
         ("decay_rate", float("nan"), "--decay-rate must be a finite number"),
+        ("env_kwargs", {"points_to_win": float("inf")}, "--env-arg values must be JSON"),
         ("surprise", 1, "unknown config keys: surprise"),
         ("lr_drop_at", "4e6", 'lr_drop_at must be a number or a list of numbers, not "4e6"'),
         ("entropy_drop_at", [1e6, "2e6"], "entropy_drop_at must be a number or a list of"),
