@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from pong_mp import checkpoint, policy
 from pong_mp.backends import RolloutSpec, make_backend
 from pong_mp.backends.base import Backend
@@ -206,9 +208,13 @@ def updates(
     state = learner.start(state, backend, more)
     last = time.perf_counter()
     while more(state):
-        played = learner.play(state, backend)
-        play_seconds = time.perf_counter() - last
-        new_state, stats = learner.learn(state, played, backend)
+        # An env's inf or huge rewards make inf and nan in the batch's sums: the learner
+        # refuses a sum that is not finite in one line (NonFiniteError), without numpy's
+        # warnings (as EpisodeWorker.play does in the workers).
+        with np.errstate(all="ignore"):
+            played = learner.play(state, backend)
+            play_seconds = time.perf_counter() - last
+            new_state, stats = learner.learn(state, played, backend)
         now = time.perf_counter()
         seconds, last = now - last, now
         new_state.elapsed = state.elapsed + seconds

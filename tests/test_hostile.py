@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from pong_mp import api, checkpoint, policy, signals
+from pong_mp import config as config_module
 from pong_mp.backends.base import RolloutSpec
 from pong_mp.backends.local import LocalBackend
 from pong_mp.backends.shm import SharedGradient, SharedMemoryFull
@@ -673,3 +674,158 @@ def test_an_env_module_that_fails_is_one_line_before_any_worker(
     with pytest.raises(ConfigError, match=re.escape(message)):
         api.train(run_dir, env=f"{module}:{env}", progress=False)
     assert [p.name for p in tmp_path.iterdir() if p.name != "__pycache__"] == [f"{module}.py"]
+
+
+# -- an env that breaks as it plays --------------------------------------------------------------
+
+BREAKS = """\
+import sys
+
+import gymnasium as gym
+
+from pong_mp.envs.fake_pong import FakePong
+
+
+class Breaks(FakePong):
+    def __init__(self, how="raise", **kwargs):
+        super().__init__(**kwargs)
+        self.how = how
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.how == "raise":
+            raise RuntimeError("the paddle fell off")
+        if self.how == "exit":
+            sys.exit(0)
+        if self.how == "none":
+            obs = None
+        if self.how == "inf" and reward:
+            reward = float("inf")
+        return obs, reward, terminated, truncated, info
+
+
+gym.register(id="Breaks-v0", entry_point=Breaks, disable_env_checker=True)
+"""
+"""An env module whose env breaks as it plays, as its `how` argument says."""
+
+
+@pytest.fixture
+def breaking_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The id of BREAKS's env, its module importable by the commands the test runs."""
+    (tmp_path / "breaking_env.py").write_text(BREAKS)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    return "breaking_env:Breaks-v0"
+
+
+@pytest.mark.parametrize(
+    ("how", "message"),
+    [
+        ("raise", "RuntimeError: the paddle fell off"),
+        ("exit", "it called sys.exit(0)"),
+        ("none", "TypeError: "),  # what pong-mp makes of a frame that is None
+    ],
+)
+def test_an_env_that_breaks_as_play_plays_it_is_one_line(
+    breaking_env: str, fake_checkpoint, how: str, message: str
+) -> None:
+    # Not "recording to None failed", and not exit 0 with no result for sys.exit.
+    done = pong_mp("play", str(fake_checkpoint), "--env", breaking_env, "--env-arg", f"how={how}")
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    # The line before it is the warning that the policy was trained on another env.
+    assert done.stderr.splitlines()[-1].startswith(
+        f"pong-mp: error: {breaking_env} failed while playing: {message}"
+    ), done.stderr
+
+
+@pytest.mark.parametrize("preset", ["ppo", "pg"])
+def test_an_env_with_infinite_rewards_fails_the_update_in_one_line_without_warnings(
+    tmp_path: Path, breaking_env: str, preset: str, clean_system
+) -> None:
+    # The workers' sums turn inf and nan: the coordinator's NonFiniteError says so, and
+    # numpy's RuntimeWarnings, from the workers or the coordinator, add nothing before it.
+    run_dir = tmp_path / "R"
+    done = pong_mp(
+        "train", "--env", breaking_env, "--env-arg", "how=inf", "--preset", preset,
+        *"--hidden 8 --workers 1 --batch-size 2 --batches 2 --run-dir".split(), str(run_dir),
+    )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert one_line(done.stderr).startswith(
+        "pong-mp: error: update 1: the summed gradient is not finite"
+    )
+
+
+# -- closed pipes, long paths and empty names on every command ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--version"], ["--help"], ["train", "--help"], ["export"]],
+    ids=["version", "help", "train-help", "export"],
+)
+def test_a_closed_stdout_ends_any_command_as_sigpipe_would(
+    tmp_path: Path, fake_checkpoint, args: list[str]
+) -> None:
+    # click ends a broken pipe with exit 1 and nothing said; pong-mp's status for it is 141.
+    if args == ["export"]:
+        args = ["export", str(fake_checkpoint), str(tmp_path / "m.npz")]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the command writes: `pong-mp ... | true`
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pong_mp", *args], stdout=write, stderr=subprocess.PIPE,
+            text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    assert done.stderr == ""
+    if args[0] == "export":  # written whole before its line was printed
+        assert checkpoint.load_policy(tmp_path / "m.npz")[1]["hidden"] == 8
+
+
+def test_a_path_too_long_for_the_file_system_is_one_line(tmp_path: Path, fake_checkpoint) -> None:
+    long = tmp_path / ("a" * 300)
+    model = tmp_path / "m.npz"
+    for args in (
+        ["train", *FAKE, "--run-dir", str(long)],
+        ["train", "--resume", "--run-dir", str(long)],
+        ["train", "--fork-from", str(long), "--run-dir", str(tmp_path / "F")],
+        ["export", str(fake_checkpoint), f"{long}.npz"],
+        ["export", str(long), str(model)],
+    ):
+        done = pong_mp(*args)
+        assert done.returncode == 2, done.stderr
+        line = one_line(done.stderr)
+        assert line.startswith(f"pong-mp: error: {str(long)[:40]}..."), line
+        assert "path too long for the file system" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_run_dir_is_refused_not_taken_for_the_current_directory(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "pong_mp", "train", *FAKE, "--run-dir", ""],
+        capture_output=True, text=True, timeout=60, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr) == "pong-mp: error: --run-dir must name a directory"
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(ValueError, match="--run-dir must name a directory"):
+        api.train(" ", env="FakePong-v0", progress=False)
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_an_env_arg_beyond_json_numbers_is_a_word_never_a_nan_in_config_json(
+    tmp_path: Path, value: str
+) -> None:
+    # Python's json reads NaN, Infinity and 1e400 (as inf) and writes them back as NaN and
+    # Infinity, which no other JSON reader takes: here they stay the words they were typed.
+    run_dir = tmp_path / "R"
+    done = pong_mp("train", *FAKE, "--env-arg", f"points_to_win={value}", "--run-dir", str(run_dir))
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr).startswith(
+        f"pong-mp: error: FakePong-v0 cannot be made with points_to_win='{value}'"
+    )
+    assert not run_dir.exists()
+    with pytest.raises(ValueError, match=r"not a JSON number|beyond a float's range"):
+        config_module.parse_json(f'{{"lr": {value}}}')

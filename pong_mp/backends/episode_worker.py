@@ -60,7 +60,10 @@ class EpisodeWorker:
             task = self.kept.whole(task)
         elif self._keep:
             self.kept.playing()
-        result = self._learner.run(self._env, self._inputs, weights, task, out, zeroed)
+        # An env's inf or huge rewards make inf and nan here: the coordinator refuses a sum
+        # that is not finite in one line (NonFiniteError), so numpy's warnings add only noise.
+        with np.errstate(all="ignore"):
+            result = self._learner.run(self._env, self._inputs, weights, task, out, zeroed)
         if self._keep and result.stats.data is not None:
             self.kept.played(task.index, result.stats.data)
         return result
