@@ -128,13 +128,18 @@ class _OutputClosed(Exception):
 
 @contextlib.contextmanager
 def _output_closed_stops() -> Iterator[None]:
-    # click's main ends a broken pipe with exit 1 and nothing said: it must be seen first.
+    # click's main ends a broken pipe with exit 1 and nothing said, and a KeyboardInterrupt
+    # with an empty line before its Abort: both must be seen first.
     try:
         yield
     except OSError as exc:
         if not output_gone(exc):
             raise
         raise _OutputClosed() from None
+    except KeyboardInterrupt:
+        # Python's own, where pong-mp's handlers are not in place (a Ctrl-C while it
+        # imports an env module, or that module raising it).
+        _exit_stopped("pong-mp: stopped by SIGINT", 130)
 
 
 class _OneLineErrors(click.Group):

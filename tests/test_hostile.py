@@ -829,3 +829,17 @@ def test_an_env_arg_beyond_json_numbers_is_a_word_never_a_nan_in_config_json(
     assert not run_dir.exists()
     with pytest.raises(ValueError, match=r"not a JSON number|beyond a float's range"):
         config_module.parse_json(f'{{"lr": {value}}}')
+
+
+def test_a_keyboard_interrupt_from_an_env_module_is_a_stop_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python's own KeyboardInterrupt, where pong-mp's handlers are not in place yet: click
+    # would print an empty line before its own ending.
+    (tmp_path / "interrupting_env.py").write_text("raise KeyboardInterrupt\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    run_dir = tmp_path / "R"
+    done = pong_mp("train", "--env", "interrupting_env:Pong-v0", "--run-dir", str(run_dir))
+    assert done.returncode == 130, done.stderr
+    assert one_line(done.stderr) == "pong-mp: stopped by SIGINT"
+    assert not run_dir.exists()
