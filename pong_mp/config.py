@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pong_mp.backends import BACKENDS
+from pong_mp.files import read_file
 from pong_mp.optim import OPTIMIZERS
 from pong_mp.policy import NetShape
 
@@ -679,7 +680,7 @@ def read_config(path: Path) -> TrainConfig:
     """Load and check config.json; a ConfigError names the file and the problem."""
     try:
         # NaN and Infinity are read, so that the field holding one is named below.
-        data = parse_json(Path(path).read_bytes().decode("utf-8"), finite=False)
+        data = parse_json(read_file(Path(path)).decode("utf-8"), finite=False)
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     except JSONTooDeep as exc:

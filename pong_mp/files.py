@@ -8,7 +8,9 @@ becomes a `FileError` that names the file and the cause, in one line.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
@@ -43,6 +45,20 @@ def file_io(path: Path, action: str) -> Iterator[None]:
         yield
     except OSError as exc:
         raise file_error(path, action, exc) from None
+
+
+def read_file(path: Path) -> bytes:
+    """The bytes of the regular file `path`. Anything else is an OSError: a FIFO would block
+    the read until a writer comes, a device may never end, and a stop signal does not
+    interrupt a read (it is only noted)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO's open would block too
+    with os.fdopen(fd, "rb") as fh:
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device)", str(path))
+        return fh.read()
 
 
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:

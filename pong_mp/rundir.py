@@ -27,7 +27,14 @@ from pong_mp.backends.base import refuse_in_a_starting_worker
 from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError
 from pong_mp.config import ConfigError, TrainConfig, shown
 from pong_mp.envs import UnknownEnvError, check_env
-from pong_mp.files import FileError, file_error, file_io, pid_alive, write_text_atomic
+from pong_mp.files import (
+    FileError,
+    file_error,
+    file_io,
+    pid_alive,
+    read_file,
+    write_text_atomic,
+)
 from pong_mp.optim import dropped
 from pong_mp.state import (
     TrainState,
@@ -243,7 +250,7 @@ def metrics_bytes(path: Path, _links: int = 0) -> bytes:
     reference leads nowhere; FileError if a file cannot be read."""
     path = Path(path)
     with file_io(path, "read"):
-        data = path.read_bytes()
+        data = read_file(path)
     if not path.name.endswith(".xz"):
         return data
     try:
@@ -332,7 +339,7 @@ def keep_metrics_until(path: Path, last_batch: int) -> str | None:
     if not path.exists():
         return None
     with file_io(path, "read"):
-        data = path.read_bytes()
+        data = read_file(path)
     records, damaged = _scan_metrics(data)
     kept = [r for r in records if r["batch"] <= last_batch]
     if (len(kept) == len(records) and data.endswith(b"\n") and not damaged) or not data:

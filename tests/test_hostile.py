@@ -843,3 +843,31 @@ def test_a_keyboard_interrupt_from_an_env_module_is_a_stop_in_one_line(
     assert done.returncode == 130, done.stderr
     assert one_line(done.stderr) == "pong-mp: stopped by SIGINT"
     assert not run_dir.exists()
+
+
+def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(
+    tmp_path: Path, fake_checkpoint
+) -> None:
+    # Reading a FIFO blocks until a writer comes, and a first stop signal interrupts no read.
+    run_dir = tmp_path / "R"
+    shutil.copytree(fake_checkpoint.parent, run_dir)
+    metrics = (run_dir / "metrics.jsonl").read_bytes()
+    (run_dir / "metrics.jsonl").unlink()
+    os.mkfifo(run_dir / "metrics.jsonl")
+    for args in (["--resume"], ["--fork-from", str(run_dir)]):
+        target = run_dir if args == ["--resume"] else tmp_path / "F"
+        done = pong_mp("train", *args, "--run-dir", str(target), timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr) == (
+            f"pong-mp: error: cannot read {run_dir}/metrics.jsonl: not a regular file (a FIFO or "
+            "a device)"
+        )
+    assert not (tmp_path / "F").exists()
+    (run_dir / "metrics.jsonl").unlink()
+    (run_dir / "metrics.jsonl").write_bytes(metrics)
+    (run_dir / "config.json").unlink()
+    os.mkfifo(run_dir / "config.json")
+    # plot reads config.json for its title only: drawn without it.
+    done = pong_mp("plot", str(run_dir), "-o", str(tmp_path / "p.png"), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "p.png").stat().st_size > 0

@@ -13,7 +13,7 @@ import numpy as np
 from pong_mp import config as cfg
 from pong_mp import rundir
 from pong_mp.config import REMOVED, TrainConfig, shown
-from pong_mp.files import FileError, check_writable, write_atomic
+from pong_mp.files import FileError, check_writable, read_file, write_atomic
 from pong_mp.rundir import METRICS_FILE
 from pong_mp.tools import markdown_table
 
@@ -58,7 +58,7 @@ def _running(records: list[dict[str, Any]]) -> np.ndarray:
 def read_config(run_dir: Path) -> dict[str, Any]:
     """The run's config.json as a dict; empty if missing or unreadable (the curve still shows)."""
     try:
-        config = cfg.parse_json((Path(run_dir) / "config.json").read_text())
+        config = cfg.parse_json(read_file(Path(run_dir) / "config.json").decode("utf-8"))
     except (OSError, ValueError):
         return {}
     return config if isinstance(config, dict) else {}
