@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -20,10 +21,25 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.checkpoint import load_policy, stored_shape
-from pong_mp.config import TrainConfig, apply_preset
+from pong_mp.config import TrainConfig, apply_preset, check_types
 from pong_mp.frames import NO_PIXELS, NO_VALUES, BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
+
+FRAME_SHAPE = (210, 160, 3)
+"""What Agent takes: ALE's RGB frame of Pong (FakePong's is the same)."""
+
+
+def _plain(value: Any) -> Any:
+    """A notebook's value as TrainConfig takes it: numpy scalars and arrays as Python's
+    numbers and lists, paths as strings; anything else as it is (check_types judges it)."""
+    if isinstance(value, np.generic | np.ndarray):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, list | tuple):
+        return type(value)(_plain(item) for item in value)
+    return value
 
 
 def train(
@@ -65,7 +81,12 @@ def train(
             "pong_mp.train runs in the main thread only: it takes Ctrl-C and SIGTERM there, "
             "to save the checkpoint as it stops"
         )
-    given = dict(options)
+    if not isinstance(run_dir, str | os.PathLike):
+        raise ConfigError(f"run_dir must be a path, not {run_dir!r}")
+    if preset is not None and not isinstance(preset, str):
+        raise ConfigError(f"preset must be a preset's name, not {preset!r}")
+    given = {name: _plain(value) for name, value in options.items()}
+    check_types(given)  # before a fork or a resume looks at a path or a number given
     if env_arg is not None:
         if not isinstance(env_arg, Mapping):
             raise ConfigError(f"env_arg must be a dict of env arguments, not {env_arg!r}")
@@ -128,7 +149,15 @@ class Agent:
         self._started = False
 
     def probability_up(self, observation: np.ndarray) -> float:
-        """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset."""
+        """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset;
+        ValueError for anything else."""
+        shape, dtype = getattr(observation, "shape", None), getattr(observation, "dtype", None)
+        if not isinstance(observation, np.ndarray) or shape != FRAME_SHAPE or dtype != np.uint8:
+            what = f"{dtype} {shape}" if isinstance(observation, np.ndarray) else observation
+            raise ValueError(
+                f"an observation is an RGB frame, a {FRAME_SHAPE} uint8 array (ALE's Pong "
+                f"observations), not {what!s:.80}"
+            )
         if self._started:
             changed, values = self._stream.step(observation)
         else:  # a game's first frame: no difference yet, the input is all zeros

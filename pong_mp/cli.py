@@ -67,6 +67,8 @@ def _usage_errors(*kinds: type[Exception]) -> Iterator[None]:
     try:
         yield
     except kinds as exc:
+        if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
+            raise  # the path shortened, by _OneLineErrors
         _fail(str(exc), EXIT_USAGE)
 
 
@@ -464,7 +466,8 @@ def train_command(
 )
 @click.option(
     "--frame-stride",
-    type=click.IntRange(min=1),
+    # A GIF holds a frame at most 655 s (a 16-bit count of 10 ms): 1,000 steps are 67 s.
+    type=click.IntRange(min=1, max=1000),
     default=1,
     show_default=True,
     help="Record one frame in this many (the video still plays at the game's speed).",

@@ -495,8 +495,11 @@ def _typed(number: float) -> str:
 
 
 def option_flag(name: str) -> str:
-    """The command-line flag of TrainConfig field `name` (lr_drop_at: --lr-drop-at)."""
-    return "--" + name.replace("_", "-")
+    """The command-line flag of TrainConfig field `name` (lr_drop_at: --lr-drop-at;
+    env_kwargs: --env-arg)."""
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    flag = fields[name].metadata.get("flag") if name in fields else None
+    return flag or "--" + name.replace("_", "-")
 
 
 _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
@@ -515,6 +518,14 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 }
 
 
+def _shown_json(value: object) -> str:
+    # As config.json would hold it; a value it could not hold (bytes, a set) as Python's.
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def check_types(data: dict[str, Any]) -> None:
     """Raise ConfigError naming the first TrainConfig field in `data` of the wrong type (a
     float where a whole number belongs included); other keys are ignored."""
@@ -529,7 +540,7 @@ def check_types(data: dict[str, Any]) -> None:
         what, ok = _KINDS[kind.removesuffix(" | None")]
         if not ok(value):
             null = " or null" if optional else ""
-            raise ConfigError(f"{f.name} must be {what}{null}, not {json.dumps(value)}")
+            raise ConfigError(f"{f.name} must be {what}{null}, not {_shown_json(value)}")
 
 
 ALGORITHM_FIELDS = (

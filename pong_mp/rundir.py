@@ -211,7 +211,13 @@ def _read_pid(fd: int) -> int | None:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    # A JSON whole number past a float's range (10**400) is no number a run writes.
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _check_record(record: object) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -81,6 +82,31 @@ def _script(tmp_path: Path, body: str) -> Path:
     path = tmp_path / "script.py"
     path.write_text(textwrap.dedent(body))
     return path
+
+
+def test_numpy_numbers_and_paths_are_the_plain_values_they_hold(tmp_path: Path) -> None:
+    # A notebook's values: numpy scalars and arrays (a sweep's np.arange), pathlib paths.
+    serial = dict(SMALL, backend="serial", progress=False)
+    plain = pong_mp.train(tmp_path / "A", batches=1, **serial)
+    serial["batch_size"] = np.int64(2)
+    typed = pong_mp.train(
+        tmp_path / "B", batches=np.int32(1), lr=np.float64(1e-3),
+        entropy_drop_at=np.array([1e9]), entropy_drop_to=(np.float64(0.0),), **serial,
+    )  # fmt: skip
+    assert typed.params.tobytes() == plain.params.tobytes()
+    config = json.loads((tmp_path / "B" / "config.json").read_text())
+    assert (config["batch_size"], config["entropy_drop_at"]) == (2, [1e9])
+    fork = pong_mp.train(tmp_path / "F", fork_from=tmp_path / "A", batches=2, progress=False)
+    assert fork.batch == 2
+    for run_dir, options, message in (
+        (tmp_path / "C", {"fork_from": b"runs/a"}, "fork_from must be a string or null, not b'"),
+        (tmp_path / "C", {"hidden": {8}}, "hidden must be a whole number, not {8}"),
+        (tmp_path / "C", {"preset": ["pg"]}, "preset must be a preset's name, not ['pg']"),
+        (5, {}, "run_dir must be a path, not 5"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            pong_mp.train(run_dir, progress=False, **options)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["A", "B", "F"]
 
 
 def test_a_script_without_a_main_guard_gets_one_clear_message(
@@ -167,6 +193,19 @@ def test_the_agents_probabilities_are_the_bits_training_computes(channels: int) 
         obs, *_ = env.step(policy.UP if p_up >= 0.5 else policy.DOWN)
         p_up = agent.probability_up(obs)
         assert p_up == forward.p_up(weights, *stream.step(obs))
+
+
+def test_agent_refuses_what_is_not_a_pong_frame(fake_checkpoint: Path) -> None:
+    agent = pong_mp.Agent.load(fake_checkpoint, seed=0)
+    for observation, what in (
+        (None, "None"),
+        (np.zeros((210, 160)), "float64 (210, 160)"),
+        (np.zeros((100, 100, 3), np.uint8), "uint8 (100, 100, 3)"),  # once taken as a first frame
+    ):
+        message = f"uint8 array (ALE's Pong observations), not {what}"
+        with pytest.raises(ValueError, match=re.escape(message)):
+            agent.act(observation)
+    assert agent.act(np.zeros((210, 160, 3), np.uint8)) in (2, 3)
 
 
 def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> None:

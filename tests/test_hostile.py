@@ -793,6 +793,8 @@ def test_a_path_too_long_for_the_file_system_is_one_line(tmp_path: Path, fake_ch
         ["train", "--fork-from", str(long), "--run-dir", str(tmp_path / "F")],
         ["export", str(fake_checkpoint), f"{long}.npz"],
         ["export", str(long), str(model)],
+        ["play", f"{long}.npz"],
+        ["play", str(fake_checkpoint), "--record", f"{long}.gif"],
     ):
         done = pong_mp(*args)
         assert done.returncode == 2, done.stderr

@@ -360,3 +360,21 @@ def test_the_milestones_help_names_every_threshold_it_marks() -> None:
     shown = " ".join(CliRunner().invoke(cli.main, ["plot", "--help"]).output.split())
     for threshold in THRESHOLDS:
         assert (f"{threshold:+g}" if threshold else " 0,") in shown, threshold
+
+
+def test_numbers_at_the_float_limit_are_one_line_not_matplotlibs_traceback(
+    tmp_path: Path,
+) -> None:
+    # A hand-edited metrics file (or an env whose rewards are huge): matplotlib's axis
+    # arithmetic overflows as it draws.
+    _fake_run(tmp_path / "R", updates=3)
+    metrics = tmp_path / "R" / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for record, value in zip(records, (-1e308, 1e308, -1e308), strict=True):
+        record["running_reward"] = value
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = pong_mp("plot", str(tmp_path / "R"), "-o", str(tmp_path / "p.png"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("pong-mp: error: cannot draw these metrics: numbers too large")
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert not (tmp_path / "p.png").exists()

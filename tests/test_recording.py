@@ -109,3 +109,16 @@ def test_stride_and_length_choose_the_clip(fake_checkpoint: Path, tmp_path: Path
         assert reader.count_frames() == (steps + 1) // 2
     finally:
         reader.close()
+
+
+def test_a_stride_past_what_a_gif_can_hold_is_refused_before_a_game(
+    fake_checkpoint: Path, tmp_path: Path
+) -> None:
+    # 1,000 steps (67 s) a frame is the most; more would overflow a GIF's frame delay.
+    video = tmp_path / "clip.gif"
+    done = pong_mp(
+        "play", str(fake_checkpoint), "--record", str(video), "--frame-stride", "40000",
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("pong-mp: error: Invalid value for '--frame-stride'")
+    assert done.stdout == "" and list(tmp_path.iterdir()) == []

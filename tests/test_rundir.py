@@ -467,7 +467,7 @@ def test_a_drop_stored_as_one_number_resumes_as_that_drop(
 
 @pytest.mark.parametrize(
     "damage",
-    [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b'{"batch": 1}\n', b'{"batch": "1"}\n'],
+    [b"\xff\xfe not utf-8\n", b"[1, 2]\n", b'{"batch": 1}\n', b'{"batch": "1"}\n', b"10**400"],
 )
 def test_damaged_metrics_are_refused_by_plot_and_set_aside_by_resume(
     tmp_path: Path, finished_run: Path, damage: bytes
@@ -475,6 +475,9 @@ def test_damaged_metrics_are_refused_by_plot_and_set_aside_by_resume(
     run_dir = tmp_path / "R"
     shutil.copytree(finished_run, run_dir)
     metrics = run_dir / "metrics.jsonl"
+    if damage == b"10**400":  # a whole record, but with a count past a float's range
+        first = json.loads(metrics.read_bytes().splitlines()[0])
+        damage = (json.dumps({**first, "steps": 10**400}) + "\n").encode()
     metrics.write_bytes(damage + metrics.read_bytes())
     before = _snapshot(run_dir)
     done = pong_mp("plot", str(run_dir), "--milestones")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import warnings
 from dataclasses import MISSING, dataclass
 from pathlib import Path
 from typing import Any
@@ -93,9 +94,17 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, out: Path) -> None:
-    # Atomically (never half a file); the figure is closed whatever happens.
+    # Atomically (never half a file); the figure is closed whatever happens. Numbers near
+    # the float's limits (a metrics file edited by hand, an env's rewards) overflow
+    # matplotlib's axis arithmetic as it draws: a PlotError, not its warnings and traceback.
     try:
-        write_atomic(out, lambda fh: fig.savefig(fh, dpi=100, format="png"))
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore", RuntimeWarning)
+            write_atomic(out, lambda fh: fig.savefig(fh, dpi=100, format="png"))
+    except (ValueError, OverflowError) as exc:
+        raise PlotError(
+            f"cannot draw these metrics: numbers too large for a plot ({exc})"
+        ) from None
     finally:
         _pyplot().close(fig)
 
