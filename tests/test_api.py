@@ -130,6 +130,27 @@ def test_a_script_without_a_main_guard_gets_one_clear_message(
     assert "WorkerError" not in done.stderr
 
 
+def test_a_script_read_from_stdin_trains_on_worker_processes(
+    tmp_path: Path, clean_system
+) -> None:
+    # `python - < script.py`, or a heredoc: its __main__.__file__ is "<stdin>", which a
+    # spawned worker would try to run again as a file.
+    source = textwrap.dedent(
+        f"""
+        import pong_mp
+        state = pong_mp.train({str(tmp_path / "R")!r}, env="FakePong-v0", batches=1, workers=2,
+                              batch_size=2, hidden=8, progress=False)
+        print("update", state.batch)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-"], input=source, capture_output=True, text=True, timeout=120,
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "update 1" and "Traceback" not in done.stderr
+
+
 def test_ctrl_c_saves_the_checkpoint_and_raises_keyboard_interrupt(
     tmp_path: Path, clean_system
 ) -> None:

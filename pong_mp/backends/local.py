@@ -74,6 +74,7 @@ from pong_mp.backends.worker_process import (
     Stop,
     block_shapes,
     gradient_slots,
+    main_file_hidden_unless_a_file,
     worker_main,
     worker_signals_blocked,
 )
@@ -235,7 +236,7 @@ class LocalBackend(BackendBase):
                 daemon=True,
             )
             try:
-                with worker_signals_blocked():
+                with worker_signals_blocked(), main_file_hidden_unless_a_file():
                     process.start()
             except BaseException:
                 ours.close()

@@ -50,6 +50,23 @@ def worker_signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+@contextlib.contextmanager
+def main_file_hidden_unless_a_file() -> Iterator[None]:
+    """Inside, a `__main__.__file__` that names no file (`<stdin>`: `python - < script.py`, a
+    heredoc) is hidden: a spawned worker would run it again as a path and die. The worker
+    then starts as under `python -c` or Jupyter, without the script, which it needs not."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str) or os.path.isfile(path):
+        yield
+        return
+    del main.__file__  # type: ignore[union-attr]
+    try:
+        yield
+    finally:
+        main.__file__ = path  # type: ignore[union-attr]
+
+
 def ignore_in_worker() -> None:
     """In a worker: ignore what the coordinator handles (dropping any pending), unblocked."""
     for s in WORKER_IGNORES:
