@@ -119,6 +119,10 @@ def read_arrays(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np
             raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
         path = path / CHECKPOINT_FILE
     if not path.is_file():
+        if path.exists():  # a FIFO, a device: a read could wait for ever
+            raise CheckpointError(f"{path}: not a regular file")
+        if path.is_symlink():
+            raise CheckpointError(f"{path}: a symbolic link that leads to no file")
         raise CheckpointError(f"{path}: no such checkpoint")
     try:
         with open(path, "rb") as fh:

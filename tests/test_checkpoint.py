@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import zipfile
 from pathlib import Path
 
@@ -235,6 +236,12 @@ def test_an_exported_model_names_its_run_and_holds_no_path(tmp_path: Path) -> No
 def test_load_policy_names_bad_files(tmp_path: Path) -> None:
     with pytest.raises(CheckpointError, match="no such checkpoint"):
         checkpoint.load_policy(tmp_path / "nope.npz")
+    os.mkfifo(tmp_path / "fifo.npz")
+    with pytest.raises(CheckpointError, match=r"fifo\.npz: not a regular file"):
+        checkpoint.load_policy(tmp_path / "fifo.npz")
+    (tmp_path / "loop.npz").symlink_to("loop.npz")
+    with pytest.raises(CheckpointError, match=r"loop\.npz: a symbolic link that leads to no file"):
+        checkpoint.load_policy(tmp_path / "loop.npz")
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(CheckpointError, match="not a pong-mp model or checkpoint"):
         checkpoint.load_policy(tmp_path / "other.npz")
