@@ -163,7 +163,13 @@ class _OneLineErrors(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:
             # `pong-mp` alone, or a command without its arguments: the help, as --help shows it.
-            click.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
+            try:
+                click.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
+            except OSError as closed:
+                if not output_gone(closed):
+                    raise
+                _detach_stdout()
+                sys.exit(EXIT_OUTPUT_CLOSED)
             sys.exit(0)
         except click.exceptions.Abort:
             _fail("aborted", 130)
