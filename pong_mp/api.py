@@ -151,9 +151,9 @@ class Agent:
     def probability_up(self, observation: np.ndarray) -> float:
         """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset;
         ValueError for anything else."""
-        shape, dtype = getattr(observation, "shape", None), getattr(observation, "dtype", None)
-        if not isinstance(observation, np.ndarray) or shape != FRAME_SHAPE or dtype != np.uint8:
-            what = f"{dtype} {shape}" if isinstance(observation, np.ndarray) else observation
+        array = isinstance(observation, np.ndarray)
+        if not (array and observation.shape == FRAME_SHAPE and observation.dtype == np.uint8):
+            what = f"{observation.dtype} {observation.shape}" if array else observation
             raise ValueError(
                 f"an observation is an RGB frame, a {FRAME_SHAPE} uint8 array (ALE's Pong "
                 f"observations), not {what!s:.80}"

@@ -18,7 +18,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -88,6 +88,12 @@ def _detach_stdout() -> None:
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
         os.close(null)
+
+
+def _exit_output_closed() -> NoReturn:
+    # Standard output was closed (`| head -1`): quiet, with SIGPIPE's status.
+    _detach_stdout()
+    sys.exit(EXIT_OUTPUT_CLOSED)
 
 
 class _FiniteRange(click.FloatRange):
@@ -168,15 +174,12 @@ class _OneLineErrors(click.Group):
             except OSError as closed:
                 if not output_gone(closed):
                     raise
-                _detach_stdout()
-                sys.exit(EXIT_OUTPUT_CLOSED)
+                _exit_output_closed()
             sys.exit(0)
         except click.exceptions.Abort:
             _fail("aborted", 130)
         except (_OutputClosed, BrokenPipeError):
-            # Standard output was closed (`| head -1`): quiet, with SIGPIPE's status.
-            _detach_stdout()
-            sys.exit(EXIT_OUTPUT_CLOSED)
+            _exit_output_closed()
         except click.UsageError as exc:
             _fail(_removed(exc) or exc.format_message().replace("\n", " "), EXIT_USAGE)
         except OSError as exc:
