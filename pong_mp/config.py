@@ -249,6 +249,11 @@ class TrainConfig:
                 _strict_json(self.env_kwargs),
                 "--env-arg values must be JSON (numbers finite: no NaN or Infinity)",
             ),
+            (
+                self.ray_address is None or _host_port(self.ray_address),
+                "--ray-address must be HOST:PORT, the head node's address that `ray start "
+                "--head` printed (e.g. 10.0.0.5:6379)",
+            ),
             (self.workers >= 1, "--workers must be >= 1"),
             (
                 self.backend != "local" or self.workers <= local_workers,
@@ -524,6 +529,11 @@ def _shown_json(value: object) -> str:
         return json.dumps(value)
     except (TypeError, ValueError):
         return repr(value)
+
+
+def _host_port(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    return host.strip() != "" and port.isascii() and port.isdigit() and 0 < int(port) < 65536
 
 
 def check_types(data: dict[str, Any]) -> None:

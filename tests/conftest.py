@@ -5,7 +5,6 @@ The helpers they use are in helpers.py."""
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,9 +91,7 @@ def ray_of_the_test(request: pytest.FixtureRequest) -> None:
         return
     from pong_mp.backends import ray_cluster
 
-    sigterm = signal.getsignal(signal.SIGTERM)  # ray.init replaces it, as RayBackend.start says
-    ray_cluster.connect(None, num_cpus=SHARED_RAY_CPUS)
-    signal.signal(signal.SIGTERM, sigterm)
+    ray_cluster.connect(None, num_cpus=SHARED_RAY_CPUS)  # SIGTERM's handler kept
 
 
 @pytest.fixture(autouse=True)

@@ -119,6 +119,9 @@ def test_train_on_real_pong(tmp_path: Path, clean_system) -> None:
         (["--optimizer", "sgd"], "'sgd' is not one of"),
         (["--conv-layers", "2"], "pong-mp no longer has --conv-layers; the code of commit"),
         (["--target-reward", "high"], "'high' is not a valid float"),
+        # blank, it used to train locally; a bad port failed after the banner
+        (["--ray-address", ""], "--ray-address must be HOST:PORT"),
+        (["--ray-address", "10.0.0.5:99999"], "--ray-address must be HOST:PORT"),
     ],
 )
 def test_bad_input_is_one_line_and_writes_nothing(

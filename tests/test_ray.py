@@ -5,10 +5,13 @@ from the command line. Skipped only where Ray is not installed.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +29,7 @@ from tests.helpers import (
     play_batch,
     pong_mp,
     run_batch,
+    start,
     sum_batch,
 )
 
@@ -213,6 +217,126 @@ def test_an_unreachable_cluster_is_one_line_and_quick(tmp_path: Path) -> None:
     assert "cannot reach a Ray cluster at 127.0.0.1:" in done.stderr
     assert not (tmp_path / "R").exists()
 
+
+
+def _listen(answer: bytes | None) -> socket.socket:
+    """A server on a free loopback port that accepts, reads, and then sends `answer` and
+    closes, or (None) says nothing: a port held by something other than a Ray cluster."""
+    server = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = server.accept()
+                held.append(conn)
+                if answer is not None:
+                    conn.recv(100)
+                    conn.sendall(answer)
+                    conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return server
+
+
+@pytest.mark.own_ray
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (None, "the port is open, but nothing on it answers"),
+        (b"HTTP/1.1 400 Bad Request\r\n\r\n", "answered, but not as a Ray cluster"),
+    ],
+    ids=["silent", "http"],
+)
+def test_a_port_that_is_no_ray_cluster_is_one_line_and_quick(
+    tmp_path: Path, answer: bytes | None, said: str
+) -> None:
+    # ray.init, on a port that accepts and never answers, waits in C++ for ever.
+    server = _listen(answer)
+    with server:
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        start = time.monotonic()
+        done = pong_mp(
+            "train", "--env", "FakePong-v0", "--ray-address", address, "--run-dir",
+            str(tmp_path / "R"), timeout=60,
+        )
+    assert time.monotonic() - start < 30
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert said in done.stderr
+    assert not (tmp_path / "R").exists()
+
+
+# Ray sets its SIGTERM handlers during ray.init: Python's exits at once (exit 15), and once
+# the driver's core worker runs, a C++ one prints a stack dump. The kill comes just before
+# and just after that start, where each would have been in place.
+_STOP_IN_RAY_INIT = """
+import os, signal, sys
+import ray._private.worker as worker
+from pong_mp import signals
+from pong_mp.backends import ray_cluster
+
+original = worker.connect
+def connect(*args, **kwargs):
+    if sys.argv[1] == "before":
+        os.kill(os.getpid(), signal.SIGTERM)
+    result = original(*args, **kwargs)
+    if sys.argv[1] == "after":
+        os.kill(os.getpid(), signal.SIGTERM)
+    return result
+worker.connect = connect
+signals.raise_stop_signals()
+ray_cluster.connect(None, 1)
+try:
+    signals.check_stop()
+    print("no stop")
+except signals.Interrupted as stop:
+    print("stop", stop.signum)
+ray_cluster.ray.shutdown()
+"""
+
+
+@pytest.mark.own_ray
+@pytest.mark.parametrize("when", ["before", "after"])
+def test_a_sigterm_while_ray_starts_is_the_runs_stop(when: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _STOP_IN_RAY_INIT, when],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"stop {int(signal.SIGTERM)}\n"
+    assert "SIGTERM received" not in done.stderr
+
+
+@pytest.mark.own_ray
+def test_a_killed_driver_leaves_no_process_of_its_ray_instance(tmp_path: Path) -> None:
+    # Ray's two agents ignore SIGTERM and, their raylet gone, wait a minute on the dead GCS.
+    from pong_mp.backends.ray_cluster import _descendants
+
+    run = start(
+        "train", "--env", "FakePong-v0", "--env-arg", "points_to_win=2", "--backend", "ray",
+        "--workers", "1", "--batch-size", "2", "--no-tensorboard", "--run-dir",
+        str(tmp_path / "R"),
+    )
+    assert run.stdout is not None
+    for _ in range(2):  # the banner, then an update: the instance is up
+        assert run.stdout.readline(), run.stderr and run.stderr.read()
+    instance = _descendants(run.pid)
+    run.kill()
+    run.wait()
+    deadline = time.monotonic() + 15
+    while instance and time.monotonic() < deadline:
+        time.sleep(0.5)
+        instance = {p for p in instance if _alive(p)}
+    assert not instance
+
+
+def _alive(process: tuple[int, str]) -> bool:
+    """Whether (pid, start time) still names a running process (not a zombie)."""
+    try:
+        stat = Path(f"/proc/{process[0]}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    return stat[19] == process[1] and stat[0] != "Z"
 
 def test_the_actor_critic_sends_no_trajectory_back_to_where_it_was_played(
     tmp_path: Path, clean_system

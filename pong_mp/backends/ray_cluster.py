@@ -35,12 +35,14 @@ import os
 import re
 import signal
 import socket
+import subprocess
 import sys
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import FrameType
 from typing import Any, NamedTuple
 
@@ -342,6 +344,137 @@ def _use_token_if_available() -> None:
             Config.initialize("")
 
 
+HANDSHAKE_SECONDS = 5.0
+# An HTTP/2 client's preface and an empty SETTINGS frame: a gRPC server (Ray's GCS) answers
+# with a SETTINGS frame of its own, frame type 4 in the fourth byte.
+_GRPC_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _handshake_problem(address: str) -> str | None:
+    """Why no Ray cluster can be joined at `address` (HOST:PORT), or None when its GCS
+    answered the gRPC handshake within HANDSHAKE_SECONDS. ray.init itself, on a port that
+    accepts and never answers, waits in C++ for ever, past any alarm."""
+    host, _, port = address.rpartition(":")
+    try:
+        sock = socket.create_connection(
+            (host.removeprefix("[").removesuffix("]"), int(port)), timeout=HANDSHAKE_SECONDS
+        )
+    except (OSError, ValueError) as exc:
+        return f"cannot reach a Ray cluster at {address} ({exc})"
+    with sock:
+        if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+            return None  # TLS's handshake comes first: Ray's own checks take over
+        answer = b""
+        try:
+            sock.sendall(_GRPC_HELLO)
+            while len(answer) < 4 and (chunk := sock.recv(9)):
+                answer += chunk
+        except TimeoutError:
+            return (
+                f"no Ray cluster answered at {address} within {HANDSHAKE_SECONDS:.0f} s (the "
+                "port is open, but nothing on it answers)"
+            )
+        except OSError:
+            pass  # closed on us: not a gRPC server
+    if len(answer) < 4 or answer[3] != 4:
+        return (
+            f"{address} answered, but not as a Ray cluster: give the head node's GCS address, "
+            "the one `ray start --head` printed"
+        )
+    return None
+
+
+@contextlib.contextmanager
+def _keeping_sigterm() -> Iterator[None]:
+    """Keep the run's SIGTERM handler through ray.init, which sets two of its own: Python's
+    exits at once (exit 15, nothing said, the instance half started), and the C++ one prints a
+    stack dump first. A stop in those seconds is the run's, taken at its next safe point.
+    Ray's switches are private: where one is missing, the handler is put back after."""
+    handler = signal.getsignal(signal.SIGTERM)
+    private = getattr(ray, "_private", None)
+    switches = [
+        (getattr(private, "utils", None), "set_sigterm_handler", lambda handler: None),
+        # read as the driver's core worker starts: no C++ crash handler in the driver
+        (getattr(private, "ray_constants", None), "RAY_DISABLE_FAILURE_SIGNAL_HANDLER", True),
+    ]
+    kept = []
+    for where, name, value in switches:
+        if hasattr(where, name):
+            kept.append((where, name, getattr(where, name)))
+            setattr(where, name, value)
+    try:
+        yield
+    finally:
+        for where, name, old in kept:
+            setattr(where, name, old)
+        if handler is not None:
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _descendants(root: int) -> set[tuple[int, str]]:
+    """The descendants of process `root` as (pid, start time), from /proc (none elsewhere)."""
+    parents: dict[int, int] = {}
+    starts: dict[int, str] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.scandir("/proc"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
+                parents[int(entry.name)], starts[int(entry.name)] = int(fields[1]), fields[19]
+    found: set[tuple[int, str]] = set()
+    todo = [root]
+    while todo:
+        parent = todo.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found.update((pid, starts[pid]) for pid in children)
+        todo += children
+    return found
+
+
+# Waits for the driver to end, however it ends (its end of the pipe closes), then kills what
+# of a private Ray instance outlived it: after a SIGKILL of the driver, Ray's two agents
+# ignore SIGTERM and wait a minute on the dead GCS before they exit. A pid whose start time
+# changed is another process, left alone.
+_REAPER = """
+import os, signal, sys
+for s in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
+    signal.signal(s, signal.SIG_IGN)
+sys.stdin.buffer.read()
+for pid, start in (arg.split(":") for arg in sys.argv[1:]):
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            if stat.read().rsplit(")", 1)[1].split()[19] == start:
+                os.kill(int(pid), signal.SIGKILL)
+    except (OSError, IndexError):
+        pass
+"""
+
+
+def _start_reaper(processes: set[tuple[int, str]]) -> None:
+    """Start a process that kills `processes` (pid, start time) once this one has ended, or
+    has called `_stop_reaper`: a help, not a need, so one that cannot start is let be."""
+    global _reaper
+    if processes:
+        with contextlib.suppress(OSError):
+            _reaper = subprocess.Popen(
+                [sys.executable, "-c", _REAPER, *(f"{pid}:{start}" for pid, start in processes)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                start_new_session=True,  # out of the terminal's reach: no Ctrl-C, no hang-up
+            )
+
+
+def _stop_reaper() -> None:
+    """Have the reaper kill what is left of the instance now (ray.shutdown has stopped it)."""
+    global _reaper
+    reaper, _reaper = _reaper, None
+    if reaper is not None and reaper.stdin is not None:
+        reaper.stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            reaper.wait(_JOIN_SECONDS)
+
+
+_reaper: subprocess.Popen | None = None  # for the driver's life: its pipe's end is the sign
+
+
 def connect(address: str | None, num_cpus: int) -> bool:
     """Start a local Ray instance (address None) or join the cluster at `address`.
 
@@ -361,28 +494,29 @@ def connect(address: str | None, num_cpus: int) -> bool:
         # A private instance on loopback: nothing to reach from elsewhere. "local", because
         # a bare ray.init() would join whatever RAY_ADDRESS or the last `ray start` names
         # (and then refuse num_cpus with a traceback); only --ray-address joins a cluster.
-        ray.init(
-            address="local",
-            num_cpus=num_cpus,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            **quiet,
-        )
+        before = _descendants(os.getpid())
+        with _keeping_sigterm():
+            ray.init(
+                address="local",
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                **quiet,
+            )
+        _start_reaper(_descendants(os.getpid()) - before)
         return True
     _use_token_if_available()
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=5):
-            pass
-    except (OSError, ValueError) as exc:
-        raise BackendUnavailable(f"cannot reach a Ray cluster at {address} ({exc})") from None
+    problem = _handshake_problem(address)
+    if problem is not None:
+        raise BackendUnavailable(problem)
     # Ray retries a failed handshake for minutes; an alarm bounds the wait.
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(int(CONNECT_SECONDS))
     try:
         loopback = _loopback_host(address)
         extra = {"_node_ip_address": loopback} if loopback else {}
-        ray.init(address=address, **quiet, **extra)
+        with _keeping_sigterm():
+            ray.init(address=address, **quiet, **extra)
     except TimeoutError:
         raise BackendUnavailable(
             f"no Ray cluster answered at {address} within {CONNECT_SECONDS:.0f} s"
@@ -446,12 +580,7 @@ class RayBackend(BackendBase):
     def start(self) -> None:
         """Start or join Ray and start a leader, with its pool, on each node it needs;
         WorkerError if one cannot start."""
-        # ray.init makes SIGTERM end the driver at once (exit 15, nothing saved): the run's
-        # own handler goes back in.
-        sigterm = signal.getsignal(signal.SIGTERM)
         self._owns_ray = connect(self.address, self.spec.workers)
-        if sigterm is not None and signal.getsignal(signal.SIGTERM) is not sigterm:
-            signal.signal(signal.SIGTERM, sigterm)
         try:
             plan = plan_nodes(self.spec.workers, _cluster_cpus())
             self._leaders = [
@@ -531,6 +660,7 @@ class RayBackend(BackendBase):
                 ray.kill(leader.actor)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
+            _stop_reaper()
             self._owns_ray = False
 
     def publish(self, version: int, weights: np.ndarray) -> None:
