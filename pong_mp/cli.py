@@ -26,7 +26,7 @@ from pong_mp import config, signals
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy, stored_shape
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
-from pong_mp.files import FileError
+from pong_mp.files import DISK_FULL, FileError
 from pong_mp.learner import NonFiniteError
 from pong_mp.progress import make_reporter, output_gone
 from pong_mp.rundir import (
@@ -69,7 +69,12 @@ def _usage_errors(*kinds: type[Exception]) -> Iterator[None]:
     except kinds as exc:
         if isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG:
             raise  # the path shortened, by _OneLineErrors
-        _fail(str(exc), EXIT_USAGE)
+        _fail(str(exc), _input_or_disk(exc))
+
+
+def _input_or_disk(exc: BaseException) -> int:
+    """Exit code 1 where the disk refused a write (full, over quota), else 2 (bad input)."""
+    return EXIT_ERROR if getattr(exc, "errno", None) in DISK_FULL else EXIT_USAGE
 
 
 def _echo_or_stop(text: str) -> None:
@@ -734,9 +739,9 @@ def plot_command(
         else:
             plot.plot_runs(drawn, output)
     except (plot.PlotError, FileError) as exc:
-        _fail(str(exc), EXIT_USAGE)
+        _fail(str(exc), _input_or_disk(exc))
     except OSError as exc:
-        _fail(f"cannot write {output}: {exc.strerror or exc}", EXIT_USAGE)
+        _fail(f"cannot write {output}: {exc.strerror or exc}", _input_or_disk(exc))
     click.echo(f"wrote {output}")
     if milestones:
         click.echo("\n\n".join(tables))
@@ -752,7 +757,7 @@ def plot_command(
 )
 @click.option(
     "--seconds",
-    type=_FiniteRange(min=1),
+    type=_FiniteRange(min=1, max=86400),
     default=10.0,
     show_default=True,
     help="Length of each measurement (the whole bench takes about 6x this).",
@@ -831,6 +836,12 @@ def bench_command(
     def report(results: Any, format_results: Callable[[Any], str]) -> None:
         click.echo(json.dumps(results, indent=2) if as_json else format_results(results))
 
+    # --simulate alone is a measurement; with --project, the env that projection uses
+    modes = {"--scaling": scaling, "--simulate": simulate is not None and not project,
+             "--project": project, "--compare-envs": compare_envs_only}
+    if sum(modes.values()) > 1:
+        given_modes = " and ".join(name for name, on in modes.items() if on)
+        _fail(f"{given_modes} are separate measurements: give one at a time", EXIT_USAGE)
     with _usage_errors(UnknownEnvError, CheckpointError):
         check_env(env, {})
         # A bad file is one line now, not after the raw runs.

@@ -18,13 +18,22 @@ from typing import IO
 
 class FileError(RuntimeError):
     """A file could not be read or written (a full disk, no permission, ...); the message
-    names the file and the cause."""
+    names the file and the cause, `errno` the OSError's code where one caused it."""
+
+    def __init__(self, message: str, errno: int | None = None) -> None:
+        """The error `message`, from an OSError of code `errno`."""
+        super().__init__(message)
+        self.errno = errno
+
+
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+"""OSError codes of a disk that refused a write: the machine's state, not bad input."""
 
 
 def file_error(path: Path, action: str, exc: OSError) -> FileError:
     """The FileError for an OSError raised while `action`-ing `path`."""
     cause = exc.strerror or str(exc) or type(exc).__name__
-    return FileError(f"cannot {action} {path}: {cause}")
+    return FileError(f"cannot {action} {path}: {cause}", exc.errno)
 
 
 def pid_alive(pid: int) -> bool:

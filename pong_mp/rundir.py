@@ -503,6 +503,12 @@ def _prepare_fork(
         config = TrainConfig(**{**inherited, **given})  # with the fork_from given
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
+    if Path(config.run_dir).resolve().is_relative_to(source.resolve()):
+        # its files would sit inside the run it reads, and go with it when that one is removed
+        raise RunDirError(
+            f"--run-dir {config.run_dir} is inside the run it forks from, {source}: choose a "
+            "directory outside it"
+        )
     _validate(config, build_env)  # names an --hidden out of range before it is compared
     if config.hidden < stored.hidden:
         raise ConfigError(

@@ -331,6 +331,22 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
     assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr
 
 
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--scaling", "--project"], "--scaling and --project are separate measurements"),
+        (["--simulate", "0.002", "--scaling"], "--scaling and --simulate are separate"),
+        (["--compare-envs", "--scaling"], "--scaling and --compare-envs are separate"),
+        (["--seconds", "1e308"], "1e+308 is not in the range 1<=x<=86400"),
+    ],
+)
+def test_bench_refuses_what_it_cannot_measure_in_one_line(args: list[str], said: str) -> None:
+    # --scaling --project used to run only the projection; 1e308 seconds, until stopped
+    done = pong_mp("bench", "--env", "FakePong-v0", *args, timeout=30)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
 def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_system) -> None:
     import pong_mp.trainer as trainer
     from pong_mp.tools import bench

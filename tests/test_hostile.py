@@ -816,6 +816,17 @@ def test_an_empty_run_dir_is_refused_not_taken_for_the_current_directory(tmp_pat
         api.train(" ", env="FakePong-v0", progress=False)
 
 
+
+def test_a_fork_into_its_own_source_run_is_refused(tmp_path: Path, fake_checkpoint) -> None:
+    source = fake_checkpoint.parent
+    before = {path.name: path.read_bytes() for path in source.iterdir()}
+    (tmp_path / "link").symlink_to(source)
+    for run_dir in (source / "sub", tmp_path / "link" / "deeper" / "sub"):
+        done = pong_mp("train", "--fork-from", str(source), "--run-dir", str(run_dir))
+        assert done.returncode == 2, done.stderr
+        assert f"is inside the run it forks from, {source}" in one_line(done.stderr)
+    assert {path.name: path.read_bytes() for path in source.iterdir()} == before
+
 @pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity", "1e400"])
 def test_an_env_arg_beyond_json_numbers_is_a_word_never_a_nan_in_config_json(
     tmp_path: Path, value: str

@@ -179,6 +179,22 @@ def test_a_full_disk_keeps_the_last_good_checkpoint(mount_tmpfs, clean_system) -
     assert [r["batch"] for r in read_metrics(run_dir / "metrics.jsonl")] == [1, 2]
 
 
+
+def test_export_and_plot_onto_a_full_disk_exit_1_and_leave_no_file(
+    tmp_path: Path, mount_tmpfs
+) -> None:
+    # The disk refused the write: the machine's state (exit 1), not bad input (2).
+    run_dir = tmp_path / "R"
+    assert _train(run_dir, "--batches", "2").returncode == 0
+    full = mount_tmpfs("16k")
+    for args, out in (
+        (("export", str(run_dir)), full / "agent.npz"),
+        (("plot", str(run_dir), "--output"), full / "learning.png"),
+    ):
+        done = pong_mp(*args, str(out))
+        _one_line_error(done, 1, f"cannot write {out}", "No space left on device")
+        assert list(full.iterdir()) == []
+
 def test_a_read_only_run_directory_is_one_line(mount_tmpfs, clean_system) -> None:
     mnt = mount_tmpfs("50m")
     run_dir = mnt / "R"
