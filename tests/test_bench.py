@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -22,7 +24,7 @@ from pong_mp.tools.bench import (
     format_env_comparison,
 )
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import pong_mp
+from tests.helpers import pong_mp, start
 
 PG = {
     name: PRESETS["pg"][name]
@@ -346,6 +348,37 @@ def test_bench_refuses_what_it_cannot_measure_in_one_line(args: list[str], said:
     done = pong_mp("bench", "--env", "FakePong-v0", *args, timeout=30)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
+
+
+def _children(pid: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.add(int(stat.parent.name))
+    return found
+
+
+def test_a_killed_bench_takes_its_stepping_processes_with_it() -> None:
+    # They used to step on, orphaned, for the rest of --seconds.
+    bench_run = start("bench", "--env", "FakePong-v0", "--workers", "2", "--seconds", "600")
+    deadline = time.monotonic() + 60
+    while len(stepping := _children(bench_run.pid)) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the pool's 2 processes and its resource tracker
+    assert len(stepping) >= 3
+    bench_run.kill()
+    bench_run.wait()
+    deadline = time.monotonic() + 10
+    while (left := {p for p in stepping if _running(p)}) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left
+
+
+def _running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_system) -> None:
     import pong_mp.trainer as trainer

@@ -74,9 +74,14 @@ def ignore_in_worker() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORES)
 
 
+def exit_with_parent(parent_pid: int) -> None:
+    """In a child process: end it within a second of the death (even by SIGKILL) of its
+    parent, `parent_pid`, from a thread; a process deep in an episode would not see its pipe
+    close. Also the initializer of the bench's process pools."""
+    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+
+
 def _exit_when_orphaned(parent_pid: int) -> None:
-    # A worker deep in an episode would not see its pipe close; this thread notices the
-    # coordinator's death (even SIGKILL) within a second and ends the process.
     while True:
         time.sleep(0.5)
         if os.getppid() != parent_pid:
@@ -150,7 +155,7 @@ def worker_main(
     `slots` slots. The env is closed on every exit path."""
     ignore_in_worker()
     _set_os_process_name(mp.current_process().name)
-    threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
+    exit_with_parent(parent_pid)
     worker = EpisodeWorker(spec, keep=True)
     weights = None
     grad = None
