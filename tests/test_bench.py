@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -359,14 +361,24 @@ def _children(pid: int) -> set[int]:
     return found
 
 
-def test_a_killed_bench_takes_its_stepping_processes_with_it() -> None:
-    # They used to step on, orphaned, for the rest of --seconds.
-    bench_run = start("bench", "--env", "FakePong-v0", "--workers", "2", "--seconds", "600")
+@pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C to the group"])
+def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
+    # Killed, they used to step on, orphaned, for the rest of --seconds; a terminal's Ctrl-C
+    # printed a KeyboardInterrupt traceback from each.
+    bench_run = start(
+        "bench", "--env", "FakePong-v0", "--workers", "2", "--seconds", "600", group=True
+    )
     deadline = time.monotonic() + 60
     while len(stepping := _children(bench_run.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)  # the pool's 2 processes and its resource tracker
     assert len(stepping) >= 3
-    bench_run.kill()
+    time.sleep(1)  # past their imports: stepping
+    if how == "SIGKILL":
+        bench_run.kill()
+    else:
+        os.killpg(bench_run.pid, signal.SIGINT)
+        _, err = bench_run.communicate(timeout=30)
+        assert (bench_run.returncode, err) == (130, "pong-mp: stopped by SIGINT\n")
     bench_run.wait()
     deadline = time.monotonic() + 10
     while (left := {p for p in stepping if _running(p)}) and time.monotonic() < deadline:

@@ -77,7 +77,7 @@ def ignore_in_worker() -> None:
 def exit_with_parent(parent_pid: int) -> None:
     """In a child process: end it within a second of the death (even by SIGKILL) of its
     parent, `parent_pid`, from a thread; a process deep in an episode would not see its pipe
-    close. Also the initializer of the bench's process pools."""
+    close."""
     threading.Thread(target=_exit_when_orphaned, args=(parent_pid,), daemon=True).start()
 
 

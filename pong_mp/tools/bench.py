@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.backends.worker_process import exit_with_parent
+from pong_mp.backends.worker_process import exit_with_parent, ignore_in_worker
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
 from pong_mp.signals import POLL_SECONDS, check_stop
@@ -78,11 +78,18 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
+
+def _pool_child(parent_pid: int) -> None:
+    """A bench pool's process starts as the trainer's workers do: a terminal's Ctrl-C goes to
+    the whole group, and the bench stops its pool itself; a bench killed takes it along."""
+    ignore_in_worker()
+    exit_with_parent(parent_pid)
+
+
 def raw_rate(env_id: str, processes: int, seconds: float) -> float:
     """Total env steps/s of `processes` processes stepping at once."""
     ctx = mp.get_context("spawn")
-    # a bench killed (even by SIGKILL) takes its stepping processes with it
-    with ctx.Pool(processes, exit_with_parent, (os.getpid(),)) as pool:
+    with ctx.Pool(processes, _pool_child, (os.getpid(),)) as pool:
         args = [(env_id, seconds, i) for i in range(processes)]
         rates = _pooled(pool.starmap_async(env_steps_per_sec, args))
     return float(sum(rates))
@@ -330,7 +337,7 @@ def episode_memory(
     ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeats):
-        with ctx.Pool(1, exit_with_parent, (os.getpid(),)) as pool:
+        with ctx.Pool(1, _pool_child, (os.getpid(),)) as pool:
             try:
                 runs.append(_pooled(pool.apply_async(_episode_memory, (steps, setup))))
             except (OSError, RuntimeError):

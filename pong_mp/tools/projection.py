@@ -25,6 +25,7 @@ cores than this one (its step is measured here). The figures are projections.
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import multiprocessing as mp
 import time
@@ -166,9 +167,11 @@ def run_projection(costs: Costs, batch_size: int, epochs: int) -> list[dict[str,
 
 
 def _echo(conn: Connection) -> None:
-    # The other end of the round trip: send back whatever comes, until None.
-    while (message := conn.recv()) is not None:
-        conn.send(message)
+    # The other end of the round trip: send back whatever comes, until None, or until the
+    # parent is gone (its end closed: no traceback from an orphan).
+    with contextlib.suppress(EOFError, OSError):
+        while (message := conn.recv()) is not None:
+            conn.send(message)
 
 
 def round_trip_seconds(messages: int = 2000) -> float:
