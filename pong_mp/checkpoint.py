@@ -300,8 +300,8 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     for key, value in scalars.items():
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
-        if key != "elapsed" and (type(value) is not int or value > MAX_COUNT):
-            raise CheckpointError(f"{key} must be a whole number up to 2**53, not {value!r}")
+        if key != "elapsed":
+            _check_count(key, value)
     _check_format(data)
     _check_config(stored, shape.hidden)
     lagged = _lagged(data, stored, data["W1"].shape)
@@ -334,11 +334,14 @@ def _optimizer_steps(data: dict[str, np.ndarray], stored: dict, batch: int) -> i
         passes = config.stored_option(stored, "epochs")
         return batch * passes * config.stored_option(stored, "minibatches")
     steps = data["optimizer_steps"].item() if data["optimizer_steps"].size == 1 else None
-    if not isinstance(steps, int) or not 0 <= steps <= MAX_COUNT:
-        raise CheckpointError(
-            f"optimizer_steps must be a whole number from 0 to 2**53, not {steps!r}"
-        )
+    _check_count("optimizer_steps", steps)
     return steps
+
+
+def _check_count(key: str, value: object) -> None:
+    # bool is an int to Python, and a float count came from no pong-mp
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise CheckpointError(f"{key} must be a whole number from 0 to 2**53, not {value!r}")
 
 
 def _lagged(data: dict[str, np.ndarray], stored: dict, shape: tuple[int, ...]) -> tuple:

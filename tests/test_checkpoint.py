@@ -125,9 +125,9 @@ def _save_raw(path: Path, **overrides: object) -> None:
         ({"optimizer_steps": np.float64(2.5)}, "optimizer_steps must be a whole number"),
         ({"optimizer_steps": np.int64(-1)}, "optimizer_steps must be a whole number"),
         # Counters no run reaches, which would overflow int64 as the run counts on.
-        ({"batch": np.int64(2**63 - 1)}, r"batch must be a whole number up to 2\*\*53"),
-        ({"episodes": np.float64(2.5)}, "episodes must be a whole number up to"),
-        ({"steps": np.bool_(True)}, "steps must be a whole number up to"),
+        ({"batch": np.int64(2**63 - 1)}, r"batch must be a whole number from 0 to 2\*\*53"),
+        ({"episodes": np.float64(2.5)}, "episodes must be a whole number from 0 to"),
+        ({"steps": np.bool_(True)}, "steps must be a whole number from 0 to"),
         ({"optimizer_steps": np.int64(2**62)}, "optimizer_steps must be a whole number"),
         ({"format_version": np.int64(2)}, "format_version 2 is not one this pong-mp reads"),
         ({"format_version": np.str_("1")}, "format_version '1' is not one"),
