@@ -372,7 +372,7 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
     while len(stepping := _children(bench_run.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)  # the pool's 2 processes and its resource tracker
     assert len(stepping) >= 3
-    time.sleep(1)  # past their imports: stepping
+    time.sleep(1)  # stepping
     if how == "SIGKILL":
         bench_run.kill()
     else:

@@ -11,14 +11,18 @@ import multiprocessing as mp
 import os
 import platform
 import time
-from multiprocessing.pool import AsyncResult
+from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.backends.worker_process import exit_with_parent, ignore_in_worker
+from pong_mp.backends.worker_process import (
+    exit_with_parent,
+    ignore_in_worker,
+    worker_signals_blocked,
+)
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
 from pong_mp.signals import POLL_SECONDS, check_stop
@@ -79,6 +83,13 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
 
 
 
+def _pool(processes: int) -> Pool:
+    """A pool of spawned processes, started with the terminal's signals blocked until each
+    ignores them itself (`_pool_child`)."""
+    with worker_signals_blocked():
+        return mp.get_context("spawn").Pool(processes, _pool_child, (os.getpid(),))
+
+
 def _pool_child(parent_pid: int) -> None:
     """A bench pool's process starts as the trainer's workers do: a terminal's Ctrl-C goes to
     the whole group, and the bench stops its pool itself; a bench killed takes it along."""
@@ -88,8 +99,7 @@ def _pool_child(parent_pid: int) -> None:
 
 def raw_rate(env_id: str, processes: int, seconds: float) -> float:
     """Total env steps/s of `processes` processes stepping at once."""
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(processes, _pool_child, (os.getpid(),)) as pool:
+    with _pool(processes) as pool:
         args = [(env_id, seconds, i) for i in range(processes)]
         rates = _pooled(pool.starmap_async(env_steps_per_sec, args))
     return float(sum(rates))
@@ -334,10 +344,9 @@ def episode_memory(
     defaults) before one episode of exactly `steps` steps, and its peak during it (median of
     `repeats` processes); None where /proc cannot tell."""
     setup = setup or TrainingSetup()
-    ctx = mp.get_context("spawn")
     runs = []
     for _ in range(repeats):
-        with ctx.Pool(1, _pool_child, (os.getpid(),)) as pool:
+        with _pool(1) as pool:
             try:
                 runs.append(_pooled(pool.apply_async(_episode_memory, (steps, setup))))
             except (OSError, RuntimeError):
