@@ -372,7 +372,8 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
     while len(stepping := _children(bench_run.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)  # the pool's 2 processes and its resource tracker
     assert len(stepping) >= 3
-    time.sleep(1)  # stepping
+    while sum(_ignores_sigint(p) for p in stepping) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)  # the pool's processes past their start-up (see below)
     if how == "SIGKILL":
         bench_run.kill()
     else:
@@ -384,6 +385,16 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
     while (left := {p for p in stepping if _running(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left
+
+
+def _ignores_sigint(pid: int) -> bool:
+    # A Ctrl-C while a pool process still imports can print its traceback yet: the window
+    # that the blocked signals should close is not closed for pools (not understood yet).
+    with contextlib.suppress(OSError, StopIteration):
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        ignored = next(line for line in status if line.startswith("SigIgn:"))
+        return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGINT - 1)))
+    return False
 
 
 def _running(pid: int) -> bool:
