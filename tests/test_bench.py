@@ -373,7 +373,7 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
         time.sleep(0.2)  # the pool's 2 processes and its resource tracker
     assert len(stepping) >= 3
     while sum(_ignores_sigint(p) for p in stepping) < 2 and time.monotonic() < deadline:
-        time.sleep(0.2)  # the pool's processes past their start-up (see below)
+        time.sleep(0.2)  # the pool's processes started: a Ctrl-C then reaches them
     if how == "SIGKILL":
         bench_run.kill()
     else:
@@ -388,8 +388,6 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
 
 
 def _ignores_sigint(pid: int) -> bool:
-    # A Ctrl-C while a pool process still imports can print its traceback yet: the window
-    # that the blocked signals should close is not closed for pools (not understood yet).
     with contextlib.suppress(OSError, StopIteration):
         status = Path(f"/proc/{pid}/status").read_text().splitlines()
         ignored = next(line for line in status if line.startswith("SigIgn:"))

@@ -10,6 +10,7 @@ import dataclasses
 import multiprocessing as mp
 import os
 import platform
+import signal
 import time
 from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
@@ -19,9 +20,9 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.backends.worker_process import (
+    WORKER_IGNORES,
     exit_with_parent,
     ignore_in_worker,
-    worker_signals_blocked,
 )
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
@@ -84,10 +85,17 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
 
 
 def _pool(processes: int) -> Pool:
-    """A pool of spawned processes, started with the terminal's signals blocked until each
-    ignores them itself (`_pool_child`)."""
-    with worker_signals_blocked():
+    """A pool of spawned processes that ignore the terminal's signals from their start, as
+    the trainer's workers do: a pool's processes do not inherit a blocked mask as a Process
+    does, but an ignored signal stays ignored across exec. The bench's own handlers return
+    at once; a stop in those milliseconds is dropped, where a traceback came."""
+    handlers = {s: signal.signal(s, signal.SIG_IGN) for s in WORKER_IGNORES}
+    try:
         return mp.get_context("spawn").Pool(processes, _pool_child, (os.getpid(),))
+    finally:
+        for s, handler in handlers.items():
+            if handler is not None:  # None: set outside Python, left as it is
+                signal.signal(s, handler)
 
 
 def _pool_child(parent_pid: int) -> None:
