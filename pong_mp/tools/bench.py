@@ -83,7 +83,6 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-
 def _pool(processes: int) -> Pool:
     """A pool of spawned processes that ignore the terminal's signals from their start, as
     the trainer's workers do: a pool's processes do not inherit a blocked mask as a Process
