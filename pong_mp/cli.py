@@ -168,8 +168,29 @@ class _OneLineErrors(click.Group):
         with _output_closed_stops():
             return super().invoke(ctx)
 
-    def main(self, *args: Any, **kwargs: Any) -> Any:
+    def main(self, args: Any = None, *rest: Any, **kwargs: Any) -> Any:
         """Run the command; usage errors become `pong-mp: error: ...` and exit code 2."""
+        if args is not None:  # a caller's process (a test, a notebook): its handlers stay
+            return self._main(args, *rest, **kwargs)
+        # The pong-mp process, from the command line: its stop signals are pong-mp's from
+        # here to the exit. As Python finalizes it puts the default handlers back, so a stop
+        # that came too late to be raised would kill the process without a word: the
+        # signals are ignored first, and a stop that came after the command's last safe
+        # point ends a command that succeeded as any stop does.
+        signals.raise_stop_signals()
+        try:
+            code = self._main(args, *rest, **kwargs)  # click's Exit gives its code
+        except SystemExit as ended:
+            code = ended.code
+        except signals.Interrupted as stop:  # a repeat, raised where no command catches it
+            signals.ignore_stop_signals()
+            _exit_stopped(f"pong-mp: stopped by {stop}", stop.exit_code)
+        late = signals.ignore_stop_signals()
+        if late is not None and code in (0, None):
+            _exit_stopped(f"pong-mp: stopped by {late}", late.exit_code)
+        sys.exit(code)
+
+    def _main(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:
@@ -421,8 +442,7 @@ def train_command(
         _fail(str(exc), EXIT_USAGE)
     except signals.Interrupted as exc:
         # All is saved: a further Ctrl-C must not turn this clean exit into a death by signal.
-        for signum in signals.STOP_SIGNALS:
-            signal.signal(signum, signal.SIG_IGN)
+        signals.ignore_stop_signals()
         # Named from the disk: a second Ctrl-C may have cut the last save short, and a stop
         # while the workers start has saved nothing.
         where, resumable = where_it_stands(run_dir, exc.reached)

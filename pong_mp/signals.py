@@ -1,13 +1,12 @@
 """Stop signals (SIGINT, SIGTERM, SIGHUP): handlers record them and `check_stop` raises
-Interrupted where the code can stop (each result back at the trainer, each step played), never
-in a finalizer, where Python would only print it. A handler that does not raise lets a blocked
-select() go on (PEP 475), and a signal another thread takes (TensorBoard's, Ray's) does not
-interrupt it at all: so the handlers come with `signal.set_wakeup_fd` on a pipe, written by the
-C-level handler from any thread, that `wait` watches; what no fd wakes (Ray, a process pool)
-waits in POLL_SECONDS slices. Only a repeat over REPEAT_SECONDS after the stop raises in its
-handler, to cut a hanging save short; a sooner one is the same stop (coreutils `timeout`
-signals the run, then its process group).
-"""
+Interrupted at the safe points (each result back at the trainer, each step played), never in a
+finalizer, where Python would only print it. A handler that does not raise lets a blocked
+select() go on (PEP 475), and one another thread takes (TensorBoard's, Ray's) never interrupts
+it: so `wait` also watches the `signal.set_wakeup_fd` pipe, which the C handler writes from any
+thread; what no fd wakes (Ray, a pool) waits in POLL_SECONDS slices. Only a repeat over
+REPEAT_SECONDS after the stop raises in its handler, to cut a hanging save short; a sooner one
+is the same stop (`timeout` signals the run, then its group). A signal ignored on the way in
+(`nohup`'s SIGHUP, a background job's SIGINT) stays ignored, as Python leaves it."""
 
 from __future__ import annotations
 
@@ -17,10 +16,12 @@ import signal
 import time
 from collections.abc import Iterator
 from multiprocessing import connection
+from typing import Any
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 REPEAT_SECONDS = 1.0  # one who means to cut a stop short sees it hang first
 POLL_SECONDS = 0.25  # how long a wait that no signal wakes goes on before it checks
+_IGN = signal.SIG_IGN
 
 _stop: Interrupted | None = None  # recorded, not raised yet
 _since: float | None = None  # when the stop came (None: none since the handlers went in)
@@ -57,8 +58,8 @@ def _record(signum: int, frame: object) -> None:
 def check_stop() -> None:
     """Raise the stop a signal recorded, if any, once: called at the safe points."""
     global _stop
-    stop, _stop = _stop, None
-    if stop is not None:
+    if _stop is not None:
+        stop, _stop = _stop, None
         raise stop
 
 
@@ -72,13 +73,21 @@ def wait(objects: list[connection.Connection | int], timeout: float | None) -> l
     return [ready_one for ready_one in ready if ready_one != _pipe[0]]
 
 
+def _take() -> dict[int, Any]:  # the handlers replaced: none of an ignored signal
+    return {s: signal.signal(s, _record) for s in STOP_SIGNALS if signal.getsignal(s) != _IGN}
+
+
 def raise_stop_signals() -> None:
     """From now on, till the process ends, stop signals raise Interrupted at safe points."""
-    global _stop, _since
-    _stop = _since = None
-    for s in STOP_SIGNALS:
-        signal.signal(s, _record)
+    _take()
     signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
+
+
+def ignore_stop_signals() -> Interrupted | None:
+    """Ignore the stop signals taken (a process on its way out): the stop not raised, if any."""
+    for s in (s for s in STOP_SIGNALS if signal.getsignal(s) == _record):
+        signal.signal(s, _IGN)
+    return _stop
 
 
 @contextlib.contextmanager
@@ -88,7 +97,7 @@ def stop_signals_raise() -> Iterator[None]:
     global _stop, _since
     check_stop()
     _since = None  # a notebook's next run takes its first signal
-    previous = {s: signal.signal(s, _record) for s in STOP_SIGNALS}
+    previous = _take()
     fd = signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
     try:
         yield
@@ -97,4 +106,4 @@ def stop_signals_raise() -> Iterator[None]:
         for s, handler in previous.items():
             signal.signal(s, handler)
         signal.set_wakeup_fd(fd)
-        _stop = None  # raised, or overtaken by what unwinds: not the next run's
+        _stop = _since = None  # raised, or overtaken by what unwinds: not the next run's

@@ -1,4 +1,4 @@
-"""Faults cost nothing: real kills and signals against a real `pong-mp train` process."""
+"""Faults cost nothing: real kills and signals against a real `pong-mp` process."""
 
 from __future__ import annotations
 
@@ -151,6 +151,51 @@ def test_a_stop_signal_to_play_leaves_no_half_recording(
     assert proc.returncode == 128 + signum
     assert err == f"pong-mp: stopped by {signal.Signals(signum).name}\n"
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ignored", [signal.SIGHUP, signal.SIGINT])
+def test_a_run_started_with_a_stop_signal_ignored_goes_on_through_it(
+    tmp_path: Path, ignored: int, clean_system
+) -> None:
+    # `nohup pong-mp train ...` ignores the terminal's hangup; a shell script's `... &`, SIGINT.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pong_mp", "train", *FAKE, "--run-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(ignored, signal.SIG_IGN),
+    )
+    try:
+        wait_for_updates(proc, tmp_path, 1)
+        os.kill(proc.pid, ignored)
+        wait_for_updates(proc, tmp_path, 3)  # still training
+        os.kill(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    assert err.splitlines()[-1].startswith("pong-mp: stopped by SIGTERM; checkpoint saved")
+
+
+# The moment a command is done, Python puts back the default handlers as it finalizes: a
+# stop there killed it by the signal without a word. atexit's functions run in that window.
+_LATE_STOP = """
+import atexit, os, signal, sys
+signum = getattr(signal, sys.argv.pop(1))
+atexit.register(lambda: os.kill(os.getpid(), signum))
+from pong_mp.cli import main
+main(prog_name="pong-mp")
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("args, code", [(["play", "--help"], 0), (["play", "no.npz"], 2)])
+def test_a_stop_signal_as_a_command_exits_leaves_its_exit_as_it_was(
+    name: str, args: list[str], code: int
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _LATE_STOP, name, *args], capture_output=True, text=True
+    )
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr and "Exception" not in done.stderr
 
 
 def test_sigterm_to_bench_stops_its_workers_and_leaks_nothing(clean_system) -> None:

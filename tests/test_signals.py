@@ -68,6 +68,22 @@ def test_a_new_run_takes_its_first_signal_even_within_the_window() -> None:
             check_stop()
 
 
+@pytest.mark.parametrize("ignored", [signal.SIGHUP, signal.SIGINT])
+def test_a_stop_signal_ignored_on_the_way_in_stays_ignored(ignored: int) -> None:
+    # `nohup` ignores SIGHUP; a shell script's background job, SIGINT.
+    before = signal.signal(ignored, signal.SIG_IGN)
+    try:
+        with stop_signals_raise():
+            assert signal.getsignal(ignored) == signal.SIG_IGN
+            signal_self(ignored)
+            check_stop()  # nothing recorded
+            signals.raise_stop_signals()
+            assert signal.getsignal(ignored) == signal.SIG_IGN
+        assert signal.getsignal(ignored) == signal.SIG_IGN
+    finally:
+        signal.signal(ignored, before)
+
+
 def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
     assert set(WORKER_IGNORES) == {signal.SIGINT, signal.SIGHUP}
     assert signal.SIGHUP in signals.STOP_SIGNALS
