@@ -862,6 +862,13 @@ def bench_command(
     if sum(modes.values()) > 1:
         given_modes = " and ".join(name for name, on in modes.items() if on)
         _fail(f"{given_modes} are separate measurements: give one at a time", EXIT_USAGE)
+    given = {name for name in options if ctx.get_parameter_source(name) is not _DEFAULT}
+    net = [f.name for f in dataclasses.fields(config.TrainConfig)
+           if f.metadata["group"] == "policy" and f.name in given]
+    if model is not None and net:
+        _fail(f"--model brings its own network: leave out --{net[0]}", EXIT_USAGE)
+    if not compare_envs_only and ctx.get_parameter_source("rounds") is not _DEFAULT:
+        _fail("--rounds counts the rounds of --compare-envs: give it with that", EXIT_USAGE)
     with _usage_errors(UnknownEnvError, CheckpointError):
         check_env(env, {})
         # A bad file is one line now, not after the raw runs.
@@ -873,7 +880,6 @@ def bench_command(
         comparison = bench.compare_envs((env, FAKE_PONG_ID), seconds, rounds)
         report(comparison, bench.format_env_comparison)
         return
-    given = {name for name in options if ctx.get_parameter_source(name) is not _DEFAULT}
     setup = bench.TrainingSetup(model, **config.apply_preset(preset, options, explicit=given))
     with _usage_errors(config.ConfigError):
         # A bad mix is one line now, not after the raw runs.

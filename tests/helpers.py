@@ -307,11 +307,36 @@ def pong_processes() -> set[int]:
     return pids
 
 
-def _parent(pid: int) -> int:
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the process's name (so [0] is its state, [1] its
+    parent, [3] its session, [19] its start time), or None once it is gone."""
     try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return 0
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def running(pid: int, started: str | None = None) -> bool:
+    """Whether `pid` names a live process, not a zombie (and, given `started`, the one that
+    started then, not a later one given the same pid)."""
+    stat = proc_stat(pid)
+    return stat is not None and stat[0] != "Z" and started in (None, stat[19])
+
+
+def children_of(pid: int) -> set[int]:
+    """Pids of the processes whose parent is `pid`."""
+    pids = (int(entry.name) for entry in Path("/proc").glob("[0-9]*"))
+    return {child for child in pids if _parent(child) == pid}
+
+
+def workers_of(pid: int) -> list[int]:
+    """Pids of the pong-mp workers whose parent is `pid`."""
+    return sorted(worker for worker in pong_processes() if _parent(worker) == pid)
+
+
+def _parent(pid: int) -> int:
+    stat = proc_stat(pid)
+    return int(stat[1]) if stat else 0
 
 
 def _runs_pong_mp_or_tests(pid: int) -> bool:

@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from pong_mp.tools.bench import (
     format_env_comparison,
 )
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import pong_mp, start
+from tests.helpers import children_of, pong_mp, running, start
 
 PG = {
     name: PRESETS["pg"][name]
@@ -335,6 +336,8 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
     assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr
 
 
+SHIPPED = str(Path(__file__).resolve().parents[1] / "models" / "pong.npz")
+
 
 @pytest.mark.parametrize(
     ("args", "said"),
@@ -343,22 +346,18 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
         (["--simulate", "0.002", "--scaling"], "--scaling and --simulate are separate"),
         (["--compare-envs", "--scaling"], "--scaling and --compare-envs are separate"),
         (["--seconds", "1e308"], "1e+308 is not in the range 1<=x<=86400"),
+        (["--model", SHIPPED, "--hidden", "8"], "--model brings its own network: leave out --h"),
+        (["--model", SHIPPED, "--policy", "mlp"], "its own network: leave out --policy"),
+        (["--rounds", "2"], "--rounds counts the rounds of --compare-envs: give it with that"),
+        (["--rounds", "2", "--scaling"], "--rounds counts the rounds of --compare-envs"),
     ],
 )
 def test_bench_refuses_what_it_cannot_measure_in_one_line(args: list[str], said: str) -> None:
-    # --scaling --project used to run only the projection; 1e308 seconds, until stopped
+    # --scaling --project used to run only the projection; 1e308 seconds, until stopped; a
+    # model's own network replaced --hidden; --rounds alone was ignored
     done = pong_mp("bench", "--env", "FakePong-v0", *args, timeout=30)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
-
-
-def _children(pid: int) -> set[int]:
-    found = set()
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        with contextlib.suppress(OSError, IndexError):
-            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found.add(int(stat.parent.name))
-    return found
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "Ctrl-C to the group"])
@@ -369,7 +368,7 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
         "bench", "--env", "FakePong-v0", "--workers", "2", "--seconds", "600", group=True
     )
     deadline = time.monotonic() + 60
-    while len(stepping := _children(bench_run.pid)) < 3 and time.monotonic() < deadline:
+    while len(stepping := children_of(bench_run.pid)) < 3 and time.monotonic() < deadline:
         time.sleep(0.2)  # the pool's 2 processes and its resource tracker
     assert len(stepping) >= 3
     while sum(_ignores_sigint(p) for p in stepping) < 2 and time.monotonic() < deadline:
@@ -382,9 +381,32 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
         assert (bench_run.returncode, err) == (130, "pong-mp: stopped by SIGINT\n")
     bench_run.wait()
     deadline = time.monotonic() + 10
-    while (left := {p for p in stepping if _running(p)}) and time.monotonic() < deadline:
+    while (left := {p for p in stepping if running(p)}) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
+def test_a_stop_while_a_pool_is_made_is_kept_for_the_bench(
+    monkeypatch: pytest.MonkeyPatch, signum: int
+) -> None:
+    # The pool's processes must start deaf to it; the bench must not be, as it was.
+    from pong_mp import signals
+    from pong_mp.tools import bench
+
+    class Context:
+        def Pool(self, *args: object) -> str:
+            assert signal.getsignal(signum) == signal.SIG_IGN  # what exec hands on
+            # To this thread: a thread that an earlier test left would take a signal to
+            # the process (the bench has no other thread as it makes its pools).
+            signal.pthread_kill(threading.get_ident(), signum)
+            return "pool"
+
+    monkeypatch.setattr(bench.mp, "get_context", lambda method: Context())
+    with pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
+        assert bench._pool(2) == "pool"
+        signals.check_stop()
+    assert stop.value.signum == signum
 
 
 def _ignores_sigint(pid: int) -> bool:
@@ -394,12 +416,6 @@ def _ignores_sigint(pid: int) -> bool:
         return bool(int(ignored.split()[1], 16) & (1 << (signal.SIGINT - 1)))
     return False
 
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_system) -> None:
     import pong_mp.trainer as trainer

@@ -20,8 +20,10 @@ from tests.helpers import (
     pong_mp,
     pong_processes,
     pong_shm_blocks,
+    proc_stat,
     start,
     stray_workers,
+    workers_of,
 )
 
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "16"]
@@ -39,19 +41,6 @@ def wait_for_updates(proc: subprocess.Popen, run_dir: Path, count: int) -> None:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "no progress"
         time.sleep(0.02)
-
-
-def workers_of(pid: int) -> list[int]:
-    """Pids of the pong-mp workers whose parent is `pid`."""
-    found = []
-    for worker in pong_processes():
-        try:
-            stat = Path(f"/proc/{worker}/stat").read_text()
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.append(worker)
-    return sorted(found)
 
 
 @pytest.mark.ale
@@ -275,11 +264,8 @@ def test_the_leak_check_leaves_another_test_runs_workers_to_it(run: str) -> None
         # another test process (bin/test's other phase) may start meanwhile.
         found = set()
         for pid in pong_processes() - before:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[3]) == shells.pid:
+            stat = proc_stat(pid)
+            if stat is not None and int(stat[3]) == shells.pid:
                 found.add(pid)
         return found
 

@@ -47,27 +47,12 @@ from tests.helpers import (
     signal_self,
     start,
     train,
+    workers_of,
 )
 
 GAME = {"points_to_win": 3}
 FAKE = ["--env", "FakePong-v0", "--env-arg", "points_to_win=3", "--hidden", "8"]
 RUN = [*FAKE, "--workers", "2", "--batch-size", "2", "--seed", "3", "--checkpoint-every", "1000"]
-
-
-def children(pid: int) -> list[int]:
-    """Pids of the worker processes (named pong-mp-worker-*) whose parent is `pid`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            status = (entry / "status").read_text() if entry.name.isdigit() else ""
-        except OSError:
-            continue
-        fields = dict(line.split(":\t", 1) for line in status.splitlines() if ":\t" in line)
-        if fields.get("Name", "").startswith("pong-mp-worker") and fields.get(
-            "PPid", ""
-        ).strip() == str(pid):
-            found.append(int(entry.name))
-    return sorted(found)
 
 
 def wait_for(what: object, proc: subprocess.Popen, timeout: float = 120) -> None:
@@ -164,7 +149,7 @@ def test_ctrl_c_to_the_group_while_workers_start_is_one_true_line(
         # the signal would land in the interpreter's own imports, before pong-mp runs.)
         wait_for(lambda: (run_dir / ".lock").exists(), proc)
     else:
-        wait_for(lambda: children(proc.pid), proc)  # a worker is importing pong-mp
+        wait_for(lambda: workers_of(proc.pid), proc)  # a worker is importing pong-mp
     os.killpg(proc.pid, signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
@@ -348,7 +333,7 @@ def test_a_stopped_coordinator_and_a_stopped_worker_change_nothing(
     wait_for(lambda: updates_logged(run_dir) >= 1, proc)
     os.kill(proc.pid, signal.SIGSTOP)  # Ctrl-Z: the workers wait, and must not leave
     time.sleep(1.5)
-    workers = children(proc.pid)
+    workers = workers_of(proc.pid)
     assert len(workers) == 2
     os.kill(workers[0], signal.SIGSTOP)  # a stopped worker is a hung one
     os.kill(proc.pid, signal.SIGCONT)

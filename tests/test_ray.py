@@ -29,6 +29,7 @@ from tests.helpers import (
     play_batch,
     pong_mp,
     run_batch,
+    running,
     start,
     sum_batch,
 )
@@ -322,17 +323,9 @@ def test_a_killed_driver_leaves_no_process_of_its_ray_instance(tmp_path: Path) -
     deadline = time.monotonic() + 15
     while instance and time.monotonic() < deadline:
         time.sleep(0.5)
-        instance = {p for p in instance if _alive(p)}
+        instance = {p for p in instance if running(*p)}
     assert not instance
 
-
-def _alive(process: tuple[int, str]) -> bool:
-    """Whether (pid, start time) still names a running process (not a zombie)."""
-    try:
-        stat = Path(f"/proc/{process[0]}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return False
-    return stat[19] == process[1] and stat[0] != "Z"
 
 def test_the_actor_critic_sends_no_trajectory_back_to_where_it_was_played(
     tmp_path: Path, clean_system

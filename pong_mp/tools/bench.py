@@ -86,8 +86,10 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
 def _pool(processes: int) -> Pool:
     """A pool of spawned processes that ignore the terminal's signals from their start, as
     the trainer's workers do: a pool's processes do not inherit a blocked mask as a Process
-    does, but an ignored signal stays ignored across exec. The bench's own handlers return
-    at once; a stop in those milliseconds is dropped, where a traceback came."""
+    does, but an ignored signal stays ignored across exec. The signals are blocked too
+    meanwhile, so that one sent to the bench stays pending (a blocked signal is never
+    dropped as ignored) and reaches its own handler once they are back."""
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
     handlers = {s: signal.signal(s, signal.SIG_IGN) for s in WORKER_IGNORES}
     try:
         return mp.get_context("spawn").Pool(processes, _pool_child, (os.getpid(),))
@@ -95,6 +97,7 @@ def _pool(processes: int) -> Pool:
         for s, handler in handlers.items():
             if handler is not None:  # None: set outside Python, left as it is
                 signal.signal(s, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _pool_child(parent_pid: int) -> None:
