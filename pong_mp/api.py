@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.checkpoint import load_policy, stored_shape
+from pong_mp.checkpoint import CheckpointError, load_policy, stored_shape
 from pong_mp.config import TrainConfig, apply_preset, check_types
 from pong_mp.frames import NO_PIXELS, NO_VALUES, BinaryInputs
 from pong_mp.signals import Interrupted
@@ -85,6 +85,9 @@ def train(
         raise ConfigError(f"run_dir must be a path, not {run_dir!r}")
     if preset is not None and not isinstance(preset, str):
         raise ConfigError(f"preset must be a preset's name, not {preset!r}")
+    for name, flag in (("resume", resume), ("progress", progress)):
+        if not isinstance(_plain(flag), bool):  # progress="no" would show the bar
+            raise ConfigError(f"{name} must be True or False, not {flag!r:.80}")
     given = {name: _plain(value) for name, value in options.items()}
     check_types(given)  # before a fork or a resume looks at a path or a number given
     if env_arg is not None:
@@ -122,6 +125,9 @@ class Agent:
     ) -> None:
         """An agent with flat float64 `params` of a policy of `shape`; `seed` seeds the
         sampling of actions (None: fresh entropy)."""
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int | np.integer)
+                                 or seed < 0):
+            raise ValueError(f"seed must be a whole number >= 0 or None, not {seed!r:.80}")
         # Training's own forward pass: float32 weights through the compiled loops, so the
         # agent's probabilities are the bits a worker computes, at a fraction of the cost of
         # the dense float64 reference.
@@ -136,6 +142,8 @@ class Agent:
     def load(cls, path: str | Path, seed: int | None = None) -> Agent:
         """The agent of a checkpoint (or a run directory holding one) or model file
         (`pong-mp export`); CheckpointError if it is missing, damaged or not pong-mp's."""
+        if not isinstance(path, str | os.PathLike):
+            raise CheckpointError(f"a model is named by its path, not {path!r:.80}")
         params, config = load_policy(Path(path))
         agent = cls(params, stored_shape(config), seed=seed)
         agent.config = config

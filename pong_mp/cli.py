@@ -681,7 +681,7 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 )
 @click.option(
     "--rate",
-    type=_FiniteRange(min=0, min_open=True),
+    type=_FiniteRange(min=1, max=1e8),  # a table of 300-digit minutes helps nobody
     default=None,
     metavar="STEPS_PER_SEC",
     help="With --milestones, also convert env steps to wall time at this training rate "
@@ -726,6 +726,11 @@ def plot_command(
         output = Path(run_dirs[0]) / "learning.png" if len(run_dirs) == 1 else Path("compare.png")
     if min_steps is not None and max_steps is not None and min_steps >= max_steps:
         _fail(f"--min-steps {min_steps:g} must be below --max-steps {max_steps:g}", EXIT_USAGE)
+    resolved = [os.path.realpath(run_dir) for run_dir in run_dirs]
+    for index, where in enumerate(resolved):
+        if where in resolved[:index]:
+            first = run_dirs[resolved.index(where)]
+            _fail(f"{first} and {run_dirs[index]} are the same run: name each once", EXIT_USAGE)
     try:
         # Read once: a live run's plot and table then show the same updates.
         runs = [(Path(run_dir), plot.read_metrics(run_dir)) for run_dir in run_dirs]

@@ -70,10 +70,16 @@ def read_file(path: Path) -> bytes:
         return fh.read()
 
 
+def through_link(path: Path) -> Path:
+    """What a write to `path` replaces: a symlink's target (written through, as `cp` does;
+    a rename would replace the link itself), else `path`."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+
+
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
-    """Write `path` through `write(file)` atomically and durably: a reader sees the old file
-    or the new, never half; on failure no temp file is left. Raises FileError."""
-    path = Path(path)
+    """Write `path` (through a symlink) by `write(file)` atomically and durably: a reader sees
+    the old file or the new, never half; on failure no temp file is left. Raises FileError."""
+    path = through_link(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # the pid marks the writer
     with file_io(path, "write"):
         try:
@@ -102,7 +108,7 @@ def write_text_atomic(path: Path, text: str) -> None:
 def check_writable(path: Path, wanted: str) -> None:
     """Raise FileError unless `path` can be written as a new or replaced file (`wanted` names
     what it should be, e.g. "a .png file"): checked before any work."""
-    path = Path(path)
+    path = through_link(path)
     if path.is_dir():
         raise FileError(f"{path} is a directory; name {wanted}")
     if not path.parent.is_dir():

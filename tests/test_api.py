@@ -56,6 +56,9 @@ def test_train_takes_presets_and_refuses_unknown_options(tmp_path: Path) -> None
         pong_mp.train(tmp_path / "R", lr=-1.0, **SMALL)
     with pytest.raises(ConfigError, match=r"^env_arg must be a dict of env arguments, not \["):
         pong_mp.train(tmp_path / "R", **{**SMALL, "env_arg": ["a"]})
+    for flag in ("resume", "progress"):  # progress="no" showed the bar
+        with pytest.raises(ConfigError, match=rf"^{flag} must be True or False, not 'no'$"):
+            pong_mp.train(tmp_path / "R", **{**SMALL, flag: "no"})
     raised: list[BaseException] = []
 
     def in_a_thread() -> None:
@@ -238,6 +241,13 @@ def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> Non
     assert {agent.act(frame) for _ in range(50)} == {policy.UP, policy.DOWN}
     with pytest.raises(checkpoint.CheckpointError, match="no such checkpoint"):
         pong_mp.Agent.load(tmp_path / "missing.npz")
+    for path in (None, b"m.npz", 3):
+        with pytest.raises(checkpoint.CheckpointError, match=r"^a model is named by its path"):
+            pong_mp.Agent.load(path)  # type: ignore[arg-type]
+    for seed in ("x", -1, 1.5, True):
+        with pytest.raises(ValueError, match=r"^seed must be a whole number >= 0 or None"):
+            pong_mp.Agent(params, shape, seed=seed)  # type: ignore[arg-type]
+    pong_mp.Agent(params, shape, seed=np.int64(3))
 
 
 @pytest.mark.ale

@@ -186,8 +186,31 @@ def test_rate_converts_env_steps_to_wall_time(tmp_path: Path) -> None:
     assert "| >= 0 | 30 | 300 | 90,000 | 0.5 min | 3.0 min |" in table_a0
     assert "| >= 18 | not yet | | | | |" in table_a0
     assert "| >= 0 | 0.07 (0.04-0.09), 2/2, 2.2 min | not reached (0/1) |" in done.stdout
-    bad = pong_mp("plot", str(tmp_path / "a0"), "--rate", "0")
-    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    for rate in ("0", "1e-300", "1e308"):  # the last two printed 300-digit minutes
+        bad = pong_mp("plot", str(tmp_path / "a0"), "--rate", rate)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
+
+
+def test_a_run_named_twice_is_refused(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "a0", seed=0)
+    (tmp_path / "same").symlink_to(tmp_path / "a0")
+    for again in ("a0", "a0/", "same"):
+        done = pong_mp("plot", str(tmp_path / "a0"), str(tmp_path / again))
+        assert done.returncode == 2, done.stderr
+        assert done.stderr == (
+            f"pong-mp: error: {tmp_path / 'a0'} and {tmp_path / again.rstrip('/')} are the "
+            "same run: name each once\n"
+        )
+    assert not (tmp_path / "compare.png").exists()
+
+
+def test_a_plot_written_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
+    _fake_run(tmp_path / "a0", seed=0)
+    link = tmp_path / "latest.png"
+    link.symlink_to(tmp_path / "a0.png")
+    done = pong_mp("plot", str(tmp_path / "a0"), "-o", str(link))
+    assert done.returncode == 0, done.stderr
+    assert link.is_symlink() and (tmp_path / "a0.png").read_bytes()[:4] == b"\x89PNG"
 
 
 def test_a_step_range_draws_only_its_updates(tmp_path: Path) -> None:

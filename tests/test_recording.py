@@ -69,6 +69,15 @@ def test_recorder_upscales_without_blurring(tmp_path: Path) -> None:
     assert out[300:303, 150:153].min() > 200 and out[303, 150].max() < 20
 
 
+def test_a_recording_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
+    link = tmp_path / "latest.gif"
+    link.symlink_to(tmp_path / "game.gif")
+    with VideoRecorder(link) as recorder:
+        recorder.add(np.zeros((210, 160, 3), dtype=np.uint8))
+    assert link.is_symlink() and imageio.imread(tmp_path / "game.gif").shape[:2] == (630, 480)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["game.gif", "latest.gif"]
+
+
 def test_gif_frames_decode_to_exactly_the_frames_given(tmp_path: Path) -> None:
     from pong_mp.envs import make_env
 

@@ -237,6 +237,17 @@ def test_an_atomic_write_that_fails_leaves_no_temp_file(
     assert [p.name for p in tmp_path.iterdir()] == ["f.txt"] and target.read_text() == "old"
 
 
+def test_an_atomic_write_through_a_symlink_keeps_the_link(tmp_path: Path) -> None:
+    # As `cp` does: a rename onto the link's own name would replace the link with a file.
+    (tmp_path / "out").mkdir()
+    link = tmp_path / "latest.txt"
+    link.symlink_to(tmp_path / "out" / "f.txt")  # dangling: its target is written new
+    for text in ("one", "two"):
+        files.write_text_atomic(link, text)
+        assert link.is_symlink() and (tmp_path / "out" / "f.txt").read_text() == text
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["f.txt"]
+
+
 def test_a_metrics_write_that_fails_is_cut_back_off(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

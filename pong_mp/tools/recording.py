@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from pong_mp.files import check_writable, file_io
+from pong_mp.files import check_writable, file_io, through_link
 from pong_mp.tools.gif import GifStream
 
 FORMATS = (".gif", ".mp4")
@@ -49,7 +49,8 @@ class VideoRecorder:
         self.seen = 0  # offered so far, kept or not
         # Written beside the target and renamed into place when finished, so that a failed
         # or interrupted recording leaves no half video (nor damages an older one).
-        self._tmp = path.with_name(f".{path.stem}.{os.getpid()}.tmp{suffix}")
+        self._target = through_link(path)  # a symlink is written through
+        self._tmp = self._target.with_name(f".{path.stem}.{os.getpid()}.tmp{suffix}")
         self._gif_file: BinaryIO | None = None
         self._gif: GifStream | None = None
         self._writer: Any = None
@@ -108,7 +109,7 @@ class VideoRecorder:
                 finally:
                     self._gif_file.close()
             if keep:
-                os.replace(self._tmp, self.path)
+                os.replace(self._tmp, self._target)
         except Exception:
             if keep:  # an abort drops the file anyway, whatever its writer says
                 raise
