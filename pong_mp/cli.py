@@ -28,7 +28,7 @@ from pong_mp.checkpoint import CheckpointError, export_model, load_policy, store
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import DISK_FULL, FileError
 from pong_mp.learner import NonFiniteError
-from pong_mp.progress import make_reporter, output_gone
+from pong_mp.progress import make_reporter, output_full, output_gone, refused_output
 from pong_mp.rundir import (
     RunDirError,
     checkpoint_on_disk,
@@ -82,6 +82,8 @@ def _echo_or_stop(text: str) -> None:
     try:
         click.echo(text)
     except OSError as exc:
+        if output_full(exc):
+            raise refused_output(exc) from None
         if not output_gone(exc):
             raise
         raise signals.output_closed() from None
@@ -113,11 +115,27 @@ class _FiniteRange(click.FloatRange):
 
 
 def _exit_stopped(line: str, code: int) -> None:
-    # The last words of a command stopped by a signal or a closed stdout.
+    # The last words of a command stopped by a signal or a closed (or full) stdout.
     _say(line)
-    if code == EXIT_OUTPUT_CLOSED:
+    if code == EXIT_OUTPUT_CLOSED or not _flushed():
         _detach_stdout()
     sys.exit(code)
+
+
+def _flushed() -> bool:
+    """Whether what stdout holds could be written (not to a full disk, say)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _full_output_stops(exc: OSError) -> None:
+    """A write to a full standard output ends the command: one line, exit code 1."""
+    if output_full(exc):
+        stop = refused_output(exc)
+        _exit_stopped(f"pong-mp: stopped by {stop}", stop.exit_code)
 
 
 def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
@@ -146,6 +164,7 @@ def _output_closed_stops() -> Iterator[None]:
     try:
         yield
     except OSError as exc:
+        _full_output_stops(exc)
         if not output_gone(exc):
             raise
         raise _OutputClosed() from None
@@ -198,6 +217,7 @@ class _OneLineErrors(click.Group):
             try:
                 click.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
             except OSError as closed:
+                _full_output_stops(closed)
                 if not output_gone(closed):
                     raise
                 _exit_output_closed()

@@ -8,6 +8,9 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any, Protocol
 
+from pong_mp.files import DISK_FULL
+from pong_mp.signals import Interrupted, output_closed
+
 
 class Reporter(Protocol):
     """Receives the run's banner and each update's metrics record."""
@@ -25,6 +28,20 @@ class Reporter(Protocol):
 def output_gone(exc: OSError) -> bool:
     """Whether a failed write means the output is gone: its reader, or a hung-up terminal."""
     return isinstance(exc, BrokenPipeError | ConnectionResetError) or exc.errno == errno.EIO
+
+
+def output_full(exc: OSError) -> bool:
+    """Whether a failed write of standard output (no file named) met a full disk or quota:
+    `pong-mp train > log` where the disk filled up."""
+    return exc.filename is None and exc.errno in DISK_FULL
+
+
+def refused_output(exc: OSError) -> Interrupted:
+    """The stop of a run whose standard output refused its lines (a full disk): as a closed
+    one, but exit code 1, that of a run the disk failed."""
+    stop = output_closed()
+    stop.args, stop.exit_code = (f"a full standard output ({exc.strerror})",), 1
+    return stop
 
 
 def format_update(record: dict[str, Any]) -> str:
@@ -144,7 +161,8 @@ class GuardedReporter:
         """Guard `inner`."""
         self._inner = inner
         self.closed = False
-        """Whether a write failed: the output is gone."""
+        """Whether a write failed: the output is gone (or full)."""
+        self._full: OSError | None = None
 
     def _call(self, write: Callable[[], None]) -> None:
         if self.closed:
@@ -152,9 +170,14 @@ class GuardedReporter:
         try:
             write()
         except OSError as exc:
-            if not output_gone(exc):
+            if not (output_gone(exc) or output_full(exc)):
                 raise
             self.closed = True
+            self._full = exc if output_full(exc) else None
+
+    def stop(self) -> Interrupted:
+        """The stop that a closed output calls for (exit 141; 1 if it was full)."""
+        return output_closed() if self._full is None else refused_output(self._full)
 
     def banner(self, text: str) -> None:
         """The banner, unless the output is closed."""

@@ -46,7 +46,7 @@ from pong_mp.rundir import (
     keep_metrics_until,
     write_config,
 )
-from pong_mp.signals import Interrupted, output_closed, stop_signals_raise
+from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.state import TrainState
 from pong_mp.tracking import TensorBoardLog
 
@@ -128,7 +128,7 @@ def run(
         with stop_signals_raise():
             try:
                 if reporter.closed:  # nobody reads: stop before anything is written
-                    raise output_closed()
+                    raise reporter.stop()
                 backend.start()
                 write_config(run_dir, config)
                 if config.fork_from is not None and not resumed:
@@ -160,7 +160,7 @@ def run(
                         _save(run_dir, state, config)
                         saved_batch = state.batch
                     if reporter.closed:
-                        raise output_closed()
+                        raise reporter.stop()
             except FileError:
                 file_failed = True  # the disk refused a write: the last good checkpoint stays
                 raise

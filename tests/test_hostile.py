@@ -317,6 +317,56 @@ def test_a_closed_stdout_stops_play_as_it_stops_a_run(tmp_path: Path, fake_check
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_full_stdout_mid_run_stops_it_saved_with_exit_code_1(tmp_path: Path) -> None:
+    # `pong-mp train > log` where the disk fills up: the lines cannot be written; the run
+    # stops at the update it is in, saved, as for a closed output (exit 1, not 141).
+    class FullAtUpdate3:
+        def banner(self, text: str) -> None: ...
+        def close(self) -> None: ...
+        def update(self, record: dict) -> None:
+            if record["batch"] == 3:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    given = {
+        "env": "FakePong-v0", "env_kwargs": GAME, "hidden": 8, "batch_size": 2,
+        "checkpoint_every": 2, "tensorboard": False, "backend": "serial",
+    }  # fmt: skip
+    with pytest.raises(Interrupted) as stop, open_run(tmp_path, False, given) as (config, state):
+        run(config, state, reporter=FullAtUpdate3())
+    assert stop.value.exit_code == 1 and stop.value.reached == 3
+    assert str(stop.value) == "a full standard output (No space left on device)"
+    assert checkpoint_on_disk(tmp_path) == 3
+
+
+@pytest.mark.parametrize(
+    "args", [["--version"], ["--help"], [], ["export"], ["play"], ["train"]],
+    ids=["version", "help", "no-command", "export", "play", "train"],
+)
+def test_a_full_stdout_ends_any_command_in_one_line_with_exit_code_1(
+    tmp_path: Path, fake_checkpoint, args: list[str]
+) -> None:
+    # `pong-mp ... > /dev/full`: a traceback from click's or pong-mp's first line; play's
+    # said its env had failed.
+    ending = ""
+    if args == ["export"]:
+        args = ["export", str(fake_checkpoint), str(tmp_path / "m.npz")]
+    elif args == ["play"]:
+        args = ["play", str(fake_checkpoint), "--episodes", "1"]
+    elif args == ["train"]:
+        args = ["train", *RUN, "--run-dir", str(tmp_path / "R")]
+        ending = f"; nothing was written in {tmp_path / 'R'}"
+    with open("/dev/full", "w") as full:
+        done = subprocess.run(
+            [sys.executable, "-m", "pong_mp", *args], stdout=full, stderr=subprocess.PIPE,
+            text=True, timeout=60,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert one_line(done.stderr) == (
+        f"pong-mp: stopped by a full standard output (No space left on device){ending}"
+    )
+    assert not (tmp_path / "R").exists()
+
+
 # -- stopped, not killed -------------------------------------------------------------------------
 
 
