@@ -10,6 +10,7 @@ import contextlib
 import dataclasses
 import errno
 import functools
+import io
 import json
 import logging
 import math
@@ -153,6 +154,18 @@ def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
     return stoppable
 
 
+class _GoneOutput(io.TextIOBase):
+    """sys.stdout for a process started with it closed: every write finds its reader gone."""
+
+    def write(self, text: str) -> int:
+        """Raise BrokenPipeError, as a write to a pipe with no reader does."""
+        raise BrokenPipeError(errno.EPIPE, "standard output closed")
+
+    def isatty(self) -> bool:
+        """Not a terminal."""
+        return False
+
+
 class _OutputClosed(Exception):
     """Standard output closed under click's own writes (help, version, a command's lines)."""
 
@@ -196,6 +209,8 @@ class _OneLineErrors(click.Group):
         # that came too late to be raised would kill the process without a word: the
         # signals are ignored first, and a stop that came after the command's last safe
         # point ends a command that succeeded as any stop does.
+        if sys.stdout is None:  # started with it closed (`>&-`): as a pipe whose reader left
+            sys.stdout = _GoneOutput()
         signals.raise_stop_signals()
         try:
             code = self._main(args, *rest, **kwargs)  # click's Exit gives its code

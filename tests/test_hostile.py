@@ -367,6 +367,30 @@ def test_a_full_stdout_ends_any_command_in_one_line_with_exit_code_1(
     assert not (tmp_path / "R").exists()
 
 
+@pytest.mark.parametrize("command", ["--version", "play", "train"])
+def test_a_stdout_closed_from_the_start_is_one_whose_reader_left(
+    tmp_path: Path, fake_checkpoint, command: str
+) -> None:
+    # `pong-mp train >&-`: Python starts with no sys.stdout; train ended in a traceback, and
+    # the other commands printed nowhere and exited 0.
+    args = {
+        "--version": ["--version"],
+        "play": ["play", str(fake_checkpoint), "--episodes", "1"],
+        "train": ["train", *RUN, "--run-dir", str(tmp_path / "R")],
+    }[command]
+    done = subprocess.run(
+        [sys.executable, "-m", "pong_mp", *args], stderr=subprocess.PIPE, text=True,
+        timeout=60, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert done.returncode == 141, done.stderr
+    said = {"--version": "", "play": "pong-mp: stopped by SIGPIPE (standard output closed)\n"}
+    assert done.stderr == said.get(command, (
+        f"pong-mp: stopped by SIGPIPE (standard output closed); nothing was written in "
+        f"{tmp_path / 'R'}\n"
+    ))
+    assert not (tmp_path / "R").exists()
+
+
 # -- stopped, not killed -------------------------------------------------------------------------
 
 
