@@ -57,8 +57,13 @@ def _say(line: str) -> None:
         click.echo(line, err=True)
 
 
+def _one_line(text: str) -> str:
+    """`text` on one line: a path may hold a newline (or a carriage return), shown escaped."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 def _fail(message: str, code: int) -> None:
-    _say(f"pong-mp: error: {message}")
+    _say(f"pong-mp: error: {_one_line(message)}")
     sys.exit(code)
 
 
@@ -117,7 +122,7 @@ class _FiniteRange(click.FloatRange):
 
 def _exit_stopped(line: str, code: int) -> None:
     # The last words of a command stopped by a signal or a closed (or full) stdout.
-    _say(line)
+    _say(_one_line(line))
     if code == EXIT_OUTPUT_CLOSED or not _flushed():
         _detach_stdout()
     sys.exit(code)

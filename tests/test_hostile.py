@@ -843,6 +843,21 @@ def test_a_closed_stdout_ends_any_command_as_sigpipe_would(
         assert checkpoint.load_policy(tmp_path / "m.npz")[1]["hidden"] == 8
 
 
+def test_a_path_with_a_newline_is_named_on_one_line(tmp_path: Path, fake_checkpoint) -> None:
+    # The error line printed the path as it is: two lines for one error.
+    odd = tmp_path / "no\nsuch"
+    for args, says in (
+        (["play", str(odd)], f"{tmp_path}/no\\nsuch: no such checkpoint"),
+        (["export", str(fake_checkpoint), str(odd / "m.npz")], "no\\nsuch"),
+        (["train", "--fork-from", str(odd), "--run-dir", str(tmp_path / "F")], "no\\nsuch"),
+        (["plot", str(tmp_path / "r\rx")], "r\\rx: no metrics.jsonl"),
+    ):
+        done = pong_mp(*args)
+        assert done.returncode == 2, done.stderr
+        assert says in one_line(done.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
 def test_a_path_too_long_for_the_file_system_is_one_line(tmp_path: Path, fake_checkpoint) -> None:
     long = tmp_path / ("a" * 300)
     model = tmp_path / "m.npz"
