@@ -302,6 +302,11 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")
         if key != "elapsed":
             _check_count(key, value)
+    if not scalars["batch"] <= scalars["episodes"] <= scalars["steps"]:  # each has one or more
+        raise CheckpointError(
+            "counters out of order: an update has episodes, an episode steps (batch "
+            f"{scalars['batch']}, episodes {scalars['episodes']}, steps {scalars['steps']})"
+        )
     _check_format(data)
     _check_config(stored, shape.hidden)
     lagged = _lagged(data, stored, data["W1"].shape)

@@ -189,12 +189,28 @@ def test_a_checkpoint_without_its_optimizer_steps_counts_them_from_its_updates(
     # Written before the state counted them: one step an update, or one a minibatch.
     path = tmp_path / "c.npz"
     params = policy.init_params(SHAPE, 0, value=config.get("algo") == "ppo")
-    state = TrainState(params=params, cache=np.zeros_like(params), batch=2)
+    state = TrainState(
+        params=params, cache=np.zeros_like(params), batch=2, episodes=4, steps=400
+    )
     checkpoint.save(path, state, SHAPE, json.dumps(config))
     with np.load(path, allow_pickle=False) as npz:
         arrays = {key: npz[key] for key in npz.files if key != "optimizer_steps"}
     np.savez(path, **arrays)
     assert checkpoint.load(path)[0].optimizer_steps == steps
+
+
+@pytest.mark.parametrize(("episodes", "steps"), [(1, 400), (4, 3)])
+def test_counters_out_of_order_are_refused(tmp_path: Path, episodes: int, steps: int) -> None:
+    # 2 updates of 1 episode, or 4 episodes of fewer than a step each: no run counts so.
+    path = tmp_path / "c.npz"
+    params = policy.init_params(SHAPE, 0)
+    state = TrainState(params=params, cache=np.zeros_like(params), batch=2)
+    checkpoint.save(path, state, SHAPE, json.dumps({"hidden": HIDDEN}))
+    with np.load(path, allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    np.savez(path, **{**arrays, "episodes": np.array(episodes), "steps": np.array(steps)})
+    with pytest.raises(checkpoint.CheckpointError, match=r"counters out of order: an update"):
+        checkpoint.load(path)
 
 
 def test_an_exported_model_is_small_float32_and_plays(tmp_path: Path, fake_checkpoint) -> None:
