@@ -271,6 +271,8 @@ def _check_config(stored: object, hidden: int) -> None:
         config.check_types(stored)
     except config.ConfigError as exc:
         raise CheckpointError(f"bad config ({exc})") from None
+    if config.stored_option(stored, "policy") not in config.POLICIES:
+        raise CheckpointError(f"bad config (policy {stored['policy']!r} is no pong-mp policy)")
 
 
 def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:

@@ -213,6 +213,18 @@ def test_counters_out_of_order_are_refused(tmp_path: Path, episodes: int, steps:
         checkpoint.load(path)
 
 
+def test_a_model_whose_config_names_no_policy_of_pong_mp_is_refused(
+    tmp_path: Path, fake_checkpoint
+) -> None:
+    model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
+    with np.load(model, allow_pickle=False) as npz:
+        arrays = {key: npz[key] for key in npz.files}
+    stored = {**json.loads(str(arrays["config"])), "policy": "transformer"}
+    np.savez(model, **{**arrays, "config": np.array(json.dumps(stored))})
+    with pytest.raises(checkpoint.CheckpointError, match="policy 'transformer' is no pong-mp"):
+        checkpoint.load_policy(model)
+
+
 def test_an_exported_model_is_small_float32_and_plays(tmp_path: Path, fake_checkpoint) -> None:
     model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
     with np.load(model, allow_pickle=False) as npz:
