@@ -29,7 +29,13 @@ from pong_mp.checkpoint import CheckpointError, export_model, load_policy, store
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
 from pong_mp.files import DISK_FULL, FileError
 from pong_mp.learner import NonFiniteError
-from pong_mp.progress import make_reporter, output_full, output_gone, refused_output
+from pong_mp.progress import (
+    make_reporter,
+    output_full,
+    output_gone,
+    output_stop,
+    refused_output,
+)
 from pong_mp.rundir import (
     RunDirError,
     checkpoint_on_disk,
@@ -88,11 +94,10 @@ def _echo_or_stop(text: str) -> None:
     try:
         click.echo(text)
     except OSError as exc:
-        if output_full(exc):
-            raise refused_output(exc) from None
-        if not output_gone(exc):
+        stop = output_stop(exc)
+        if stop is None:
             raise
-        raise signals.output_closed() from None
+        raise stop from None
 
 
 def _detach_stdout() -> None:

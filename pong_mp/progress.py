@@ -44,6 +44,14 @@ def refused_output(exc: OSError) -> Interrupted:
     return stop
 
 
+def output_stop(exc: OSError) -> Interrupted | None:
+    """The stop a failed write of standard output calls for: its reader gone (exit 141) or
+    its disk full (exit 1); None for any other failure, which is no stop."""
+    if output_full(exc):
+        return refused_output(exc)
+    return output_closed() if output_gone(exc) else None
+
+
 def format_update(record: dict[str, Any]) -> str:
     """One readable line for an update's metrics record."""
     return (
@@ -160,9 +168,12 @@ class GuardedReporter:
     def __init__(self, inner: Reporter) -> None:
         """Guard `inner`."""
         self._inner = inner
-        self.closed = False
+        self._stop: Interrupted | None = None  # what the failed write calls for
+
+    @property
+    def closed(self) -> bool:
         """Whether a write failed: the output is gone (or full)."""
-        self._full: OSError | None = None
+        return self._stop is not None
 
     def _call(self, write: Callable[[], None]) -> None:
         if self.closed:
@@ -170,14 +181,13 @@ class GuardedReporter:
         try:
             write()
         except OSError as exc:
-            if not (output_gone(exc) or output_full(exc)):
+            self._stop = output_stop(exc)
+            if self._stop is None:
                 raise
-            self.closed = True
-            self._full = exc if output_full(exc) else None
 
     def stop(self) -> Interrupted:
         """The stop that a closed output calls for (exit 141; 1 if it was full)."""
-        return output_closed() if self._full is None else refused_output(self._full)
+        return self._stop or output_closed()
 
     def banner(self, text: str) -> None:
         """The banner, unless the output is closed."""
