@@ -14,6 +14,7 @@ from multiprocessing import get_context
 
 from Cython.Build import cythonize
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
 # -ffp-contract=off: no fused multiply-adds, whatever -march a build uses, so that every
 # machine adds the same rounded products (determinism across workers and Ray nodes).
@@ -43,22 +44,33 @@ def generate(build: tuple[str, list[str], str | None]) -> list[Extension]:
                      build_dir=build_dir, quiet=True)
 
 
-if sys.platform == "linux" and len(BUILDS) > 1:
-    # Cython takes seconds a build, on one core: the builds are generated side by side, then
-    # generate() below finds their C up to date.
-    # Forked, not pickled: setup.py is not a module a child could import. A child that
-    # fails leaves its build to generate() below, which reports the error.
-    children = [get_context("fork").Process(target=generate, args=(b,)) for b in BUILDS]
-    for child in children:
-        child.start()
-    for child in children:
-        child.join()
-extensions = generate(BUILDS[0])
-for build in BUILDS[1:]:
-    for extension in generate(build):
-        # Optional: a compiler without AVX2 leaves the build for any CPU alone. Set after
-        # cythonize, which does not carry it over.
-        extension.optional = True
-        extensions.append(extension)
-# The builds compile side by side, one a CPU.
-setup(ext_modules=extensions, options={"build_ext": {"parallel": os.cpu_count() or 1}})
+class BuildExt(build_ext):
+    """Generates Cython's C as the extensions are built, not each time setup.py is read: pip
+    reads it three times an install (its requirements, its metadata, the build)."""
+
+    def build_extensions(self) -> None:
+        if sys.platform == "linux" and len(BUILDS) > 1:
+            # Cython takes seconds a build, on one core: the builds are generated side by
+            # side, then generate() below finds their C up to date. Forked, not pickled:
+            # setup.py is not a module a child could import. A child that fails leaves its
+            # build to generate() below, which reports the error.
+            children = [get_context("fork").Process(target=generate, args=(b,)) for b in BUILDS]
+            for child in children:
+                child.start()
+            for child in children:
+                child.join()
+        for extension, build in zip(self.extensions, BUILDS, strict=True):
+            extension.sources = generate(build)[0].sources
+        # The builds compile side by side, one a CPU (unless --parallel says otherwise).
+        self.parallel = self.parallel or os.cpu_count() or 1
+        super().build_extensions()
+
+
+# Optional: a compiler without AVX2 leaves the build for any CPU alone.
+setup(
+    ext_modules=[
+        Extension(name, SOURCE, extra_compile_args=flags, optional=name != BUILDS[0][0])
+        for name, flags, _ in BUILDS
+    ],
+    cmdclass={"build_ext": BuildExt},
+)

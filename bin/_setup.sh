@@ -18,10 +18,29 @@ _find_python() {
     return 1
 }
 
+# _requirements [EXTRAS]: pong-mp's dependencies and its EXTRAS' (pyproject.toml), one a
+# line; an extra that names others (dev = pong-mp[test,ray]) brings theirs.
+_requirements() {
+    "$VENV/bin/python" - "$PONG_MP_ROOT/pyproject.toml" "${1:-}" <<'PY'
+import re, sys, tomllib
+project = tomllib.load(open(sys.argv[1], "rb"))["project"]
+wanted, done, out = set(filter(None, sys.argv[2].split(","))), set(), project["dependencies"]
+while wanted - done:
+    extra = min(wanted - done)
+    done.add(extra)
+    for requirement in project["optional-dependencies"][extra]:
+        own = re.fullmatch(r"pong-mp\[(.*)\]", requirement)
+        if own:
+            wanted |= set(own.group(1).split(","))
+        else:
+            out = [*out, requirement]
+print("\n".join(out))
+PY
+}
+
 # ensure_venv [EXTRAS]: e.g. ensure_venv test
 ensure_venv() {
-    local extras="${1:-}" spec="$PONG_MP_ROOT" stamp want python
-    [ -z "$extras" ] || spec="$PONG_MP_ROOT[$extras]"
+    local extras="${1:-}" stamp want python
     stamp="$VENV/.pong-mp-installed"
     want="$(cat "$PONG_MP_ROOT"/{pyproject.toml,setup.py,pong_mp/sparse.pyx} | sha256sum |
             cut -c1-16) ${extras:-base}"
@@ -34,13 +53,23 @@ ensure_venv() {
     }
     echo "pong-mp: setting up $VENV with $($python --version) (first run only, ~1 min)" >&2
     [ -x "$VENV/bin/python" ] || "$python" -m venv "$VENV"
+    # pong-mp's build (Cython, then the C compiler on every core) and its dependencies'
+    # install (pip resolving and unpacking, mostly on one core) go side by side: pip cannot
+    # install only a project's dependencies, so _requirements lists them for a second pip.
+    # The build's tools (setuptools, Cython) stay in pip's build environment, not here.
     # What is installed is byte-compiled (Ray's alone takes half a minute): left to first
     # import, it would be compiled again in every process where PYTHONDONTWRITEBYTECODE is
     # set. compileall does it on every core, where pip's own would take one. It skips the
     # parts of Ray that pong-mp never imports (RLlib, Data, Tune, Train, LLM, AIR) and pip:
     # a quarter of the source, and of the time.
+    local pip=("$VENV/bin/python" -m pip install --quiet --no-compile) build listed line
+    local needs=()
+    listed="$(_requirements "$extras")" || exit 1
+    while IFS= read -r line; do needs+=("$line"); done <<<"$listed"
     if ! { "$VENV/bin/python" -m pip install --quiet --upgrade pip &&
-           "$VENV/bin/python" -m pip install --quiet --no-compile -e "$spec" &&
+           { "${pip[@]}" --no-deps -e "$PONG_MP_ROOT" & build=$!
+             "${pip[@]}" "${needs[@]}" || { wait "$build"; false; }; } &&
+           wait "$build" &&
            { "$VENV/bin/python" -m compileall -q -j 0 \
                  -x '/ray/(rllib|data|tune|train|llm|air)/|/site-packages/pip/' \
                  "$("$VENV/bin/python" -c \
