@@ -304,7 +304,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resumes(tmp_path: Path, clean_system) ->
 
 def test_a_checkpoint_from_another_run_is_refused(tmp_path: Path, clean_system) -> None:
     for name, seed in (("A", "1"), ("B", "2")):
-        args = ["train", *SMALL[:-4], "--workers", "1", "--seed", seed, "--hidden", "8"]
+        args = ["train", *SMALL, "--workers", "1", "--seed", seed, "--hidden", "8"]
         assert pong_mp(*args, "--run-dir", str(tmp_path / name)).returncode == 0
     (tmp_path / "B" / "checkpoint.npz").write_bytes(
         (tmp_path / "A" / "checkpoint.npz").read_bytes()

@@ -46,7 +46,7 @@ def wait_for_updates(proc: subprocess.Popen, run_dir: Path, count: int) -> None:
 @pytest.mark.ale
 def test_kill_9_of_a_worker_changes_nothing(tmp_path: Path, clean_system) -> None:
     args = (
-        "train --env ALE/Pong-v5 --hidden 16 --channels 4 --workers 2 --batch-size 4 --batches 3 "
+        "train --env ALE/Pong-v5 --hidden 16 --channels 4 --workers 2 --batch-size 2 --batches 3 "
         "--seed 5"
     ).split()
     assert pong_mp(*args, "--run-dir", str(tmp_path / "calm")).returncode == 0
