@@ -5,8 +5,10 @@ select() go on (PEP 475), and one another thread takes (TensorBoard's, Ray's) ne
 it: so `wait` also watches the `signal.set_wakeup_fd` pipe, which the C handler writes from any
 thread; what no fd wakes (Ray, a pool) waits in POLL_SECONDS slices. Only a repeat over
 REPEAT_SECONDS after the stop raises in its handler, to cut a hanging save short; a sooner one
-is the same stop (`timeout` signals the run, then its group). A signal ignored on the way in
-(`nohup`'s SIGHUP, a background job's SIGINT) stays ignored, as Python leaves it."""
+is the same stop (`timeout` signals the run, then its group). Inside `at_once` (the user's env
+code run in this process, which may hang where no safe point comes) the first stop raises in
+its handler. A signal ignored on the way in (`nohup`'s SIGHUP, a background job's SIGINT)
+stays ignored, as Python leaves it."""
 
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ _IGN = signal.SIG_IGN
 
 _stop: Interrupted | None = None  # recorded, not raised yet
 _since: float | None = None  # when the stop came (None: none since the handlers went in)
+_at_once = False  # inside at_once()
 _pipe = os.pipe()  # the wakeup fd's read and write ends
 for _end in _pipe:
     os.set_blocking(_end, False)
@@ -50,6 +53,8 @@ def _record(signum: int, frame: object) -> None:
     global _stop, _since
     if _since is None:
         _stop, _since = Interrupted(signum), time.monotonic()
+        if _at_once:
+            check_stop()
     elif time.monotonic() - _since >= REPEAT_SECONDS:
         _since = time.monotonic()
         raise Interrupted(signum)
@@ -61,6 +66,19 @@ def check_stop() -> None:
     if _stop is not None:
         stop, _stop = _stop, None
         raise stop
+
+
+@contextlib.contextmanager
+def at_once() -> Iterator[None]:
+    """Inside, a first stop signal raises in its handler (after one recorded before, raised on
+    entering): around code with nothing to save that may block where no check comes."""
+    global _at_once
+    check_stop()
+    outer, _at_once = _at_once, True
+    try:
+        yield
+    finally:
+        _at_once = outer
 
 
 def wait(objects: list[connection.Connection | int], timeout: float | None) -> list[object]:

@@ -932,6 +932,62 @@ def test_a_keyboard_interrupt_from_an_env_module_is_a_stop_in_one_line(
     assert not run_dir.exists()
 
 
+HANGS = """
+import pathlib, sys, time
+import gymnasium as gym
+from pong_mp.envs.fake_pong import FakePong
+
+WHERE = pathlib.Path(__file__).with_suffix(".where").read_text()
+
+def hang():
+    pathlib.Path(__file__).with_suffix(".hung").touch()
+    time.sleep(3600)
+
+class Hanging(FakePong):
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if WHERE == "make":
+            hang()
+
+    def step(self, action):
+        if WHERE == "step":
+            hang()
+        return super().step(action)
+
+if WHERE == "import":
+    hang()
+gym.register(id="Hanging-v0", entry_point=Hanging, disable_env_checker=True, order_enforce=False)
+"""
+
+
+@pytest.mark.parametrize("command", ["play", "train"])
+@pytest.mark.parametrize("where", ["import", "make", "step"])
+def test_an_env_that_hangs_in_this_process_ends_at_the_first_stop_signal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path, command: str,
+    where: str, clean_system,
+) -> None:
+    # A hang in the user's code, where no check of the stop comes: `timeout` or a service
+    # manager sends one SIGTERM, and the command must end on it (not on a second one).
+    (tmp_path / "hanging_env.py").write_text(HANGS)
+    (tmp_path / "hanging_env.where").write_text(where)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    env = ["--env", "hanging_env:Hanging-v0"]
+    run_dir = tmp_path / "R"
+    if command == "play":
+        proc = start("play", str(fake_checkpoint), *env)
+    else:
+        proc = start("train", *env, "--backend", "serial", "--run-dir", str(run_dir))
+    wait_for((tmp_path / "hanging_env.hung").exists, proc)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 143, err
+    assert "Traceback" not in err and err.splitlines()[-1].startswith(
+        "pong-mp: stopped by SIGTERM"
+    ), err
+    if command == "train" and where != "step":
+        assert not run_dir.exists()  # refused before anything was written
+
+
 def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(
     tmp_path: Path, fake_checkpoint
 ) -> None:

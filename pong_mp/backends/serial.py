@@ -12,6 +12,7 @@ from pong_mp.backends.base import BackendBase, RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.episode import EpisodeResult, Task
 from pong_mp.policy import Weights32
+from pong_mp.signals import at_once
 
 
 class SerialBackend(EpisodeWorker, BackendBase):
@@ -29,7 +30,8 @@ class SerialBackend(EpisodeWorker, BackendBase):
 
     def start(self) -> None:
         """Create the env."""
-        self.open()
+        with at_once():  # the user's env, made here, may hang: a stop signal ends it
+            self.open()
         if self._threads is None:
             self._threads = ThreadpoolController()
 
@@ -56,7 +58,8 @@ class SerialBackend(EpisodeWorker, BackendBase):
             raise RuntimeError("SerialBackend.start() was not called")
         while self._queue:
             version, task = self._queue[0]
-            with self._threads.limit(limits=1):
+            # In this process, the user's env may hang in a step: a stop signal ends it.
+            with self._threads.limit(limits=1), at_once():
                 result = self.play(self._versions[version], task)
             self._queue.popleft()  # only once played: an error leaves it queued
             yield result

@@ -21,6 +21,7 @@ from pong_mp.envs.registry import (
     register_fake_pong,
 )
 from pong_mp.frames import InputStream, input_stream
+from pong_mp.signals import at_once
 
 __all__ = [
     "FAKE_PONG_ID",
@@ -48,6 +49,11 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     An id with its module ("package.module:Name-v0") names the user's own env: that it shows
     Pong's frames is the user's word, and only its actions are checked.
     """
+    with at_once():  # its module or its making may hang: a stop signal ends them
+        _check_env(env_id, env_kwargs)
+
+
+def _check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     check_env_id(env_id)
     if not is_pong(env_id) and ":" not in env_id:
         raise UnknownEnvError(

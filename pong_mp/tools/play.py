@@ -8,12 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
 from pong_mp.episode import episode_seed, run_episode
-from pong_mp.signals import check_stop
+from pong_mp.signals import at_once, check_stop
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,20 @@ class GameScore:
     agent: int  # points won by the policy
     opponent: int  # points won by the built-in opponent
     steps: int  # env steps the game took
+
+
+class _Interruptible(gym.Wrapper):
+    """An env whose reset and step a stop signal interrupts at once (`signals.at_once`)."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        """The env's reset."""
+        with at_once():
+            return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
+        """The env's step."""
+        with at_once():
+            return self.env.step(action)
 
 
 def play_games(
@@ -45,7 +60,9 @@ def play_games(
     kwargs = dict(env_kwargs or {})
     if on_frame is not None:
         kwargs["render_mode"] = "rgb_array"
-    env, stream = make_training_env(env_id, **kwargs)
+    with at_once():  # the user's env may hang as it is made, or in a step: a stop ends it
+        env, stream = make_training_env(env_id, **kwargs)
+    stepped = _Interruptible(env)
     p_up = functools.partial(forward.p_up, weights)
     game = {"agent": 0, "opponent": 0, "steps": 0}
 
@@ -61,7 +78,7 @@ def play_games(
     try:
         for i in range(games):
             game.update(agent=0, opponent=0, steps=0)
-            run_episode(env, stream, episode_seed(seed, i), p_up, on_step, greedy=greedy)
+            run_episode(stepped, stream, episode_seed(seed, i), p_up, on_step, greedy=greedy)
             scores.append(GameScore(**game))
             if on_game is not None:
                 on_game(scores[-1])
