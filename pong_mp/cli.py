@@ -6,6 +6,7 @@ not fit) is one line on stderr and a non-zero exit, never a traceback.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import errno
@@ -17,6 +18,8 @@ import math
 import os
 import signal
 import sys
+import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NoReturn
@@ -133,6 +136,38 @@ def _exit_stopped(line: str, code: int) -> None:
     sys.exit(code)
 
 
+LINGER_SECONDS = 5.0
+"""How long the pong-mp process waits, its command done, for threads other code started (an
+env module's) to end, before it exits without them."""
+
+
+def _wait_for_lingering_threads(seconds: float) -> bool:
+    """Wait up to `seconds` for the threads Python would wait for as it exits, and say
+    which are left: pong-mp's own have ended with its command, and a thread pool's end as
+    Python finalizes, so these are other code's, which may never end. Whether any are left."""
+    pools = getattr(sys.modules.get("concurrent.futures.thread"), "_threads_queues", {})
+    deadline = time.monotonic() + seconds
+    left = []
+    for thread in threading.enumerate():
+        if not (thread.daemon or thread is threading.main_thread() or thread in pools):
+            thread.join(max(0.0, deadline - time.monotonic()))
+            left += [thread.name] if thread.is_alive() else []
+    if left:
+        _say(f"pong-mp: warning: left {len(left)} thread(s) that pong-mp did not start (an env's?) "
+             f"and that had not ended {seconds:g} s after the command: {', '.join(left)}")
+    return bool(left)
+
+
+def _leave(code: object) -> NoReturn:
+    """Exit with sys.exit's `code` without waiting for other threads: atexit's functions run
+    and the outputs are flushed, but not Python's finalizing, which would wait for them."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
 def _flushed() -> bool:
     """Whether what stdout holds could be written (not to a full disk, say)."""
     try:
@@ -222,17 +257,24 @@ class _OneLineErrors(click.Group):
         if sys.stdout is None:  # started with it closed (`>&-`): as a pipe whose reader left
             sys.stdout = _GoneOutput()
         signals.raise_stop_signals()
+        repeat = None
         try:
             code = self._main(args, *rest, **kwargs)  # click's Exit gives its code
         except SystemExit as ended:
             code = ended.code
         except signals.Interrupted as stop:  # a repeat, raised where no command catches it
-            signals.ignore_stop_signals()
-            _exit_stopped(f"pong-mp: stopped by {stop}", stop.exit_code)
-        late = signals.ignore_stop_signals()
-        if late is not None and code in (0, None):
-            _exit_stopped(f"pong-mp: stopped by {late}", late.exit_code)
-        sys.exit(code)
+            code, repeat = stop.exit_code, stop
+        stuck = _wait_for_lingering_threads(0.0 if repeat else LINGER_SECONDS)
+        try:
+            late = signals.ignore_stop_signals()
+            stop = repeat or (late if code in (0, None) else None)
+            if stop is not None:
+                _exit_stopped(f"pong-mp: stopped by {stop}", stop.exit_code)
+            sys.exit(code)
+        except SystemExit as leaving:
+            if stuck:  # Python would wait for them as it finalizes, deaf to stop signals
+                _leave(leaving.code)
+            raise
 
     def _main(self, *args: Any, **kwargs: Any) -> Any:
         try:

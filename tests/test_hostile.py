@@ -988,6 +988,38 @@ def test_an_env_that_hangs_in_this_process_ends_at_the_first_stop_signal(
         assert not run_dir.exists()  # refused before anything was written
 
 
+@pytest.mark.parametrize("command", ["play", "train"])
+def test_a_thread_an_env_module_leaves_running_does_not_hold_the_exit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path, command: str,
+    clean_system,
+) -> None:
+    # Python waits at exit for every thread not marked daemon, with the stop signals ignored
+    # by then: the finished command would hang for good.
+    (tmp_path / "threaded_env.py").write_text(
+        "import threading, time\nimport gymnasium as gym\n"
+        "from pong_mp.envs.fake_pong import FakePong\n"
+        "threading.Thread(target=time.sleep, args=(3600,), name='forever').start()\n"
+        "gym.register(id='Threaded-v0', entry_point=FakePong, disable_env_checker=True)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    env = ["--env", "threaded_env:Threaded-v0", "--env-arg", "points_to_win=2"]
+    if command == "play":
+        args = ["play", str(fake_checkpoint), *env, "--episodes", "1", "--json"]
+    else:
+        args = ["train", *env, "--backend", "serial", "--batches", "1", "--batch-size", "2",
+                "--hidden", "8", "--channels", "4", "-q", "--run-dir", str(tmp_path / "R")]
+    done = pong_mp(*args, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        "pong-mp: warning: left 1 thread(s) that pong-mp did not start (an env's?) and that "
+        "had not ended 5 s after the command: forever"
+    ), done.stderr
+    if command == "play":
+        assert json.loads(done.stdout)["games"] == 1  # what it printed, all flushed
+    else:
+        assert checkpoint.load(tmp_path / "R" / "checkpoint.npz")[0].batch == 1
+
+
 def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(
     tmp_path: Path, fake_checkpoint
 ) -> None:
