@@ -623,13 +623,20 @@ def play_command(
       pong-mp play models/pong.npz --episodes 10 --env-arg fast=false   # gymnasium's own env
       pong-mp play models/pong.npz --episodes 1 --record game.gif --max-frames 1500
     """
+    # With --json, standard output is the report's: what an env module prints goes to stderr.
+    env_prints = (
+        functools.partial(contextlib.redirect_stdout, sys.stderr)
+        if as_json
+        else contextlib.nullcontext
+    )
     with _usage_errors(CheckpointError, UnknownEnvError, FileError, ValueError, OSError):
         params, stored = load_policy(checkpoint_path)
         trained_on = stored.get("env", "ALE/Pong-v5")
         env_id = env or trained_on
         env_kwargs = stored.get("env_kwargs", {}) if env is None else {}
         env_kwargs = {**env_kwargs, **_parse_env_args(env_args)}
-        check_env(env_id, env_kwargs)
+        with env_prints():
+            check_env(env_id, env_kwargs)
         recorder = (
             VideoRecorder(record, scale=scale, stride=frame_stride, max_frames=max_frames)
             if record is not None
@@ -653,7 +660,7 @@ def play_command(
 
     played_all = False
     try:
-        with _recording(recorder) as on_frame:
+        with _recording(recorder) as on_frame, env_prints():
             scores = play_games(
                 params,
                 stored_shape(stored),

@@ -1020,6 +1020,27 @@ def test_a_thread_an_env_module_leaves_running_does_not_hold_the_exit(
         assert checkpoint.load(tmp_path / "R" / "checkpoint.npz")[0].batch == 1
 
 
+def test_what_an_env_module_prints_stays_out_of_plays_json(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path
+) -> None:
+    (tmp_path / "chatty_env.py").write_text(
+        "import gymnasium as gym\nfrom pong_mp.envs.fake_pong import FakePong\n"
+        "print('imported')\n"
+        "class Chatty(FakePong):\n"
+        "    def step(self, action):\n        print('stepped')\n"
+        "        return super().step(action)\n"
+        "gym.register(id='Chatty-v0', entry_point=Chatty, disable_env_checker=True)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    done = pong_mp(
+        "play", str(fake_checkpoint), "--env", "chatty_env:Chatty-v0", "--env-arg",
+        "points_to_win=1", "--episodes", "1", "--json",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["games"] == 1
+    assert "imported" in done.stderr and "stepped" in done.stderr
+
+
 def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(
     tmp_path: Path, fake_checkpoint
 ) -> None:
