@@ -952,8 +952,12 @@ def bench_command(
     """Measure training speed against the emulator's raw speed, overhead and memory (training
     with `pong-mp train`'s learner, policy and schedule options)."""
 
+    out = sys.stdout  # with --json, the report's alone: what an env module prints goes to stderr
+    if as_json:
+        ctx.with_resource(contextlib.redirect_stdout(sys.stderr))
+
     def report(results: Any, format_results: Callable[[Any], str]) -> None:
-        click.echo(json.dumps(results, indent=2) if as_json else format_results(results))
+        click.echo(json.dumps(results, indent=2) if as_json else format_results(results), out)
 
     # --simulate alone is a measurement; with --project, the env that projection uses
     modes = {"--scaling": scaling, "--simulate": simulate is not None and not project,

@@ -1020,9 +1020,12 @@ def test_a_thread_an_env_module_leaves_running_does_not_hold_the_exit(
         assert checkpoint.load(tmp_path / "R" / "checkpoint.npz")[0].batch == 1
 
 
-def test_what_an_env_module_prints_stays_out_of_plays_json(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path
+@pytest.mark.parametrize("command", ["play", "train"])
+def test_what_an_env_module_prints_stays_out_of_the_commands_output(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path, command: str,
+    clean_system,
 ) -> None:
+    # play --json's report alone on stdout; a worker's env prints to stderr (bench's too).
     (tmp_path / "chatty_env.py").write_text(
         "import gymnasium as gym\nfrom pong_mp.envs.fake_pong import FakePong\n"
         "print('imported')\n"
@@ -1032,13 +1035,17 @@ def test_what_an_env_module_prints_stays_out_of_plays_json(
         "gym.register(id='Chatty-v0', entry_point=Chatty, disable_env_checker=True)\n"
     )
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
-    done = pong_mp(
-        "play", str(fake_checkpoint), "--env", "chatty_env:Chatty-v0", "--env-arg",
-        "points_to_win=1", "--episodes", "1", "--json",
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["games"] == 1
-    assert "imported" in done.stderr and "stepped" in done.stderr
+    env = ["--env", "chatty_env:Chatty-v0", "--env-arg", "points_to_win=1"]
+    if command == "play":
+        done = pong_mp("play", str(fake_checkpoint), *env, "--episodes", "1", "--json")
+        assert done.returncode == 0, done.stderr
+        assert json.loads(done.stdout)["games"] == 1
+        assert "imported" in done.stderr
+    else:
+        done = pong_mp("train", *env, "--workers", "1", "--batches", "1", "--batch-size", "1",
+                       "--hidden", "8", "--channels", "4", "--run-dir", str(tmp_path / "R"))
+        assert done.returncode == 0, done.stderr
+    assert "stepped" in done.stderr and "stepped" not in done.stdout
 
 
 def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(

@@ -74,6 +74,13 @@ def ignore_in_worker() -> None:
     signal.pthread_sigmask(signal.SIG_UNBLOCK, WORKER_IGNORES)
 
 
+def stdout_to_stderr() -> None:
+    """In a worker: what its env prints (from Python or compiled code) goes to stderr, so that
+    a command's standard output (play's and bench's --json, train's progress) stays its own."""
+    with contextlib.suppress(OSError):
+        os.dup2(2, 1)
+
+
 def exit_with_parent(parent_pid: int) -> None:
     """In a child process: end it within a second of the death (even by SIGKILL) of its
     parent, `parent_pid`, from a thread; a process deep in an episode would not see its pipe
@@ -154,6 +161,7 @@ def worker_main(
     """Loop of one worker (messages in the module's docstring); its gradient block has
     `slots` slots. The env is closed on every exit path."""
     ignore_in_worker()
+    stdout_to_stderr()
     _set_os_process_name(mp.current_process().name)
     exit_with_parent(parent_pid)
     worker = EpisodeWorker(spec, keep=True)

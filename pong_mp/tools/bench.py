@@ -23,6 +23,7 @@ from pong_mp.backends.worker_process import (
     WORKER_IGNORES,
     exit_with_parent,
     ignore_in_worker,
+    stdout_to_stderr,
 )
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
@@ -104,6 +105,7 @@ def _pool_child(parent_pid: int) -> None:
     """A bench pool's process starts as the trainer's workers do: a terminal's Ctrl-C goes to
     the whole group, and the bench stops its pool itself; a bench killed takes it along."""
     ignore_in_worker()
+    stdout_to_stderr()
     exit_with_parent(parent_pid)
 
 
