@@ -9,6 +9,7 @@ actor. conftest.py puts the repository on PYTHONPATH so that child processes can
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import time
@@ -32,7 +33,8 @@ class CrashingPong(FakePong):
     retried episode, played by a fresh or another worker, goes through. `mode` "raise"
     raises RuntimeError; "kill" kills the whole process with SIGKILL, like a segfault;
     "hang" sleeps for an hour, like a stuck emulator. `start_seconds` makes the env that long
-    to build, like an emulator loading on a busy machine.
+    to build, like an emulator loading on a busy machine. `close_fails` makes its close raise
+    "everywhere", or "in_workers" only (processes that have a parent Python process).
     """
 
     def __init__(
@@ -41,6 +43,7 @@ class CrashingPong(FakePong):
         crash_at_step: int = 5,
         mode: str = "raise",
         start_seconds: float = 0.0,
+        close_fails: str = "",
         **kwargs: Any,
     ) -> None:
         """See the class docstring; other arguments go to FakePong."""
@@ -51,7 +54,16 @@ class CrashingPong(FakePong):
         self.crash_episodes = tuple(crash_episodes)
         self.crash_at_step = crash_at_step
         self.mode = mode
+        self.close_fails = close_fails
         self._resets = 0
+
+    def close(self) -> None:
+        """Close as FakePong, or fail where `close_fails` says."""
+        if self.close_fails == "everywhere" or (
+            self.close_fails == "in_workers" and multiprocessing.parent_process() is not None
+        ):
+            raise RuntimeError("CrashingPong: planned failure as it closes")
+        super().close()
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict[str, Any]]:
         """Count the episode, then reset as FakePong."""

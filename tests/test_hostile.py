@@ -39,6 +39,7 @@ from pong_mp.rundir import CONFIG_FILE, checkpoint_on_disk, open_run, where_it_s
 from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.state import initial_state
 from pong_mp.trainer import make_learner, run
+from tests.fault_envs import CRASHING_PONG
 from tests.helpers import (
     SignalsWhenDropped,
     apply,
@@ -1046,6 +1047,37 @@ def test_what_an_env_module_prints_stays_out_of_the_commands_output(
                        "--hidden", "8", "--channels", "4", "--run-dir", str(tmp_path / "R"))
         assert done.returncode == 0, done.stderr
     assert "stepped" in done.stderr and "stepped" not in done.stdout
+
+
+def test_an_env_that_fails_as_it_closes_is_one_line(
+    tmp_path: Path, fake_checkpoint: Path, clean_system
+) -> None:
+    env = ["--env", CRASHING_PONG, "--env-arg", "crash_episodes=[]", "--env-arg",
+           "points_to_win=1"]  # fmt: skip
+    run_dir = tmp_path / "R"
+    # Refused by the check that makes and closes it, before anything starts.
+    for args in (
+        ["train", *env, "--env-arg", "close_fails=everywhere", "--run-dir", str(run_dir)],
+        ["play", str(fake_checkpoint), *env, "--env-arg", "close_fails=everywhere"],
+    ):
+        done = pong_mp(*args)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr).endswith(
+            "failed as it was closed: RuntimeError('CrashingPong: planned failure as it closes')"
+        )
+        assert not run_dir.exists()
+    # In the workers, as they leave after the run: a warning line each, and the run is done.
+    done = pong_mp(
+        "train", *env, "--env-arg", "close_fails=in_workers", "--workers", "2", "--batches", "1",
+        "--batch-size", "2", "--hidden", "8", "--channels", "4", "-q", "--run-dir", str(run_dir),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert sorted(done.stderr.splitlines()[-2:]) == [
+        f"pong-mp: warning: pong-mp-worker-{n}'s env failed as it was closed: "
+        "RuntimeError('CrashingPong: planned failure as it closes')"
+        for n in (0, 1)
+    ], done.stderr
 
 
 def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(

@@ -196,7 +196,13 @@ def worker_main(
     except (EOFError, BrokenPipeError, ConnectionResetError):
         pass  # the coordinator is gone: nothing left to do
     finally:
-        worker.close()
+        try:
+            worker.close()
+        except Exception as exc:  # the user's env, on the way out: a line, not a traceback
+            name = mp.current_process().name
+            line = f"pong-mp: warning: {name}'s env failed as it was closed: {exc!r}\n"
+            with contextlib.suppress(OSError):
+                os.write(2, line.encode())  # in one write: other workers write theirs too
         if weights is not None:
             weights.close()
         if grad is not None:

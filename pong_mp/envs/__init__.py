@@ -71,12 +71,14 @@ def _check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
         # gymnasium appends the whole kwargs dict; the arguments are named already.
         message = message.split(" was raised from the environment creator")[0]
         raise UnknownEnvError(f"{env_id} cannot be made with {args}: {message}") from None
+    actions = getattr(env.action_space, "n", 0)
     try:
-        actions = getattr(env.action_space, "n", 0)
-        if actions < 4:
-            raise UnknownEnvError(f"{env_id} has {actions} actions, not Pong's UP (2) and DOWN (3)")
-    finally:
         env.close()
+    except (Exception, SystemExit) as exc:  # the user's env: it may raise anything
+        what = f"sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else repr(exc)
+        raise UnknownEnvError(f"{env_id} failed as it was closed: {what}") from None
+    if actions < 4:
+        raise UnknownEnvError(f"{env_id} has {actions} actions, not Pong's UP (2) and DOWN (3)")
 
 
 
