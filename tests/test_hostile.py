@@ -99,6 +99,12 @@ def one_line(err: str) -> str:
     return lines[0]
 
 
+def env_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, source: str) -> None:
+    """Write module `name` into tmp_path, where the commands this test starts import it."""
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+
+
 # -- signals at odd moments ----------------------------------------------------------------------
 
 
@@ -722,8 +728,7 @@ def test_an_env_module_that_fails_is_one_line_before_any_worker(
     # The coordinator imports the module first: one that fails never reaches a worker, and
     # one that calls sys.exit does not end pong-mp with its status (0) and nothing said.
     module = f"hostile_env_{request.node.callspec.id}"
-    (tmp_path / f"{module}.py").write_text(source)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    env_module(tmp_path, monkeypatch, module, source)
     monkeypatch.syspath_prepend(tmp_path)  # for the API, in this process
     message = message.format(m=module)
     run_dir = tmp_path / "R"
@@ -772,8 +777,7 @@ gym.register(id="Breaks-v0", entry_point=Breaks, disable_env_checker=True)
 @pytest.fixture
 def breaking_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """The id of BREAKS's env, its module importable by the commands the test runs."""
-    (tmp_path / "breaking_env.py").write_text(BREAKS)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    env_module(tmp_path, monkeypatch, "breaking_env", BREAKS)
     return "breaking_env:Breaks-v0"
 
 
@@ -924,8 +928,7 @@ def test_a_keyboard_interrupt_from_an_env_module_is_a_stop_in_one_line(
 ) -> None:
     # Python's own KeyboardInterrupt, where pong-mp's handlers are not in place yet: click
     # would print an empty line before its own ending.
-    (tmp_path / "interrupting_env.py").write_text("raise KeyboardInterrupt\n")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
+    env_module(tmp_path, monkeypatch, "interrupting_env", "raise KeyboardInterrupt\n")
     run_dir = tmp_path / "R"
     done = pong_mp("train", "--env", "interrupting_env:Pong-v0", "--run-dir", str(run_dir))
     assert done.returncode == 130, done.stderr
@@ -933,32 +936,52 @@ def test_a_keyboard_interrupt_from_an_env_module_is_a_stop_in_one_line(
     assert not run_dir.exists()
 
 
-HANGS = """
-import pathlib, sys, time
+ODD_ENV = """
+import pathlib, threading, time
 import gymnasium as gym
 from pong_mp.envs.fake_pong import FakePong
 
-WHERE = pathlib.Path(__file__).with_suffix(".where").read_text()
+HOW = pathlib.Path(__file__).with_suffix(".how").read_text()
 
 def hang():
     pathlib.Path(__file__).with_suffix(".hung").touch()
     time.sleep(3600)
 
-class Hanging(FakePong):
+class Odd(FakePong):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        if WHERE == "make":
+        if HOW == "hang-make":
             hang()
 
     def step(self, action):
-        if WHERE == "step":
+        if HOW == "hang-step":
             hang()
+        if HOW == "print":
+            print("stepped")
         return super().step(action)
 
-if WHERE == "import":
+if HOW == "hang-import":
     hang()
-gym.register(id="Hanging-v0", entry_point=Hanging, disable_env_checker=True, order_enforce=False)
+if HOW == "thread":
+    threading.Thread(target=time.sleep, args=(3600,), name="forever").start()
+if HOW == "print":
+    print("imported")
+gym.register(id="Odd-v0", entry_point=Odd, disable_env_checker=True, order_enforce=False)
 """
+"""An env module that misbehaves in its own process, as the file odd_env.how says."""
+
+
+def odd_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> list[str]:
+    """ODD_ENV as `how` says, importable by the commands the test starts: their --env."""
+    env_module(tmp_path, monkeypatch, "odd_env", ODD_ENV)
+    (tmp_path / "odd_env.how").write_text(how)
+    return ["--env", "odd_env:Odd-v0", "--env-arg", "points_to_win=1"]
+
+
+def small_train(tmp_path: Path, *args: str) -> list[str]:
+    """A train command of one small update into tmp_path/R."""
+    return ["train", *args, "--batches", "1", "--batch-size", "2", "--hidden", "8",
+            "--channels", "4", "-q", "--run-dir", str(tmp_path / "R")]
 
 
 @pytest.mark.parametrize("command", ["play", "train"])
@@ -969,16 +992,12 @@ def test_an_env_that_hangs_in_this_process_ends_at_the_first_stop_signal(
 ) -> None:
     # A hang in the user's code, where no check of the stop comes: `timeout` or a service
     # manager sends one SIGTERM, and the command must end on it (not on a second one).
-    (tmp_path / "hanging_env.py").write_text(HANGS)
-    (tmp_path / "hanging_env.where").write_text(where)
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
-    env = ["--env", "hanging_env:Hanging-v0"]
-    run_dir = tmp_path / "R"
+    env = odd_env(tmp_path, monkeypatch, f"hang-{where}")
     if command == "play":
         proc = start("play", str(fake_checkpoint), *env)
     else:
-        proc = start("train", *env, "--backend", "serial", "--run-dir", str(run_dir))
-    wait_for((tmp_path / "hanging_env.hung").exists, proc)
+        proc = start(*small_train(tmp_path, *env, "--backend", "serial"))
+    wait_for((tmp_path / "odd_env.hung").exists, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 143, err
@@ -986,7 +1005,7 @@ def test_an_env_that_hangs_in_this_process_ends_at_the_first_stop_signal(
         "pong-mp: stopped by SIGTERM"
     ), err
     if command == "train" and where != "step":
-        assert not run_dir.exists()  # refused before anything was written
+        assert not (tmp_path / "R").exists()  # refused before anything was written
 
 
 @pytest.mark.parametrize("command", ["play", "train"])
@@ -996,19 +1015,11 @@ def test_a_thread_an_env_module_leaves_running_does_not_hold_the_exit(
 ) -> None:
     # Python waits at exit for every thread not marked daemon, with the stop signals ignored
     # by then: the finished command would hang for good.
-    (tmp_path / "threaded_env.py").write_text(
-        "import threading, time\nimport gymnasium as gym\n"
-        "from pong_mp.envs.fake_pong import FakePong\n"
-        "threading.Thread(target=time.sleep, args=(3600,), name='forever').start()\n"
-        "gym.register(id='Threaded-v0', entry_point=FakePong, disable_env_checker=True)\n"
-    )
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
-    env = ["--env", "threaded_env:Threaded-v0", "--env-arg", "points_to_win=2"]
+    env = odd_env(tmp_path, monkeypatch, "thread")
     if command == "play":
         args = ["play", str(fake_checkpoint), *env, "--episodes", "1", "--json"]
     else:
-        args = ["train", *env, "--backend", "serial", "--batches", "1", "--batch-size", "2",
-                "--hidden", "8", "--channels", "4", "-q", "--run-dir", str(tmp_path / "R")]
+        args = small_train(tmp_path, *env, "--backend", "serial")
     done = pong_mp(*args, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1] == (
@@ -1027,24 +1038,14 @@ def test_what_an_env_module_prints_stays_out_of_the_commands_output(
     clean_system,
 ) -> None:
     # play --json's report alone on stdout; a worker's env prints to stderr (bench's too).
-    (tmp_path / "chatty_env.py").write_text(
-        "import gymnasium as gym\nfrom pong_mp.envs.fake_pong import FakePong\n"
-        "print('imported')\n"
-        "class Chatty(FakePong):\n"
-        "    def step(self, action):\n        print('stepped')\n"
-        "        return super().step(action)\n"
-        "gym.register(id='Chatty-v0', entry_point=Chatty, disable_env_checker=True)\n"
-    )
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join((str(tmp_path), os.environ["PYTHONPATH"])))
-    env = ["--env", "chatty_env:Chatty-v0", "--env-arg", "points_to_win=1"]
+    env = odd_env(tmp_path, monkeypatch, "print")
     if command == "play":
         done = pong_mp("play", str(fake_checkpoint), *env, "--episodes", "1", "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["games"] == 1
         assert "imported" in done.stderr
     else:
-        done = pong_mp("train", *env, "--workers", "1", "--batches", "1", "--batch-size", "1",
-                       "--hidden", "8", "--channels", "4", "--run-dir", str(tmp_path / "R"))
+        done = pong_mp(*small_train(tmp_path, *env, "--workers", "1"))
         assert done.returncode == 0, done.stderr
     assert "stepped" in done.stderr and "stepped" not in done.stdout
 
