@@ -168,6 +168,12 @@ def _leave(code: object) -> NoReturn:
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
+def _env_prints(as_json: bool) -> contextlib.AbstractContextManager[Any]:
+    """Where the env's code runs in this process: with --json, standard output is the report's
+    alone, so what it prints (with Python) goes to stderr meanwhile."""
+    return contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext()
+
+
 def _flushed() -> bool:
     """Whether what stdout holds could be written (not to a full disk, say)."""
     try:
@@ -623,19 +629,13 @@ def play_command(
       pong-mp play models/pong.npz --episodes 10 --env-arg fast=false   # gymnasium's own env
       pong-mp play models/pong.npz --episodes 1 --record game.gif --max-frames 1500
     """
-    # With --json, standard output is the report's: what an env module prints goes to stderr.
-    env_prints = (
-        functools.partial(contextlib.redirect_stdout, sys.stderr)
-        if as_json
-        else contextlib.nullcontext
-    )
     with _usage_errors(CheckpointError, UnknownEnvError, FileError, ValueError, OSError):
         params, stored = load_policy(checkpoint_path)
         trained_on = stored.get("env", "ALE/Pong-v5")
         env_id = env or trained_on
         env_kwargs = stored.get("env_kwargs", {}) if env is None else {}
         env_kwargs = {**env_kwargs, **_parse_env_args(env_args)}
-        with env_prints():
+        with _env_prints(as_json):
             check_env(env_id, env_kwargs)
         recorder = (
             VideoRecorder(record, scale=scale, stride=frame_stride, max_frames=max_frames)
@@ -660,7 +660,7 @@ def play_command(
 
     played_all = False
     try:
-        with _recording(recorder) as on_frame, env_prints():
+        with _recording(recorder) as on_frame, _env_prints(as_json):
             scores = play_games(
                 params,
                 stored_shape(stored),
@@ -952,13 +952,6 @@ def bench_command(
     """Measure training speed against the emulator's raw speed, overhead and memory (training
     with `pong-mp train`'s learner, policy and schedule options)."""
 
-    out = sys.stdout  # with --json, the report's alone: what an env module prints goes to stderr
-    if as_json:
-        ctx.with_resource(contextlib.redirect_stdout(sys.stderr))
-
-    def report(results: Any, format_results: Callable[[Any], str]) -> None:
-        click.echo(json.dumps(results, indent=2) if as_json else format_results(results), out)
-
     # --simulate alone is a measurement; with --project, the env that projection uses
     modes = {"--scaling": scaling, "--simulate": simulate is not None and not project,
              "--project": project, "--compare-envs": compare_envs_only}
@@ -972,38 +965,44 @@ def bench_command(
         _fail(f"--model brings its own network: leave out --{net[0]}", EXIT_USAGE)
     if not compare_envs_only and ctx.get_parameter_source("rounds") is not _DEFAULT:
         _fail("--rounds counts the rounds of --compare-envs: give it with that", EXIT_USAGE)
-    with _usage_errors(UnknownEnvError, CheckpointError):
-        check_env(env, {})
-        # A bad file is one line now, not after the raw runs.
-        if model is not None:
-            load_policy(model)
-    if compare_envs_only:
-        if env == FAKE_PONG_ID:
-            _fail("--compare-envs measures FakePong-v0 against --env: name another", EXIT_USAGE)
-        comparison = bench.compare_envs((env, FAKE_PONG_ID), seconds, rounds)
-        report(comparison, bench.format_env_comparison)
-        return
-    setup = bench.TrainingSetup(model, **config.apply_preset(preset, options, explicit=given))
-    with _usage_errors(config.ConfigError):
-        # A bad mix is one line now, not after the raw runs.
-        bench.training_config(env, workers, setup)
-    if project:
-        env_id, env_kwargs = (
-            (FAKE_PONG_ID, bench.simulated_env(simulate)) if simulate is not None else (env, {})
-        )
-        measured, params = bench.training_config(env_id, 1, setup, env_kwargs)
-        if measured.algo != "ppo":
-            _fail("--project models the actor-critic (--algo ppo)", EXIT_USAGE)
-        costs = measure_costs(measured, params)
-        rows = run_projection(costs, measured.batch_size, measured.epochs)
-        results = {
-            "env": env_id, "env_kwargs": env_kwargs, **setup.describe(),
-            "costs": dataclasses.asdict(costs), "rows": rows, **bench.where_measured(),
-        }
-        report(results, lambda _: format_projection(costs, rows))
-    elif simulate is not None:
-        report(bench.run_simulation(workers, seconds, simulate, setup), bench.format_simulation)
-    elif scaling:
-        report(bench.run_scaling(workers, seconds, env, setup), bench.format_scaling)
-    else:
-        report(run_bench(workers, seconds, env, setup), format_bench)
+
+    def measure() -> tuple[Any, Callable[[Any], str]]:
+        """The measurement asked for, and what formats its results as text."""
+        with _usage_errors(UnknownEnvError, CheckpointError):
+            check_env(env, {})
+            # A bad file is one line now, not after the raw runs.
+            if model is not None:
+                load_policy(model)
+        if compare_envs_only:
+            if env == FAKE_PONG_ID:
+                _fail("--compare-envs measures FakePong-v0 against --env: name another", EXIT_USAGE)
+            comparison = bench.compare_envs((env, FAKE_PONG_ID), seconds, rounds)
+            return comparison, bench.format_env_comparison
+        setup = bench.TrainingSetup(model, **config.apply_preset(preset, options, explicit=given))
+        with _usage_errors(config.ConfigError):
+            # A bad mix is one line now, not after the raw runs.
+            bench.training_config(env, workers, setup)
+        if project:
+            env_id, env_kwargs = (
+                (FAKE_PONG_ID, bench.simulated_env(simulate)) if simulate is not None else (env, {})
+            )
+            measured, params = bench.training_config(env_id, 1, setup, env_kwargs)
+            if measured.algo != "ppo":
+                _fail("--project models the actor-critic (--algo ppo)", EXIT_USAGE)
+            costs = measure_costs(measured, params)
+            rows = run_projection(costs, measured.batch_size, measured.epochs)
+            results = {
+                "env": env_id, "env_kwargs": env_kwargs, **setup.describe(),
+                "costs": dataclasses.asdict(costs), "rows": rows, **bench.where_measured(),
+            }
+            return results, lambda _: format_projection(costs, rows)
+        elif simulate is not None:
+            return bench.run_simulation(workers, seconds, simulate, setup), bench.format_simulation
+        elif scaling:
+            return bench.run_scaling(workers, seconds, env, setup), bench.format_scaling
+        else:
+            return run_bench(workers, seconds, env, setup), format_bench
+
+    with _env_prints(as_json):
+        results, format_results = measure()
+    click.echo(json.dumps(results, indent=2) if as_json else format_results(results))
