@@ -978,9 +978,14 @@ def odd_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> list[s
     return ["--env", "odd_env:Odd-v0", "--env-arg", "points_to_win=1"]
 
 
-def small_train(tmp_path: Path, *args: str) -> list[str]:
-    """A train command of one small update into tmp_path/R."""
-    return ["train", *args, "--batches", "1", "--batch-size", "2", "--hidden", "8",
+def odd_command(
+    command: str, tmp_path: Path, model: Path, env: list[str], *train_args: str
+) -> list[str]:
+    """`play` of one game with `model` (--json), or `train` of one small update into
+    tmp_path/R with `train_args`, on `env`."""
+    if command == "play":
+        return ["play", str(model), *env, "--episodes", "1", "--json"]
+    return ["train", *env, *train_args, "--batches", "1", "--batch-size", "2", "--hidden", "8",
             "--channels", "4", "-q", "--run-dir", str(tmp_path / "R")]
 
 
@@ -993,10 +998,7 @@ def test_an_env_that_hangs_in_this_process_ends_at_the_first_stop_signal(
     # A hang in the user's code, where no check of the stop comes: `timeout` or a service
     # manager sends one SIGTERM, and the command must end on it (not on a second one).
     env = odd_env(tmp_path, monkeypatch, f"hang-{where}")
-    if command == "play":
-        proc = start("play", str(fake_checkpoint), *env)
-    else:
-        proc = start(*small_train(tmp_path, *env, "--backend", "serial"))
+    proc = start(*odd_command(command, tmp_path, fake_checkpoint, env, "--backend", "serial"))
     wait_for((tmp_path / "odd_env.hung").exists, proc)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)
@@ -1016,10 +1018,7 @@ def test_a_thread_an_env_module_leaves_running_does_not_hold_the_exit(
     # Python waits at exit for every thread not marked daemon, with the stop signals ignored
     # by then: the finished command would hang for good.
     env = odd_env(tmp_path, monkeypatch, "thread")
-    if command == "play":
-        args = ["play", str(fake_checkpoint), *env, "--episodes", "1", "--json"]
-    else:
-        args = small_train(tmp_path, *env, "--backend", "serial")
+    args = odd_command(command, tmp_path, fake_checkpoint, env, "--backend", "serial")
     done = pong_mp(*args, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr.splitlines()[-1] == (
@@ -1039,14 +1038,11 @@ def test_what_an_env_module_prints_stays_out_of_the_commands_output(
 ) -> None:
     # play --json's report alone on stdout; a worker's env prints to stderr (bench's too).
     env = odd_env(tmp_path, monkeypatch, "print")
+    done = pong_mp(*odd_command(command, tmp_path, fake_checkpoint, env, "--workers", "1"))
+    assert done.returncode == 0, done.stderr
     if command == "play":
-        done = pong_mp("play", str(fake_checkpoint), *env, "--episodes", "1", "--json")
-        assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout)["games"] == 1
         assert "imported" in done.stderr
-    else:
-        done = pong_mp(*small_train(tmp_path, *env, "--workers", "1"))
-        assert done.returncode == 0, done.stderr
     assert "stepped" in done.stderr and "stepped" not in done.stdout
 
 
