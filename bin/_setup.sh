@@ -24,7 +24,7 @@ _requirements() {
     "$VENV/bin/python" - "$PONG_MP_ROOT/pyproject.toml" "${1:-}" <<'PY'
 import re, sys, tomllib
 project = tomllib.load(open(sys.argv[1], "rb"))["project"]
-wanted, done, out = set(filter(None, sys.argv[2].split(","))), set(), project["dependencies"]
+wanted, done, out = set(filter(None, sys.argv[2].split(","))), set(), list(project["dependencies"])
 while wanted - done:
     extra = min(wanted - done)
     done.add(extra)
@@ -33,7 +33,7 @@ while wanted - done:
         if own:
             wanted |= set(own.group(1).split(","))
         else:
-            out = [*out, requirement]
+            out.append(requirement)
 print("\n".join(out))
 PY
 }
