@@ -108,24 +108,27 @@ def test_a_hung_worker_is_replaced(reference, clean_system) -> None:
 
 
 def _slow_starting_spec() -> RolloutSpec:
-    """One worker whose env takes 2 s to build and which hangs in its third episode; an
-    episode may last 1 s, and is played at most twice."""
+    """One worker whose env takes 3 s to build and which hangs in its third episode; an
+    episode may last 2 s (a 2-point game takes a fraction of that, even on a loaded
+    machine), and is played at most twice."""
     return fake_spec(
         CRASHING_PONG,
         workers=1,
-        episode_timeout=1.0,
+        episode_timeout=2.0,
         max_retries=1,
-        env_kwargs={"crash_episodes": (2,), "mode": "hang", "start_seconds": 2.0},
+        env_kwargs={"crash_episodes": (2,), "mode": "hang", "start_seconds": 3.0},
     )
 
 
 def test_a_replacement_slower_to_start_than_the_episode_timeout_is_not_judged_hung(
-    reference, clean_system
+    clean_system,
 ) -> None:
     # The replacement builds its env for longer than an episode may last: only the episode,
-    # from the moment the worker is ready, counts against --episode-timeout.
+    # from the moment the worker is ready, counts against --episode-timeout. One batch of 3
+    # episodes: one hang, one replacement (each replacement hangs in its own third episode).
     spec = _slow_starting_spec()
-    assert play_batches("local", spec) == reference
+    played = play_batches("serial", fake_spec(), batches=1, batch_size=3)
+    assert play_batches("local", spec, batches=1, batch_size=3) == played
 
 
 def test_a_replacement_that_does_not_start_is_replaced_in_turn(
