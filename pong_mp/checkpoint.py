@@ -53,6 +53,13 @@ the weights in flight, at most."""
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
 
+MEMBERS = frozenset(
+    [prefix + key for prefix in ("", "rmsprop_", "adam_m_") for key in ("W1", "W2", "value")]
+    + ["conv", "rmsprop_conv", "adam_m_conv", "lag_W1", "lag_W2", *_SCALARS]
+    + ["optimizer_steps", "running_reward", "config", "run", "format_version"]
+)
+"""The arrays a checkpoint or model file may hold; a reader loads no other."""
+
 MAX_COUNT = 2**53
 """The most a checkpoint's counters (updates, episodes, env steps, optimizer steps) may say:
 far past what any run reaches, and still exact as a float and in int64 arithmetic."""
@@ -141,7 +148,9 @@ def read_arrays(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np
             if problem is None:
                 fh.seek(0)
                 with np.load(fh, allow_pickle=False) as npz:
-                    return {key: npz[key] for key in (npz.files if keys is None else keys)}
+                    # Members pong-mp never writes stay packed: they may hold anything.
+                    names = [key for key in npz.files if key in MEMBERS] if keys is None else keys
+                    return {key: npz[key] for key in names}
     except (
         OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError,
         NotImplementedError, RuntimeError,  # zipfile's: a compression it lacks, encryption
@@ -176,6 +185,8 @@ def claims_problem(fh: BinaryIO) -> str | None:
                 return f"{what}, more than the {held:,} it holds"
             if claimed > MAX_ARRAY_BYTES:
                 return f"{what}, more than any array of a pong-mp policy ({MAX_ARRAY_BYTES:,})"
+            if max(shape, default=0) * dtype.itemsize > MAX_ARRAY_BYTES:  # beside a 0
+                return f"{member.filename} claims {dtype} {shape}: no pong-mp array is that long"
             total += claimed
     if total > MAX_FILE_BYTES:
         return f"its arrays claim {total:,} bytes, more than a pong-mp file holds"
@@ -186,6 +197,8 @@ def _shape_of(data: dict[str, np.ndarray]) -> policy.NetShape:
     # The shape of the policy in W1 and W2, on the channels of the stored config.
     w1, w2 = data["W1"], data["W2"]
     shape = policy.NetShape(w1.shape[0] if w1.ndim else 0, _conv_of(data))
+    if not 1 <= shape.hidden <= config.MAX_HIDDEN:
+        raise CheckpointError(f"W1 has {shape.hidden} hidden units, not 1 to {config.MAX_HIDDEN}")
     rows = policy.input_rows(shape)
     if w1.ndim != 2 or w1.shape[1] != rows or w2.shape != (shape.hidden,):
         raise CheckpointError(f"W1/W2 have shapes {w1.shape}/{w2.shape}, not (H, {rows})/(H,)")

@@ -651,6 +651,56 @@ def test_a_file_whose_header_claims_petabytes_is_one_line(tmp_path: Path, fake_c
     assert tree(tmp_path) == before
 
 
+def test_a_claim_of_an_endless_dimension_beside_an_empty_one_is_one_line(
+    tmp_path: Path, fake_checkpoint
+) -> None:
+    # (2**70, 0) claims no bytes, but numpy overflows as it counts the elements.
+    model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
+    claiming(model, "W1", (2**70, 0))
+    claim = "W1.npy claims float64 (1180591620717411303424, 0): no pong-mp array is that long"
+    done = pong_mp("play", str(model))
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr) == f"pong-mp: error: {model}: damaged checkpoint ({claim})"
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape(claim)):
+        api.Agent.load(model)
+
+
+def test_members_pong_mp_never_writes_are_not_unpacked(tmp_path: Path, fake_checkpoint) -> None:
+    # A few kilobytes of zip may unpack to hundreds of megabytes: only pong-mp's own arrays
+    # are read from a file.
+    import tracemalloc
+
+    model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
+    padding = {"descr": "|u1", "fortran_order": False, "shape": (100 * 2**20,)}
+    with (
+        zipfile.ZipFile(model, "a", compression=zipfile.ZIP_DEFLATED) as archive,
+        archive.open("padding.npy", "w", force_zip64=True) as member,
+    ):
+        np.lib.format.write_array_header_1_0(member, padding)
+        for _ in range(100):
+            member.write(bytes(2**20))
+    assert model.stat().st_size < 1_000_000
+    tracemalloc.start()
+    try:
+        api.Agent.load(model)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 20_000_000
+    assert "padding" not in checkpoint.read_arrays(model)
+
+
+def test_a_model_without_hidden_units_is_refused(tmp_path: Path, fake_checkpoint) -> None:
+    model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
+    with np.load(model) as npz:
+        arrays = dict(npz)
+    arrays["W1"], arrays["W2"] = arrays["W1"][:0], arrays["W2"][:0]
+    arrays["config"] = np.str_(json.dumps({**json.loads(str(arrays["config"])), "hidden": 0}))
+    np.savez(model, **arrays)
+    with pytest.raises(checkpoint.CheckpointError, match="W1 has 0 hidden units, not 1 to 4096"):
+        api.Agent.load(model)
+
+
 DEEP = "[" * 5000 + "]" * 5000
 """JSON nested 5000 deep: Python's parser recurses, and gives up near 1000."""
 
