@@ -380,6 +380,21 @@ class _Numbers(click.ParamType):
             self.fail(f"{value!r} is not a number or comma-separated numbers", param, ctx)
 
 
+class _FileToWrite(click.Path):
+    """A file to write: a path that ends with a slash means a directory (as to `cp`), and
+    would lose the slash in a Path, so it is refused."""
+
+    def __init__(self) -> None:
+        """click's Path, as a pathlib.Path."""
+        super().__init__(path_type=Path)
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> Any:
+        """The path; fails on a trailing slash."""
+        if isinstance(value, str) and value.endswith(os.sep):
+            self.fail(f"{value!r} ends with {os.sep}: name a file, not a directory", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 class _GroupedOption(click.Option):
     """An option with its group in the help (config.OPTION_GROUPS)."""
 
@@ -579,7 +594,7 @@ def train_command(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for scripts).")
 @click.option(
     "--record",
-    type=click.Path(path_type=Path),
+    type=_FileToWrite(),
     default=None,
     metavar="FILE.gif|FILE.mp4",
     help="Write the games as a video.",
@@ -742,7 +757,7 @@ def _recording(recorder: VideoRecorder | None) -> Iterator[Callable[[Any], None]
 
 @main.command("export")
 @click.argument("checkpoint_path", metavar="CHECKPOINT|RUN_DIR", type=click.Path(path_type=Path))
-@click.argument("out", metavar="MODEL.npz", type=click.Path(path_type=Path))
+@click.argument("out", metavar="MODEL.npz", type=_FileToWrite())
 @_stoppable
 def export_command(checkpoint_path: Path, out: Path) -> None:
     """Write a checkpoint's (or run directory's) policy as a float32 model file for play."""
@@ -760,7 +775,7 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 @click.option(
     "-o",
     "--output",
-    type=click.Path(path_type=Path),
+    type=_FileToWrite(),
     default=None,
     help="PNG to write (default: RUN_DIR/learning.png for one run, compare.png for several).",
 )

@@ -549,6 +549,26 @@ def test_one_run_reached_by_two_paths_and_read_while_it_trains(
     ]  # fmt: skip
 
 
+def test_a_file_to_write_named_with_a_trailing_slash_is_refused(
+    tmp_path: Path, fake_checkpoint
+) -> None:
+    # "out/" means a directory, to the user as to `cp`; a Path drops the slash, and the
+    # file would be written as "out".
+    run_dir = str(fake_checkpoint.parent)
+    for args, param in [
+        (["export", run_dir, f"{tmp_path}/model/"], "'MODEL.npz'"),
+        (["plot", run_dir, "-o", f"{tmp_path}/plot.png/"], "'-o' / '--output'"),
+        (["play", run_dir, "--episodes", "1", "--record", f"{tmp_path}/game.gif/"], "'--record'"),
+    ]:
+        done = pong_mp(*args)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr) == (
+            f"pong-mp: error: Invalid value for {param}: '{args[-1]}' ends with /: name a file,"
+            " not a directory"
+        )
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- degenerate numbers --------------------------------------------------------------------------
 
 
