@@ -645,7 +645,8 @@ def play_command(
       pong-mp play models/pong.npz --episodes 1 --record game.gif --max-frames 1500
     """
     with _usage_errors(CheckpointError, UnknownEnvError, FileError, ValueError, OSError):
-        params, stored = load_policy(checkpoint_path)
+        with signals.at_once():  # a file of many members may take minutes: nothing to save
+            params, stored = load_policy(checkpoint_path)
         trained_on = stored.get("env", "ALE/Pong-v5")
         env_id = env or trained_on
         env_kwargs = stored.get("env_kwargs", {}) if env is None else {}

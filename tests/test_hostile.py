@@ -1080,6 +1080,26 @@ def test_an_env_that_hangs_in_this_process_ends_at_the_first_stop_signal(
         assert not (tmp_path / "R").exists()  # refused before anything was written
 
 
+def test_a_stop_while_play_reads_its_file_ends_it_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A file of many members takes minutes to read (200,000 empty ones: a minute), with no
+    # step of play's to stop at.
+    from click.testing import CliRunner
+
+    from pong_mp import cli
+
+    def slow_read(path: Path) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+        raise AssertionError("the stop did not end the read")
+
+    monkeypatch.setattr(cli, "load_policy", slow_read)
+    started = time.monotonic()
+    result = CliRunner().invoke(cli.main, ["play", str(tmp_path / "model.npz")])
+    assert result.exit_code == 143 and time.monotonic() - started < 10, result.output
+
+
 @pytest.mark.parametrize("command", ["play", "train"])
 def test_a_thread_an_env_module_leaves_running_does_not_hold_the_exit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path, command: str,
