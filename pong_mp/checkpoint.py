@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import zipfile
 from pathlib import Path
 from typing import BinaryIO
@@ -122,7 +123,7 @@ def read_arrays(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np
     """The arrays `keys` (None: all) of a checkpoint or model file, or of a run directory's
     checkpoint, read once; CheckpointError (a ValueError) if it is missing or damaged."""
     if path.is_dir():  # a run directory stands for its checkpoint
-        if not (path / CHECKPOINT_FILE).is_file():
+        if not os.path.lexists(path / CHECKPOINT_FILE):
             raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
         path = path / CHECKPOINT_FILE
     if not path.is_file():

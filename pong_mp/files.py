@@ -72,8 +72,15 @@ def read_file(path: Path) -> bytes:
 
 def through_link(path: Path) -> Path:
     """What a write to `path` replaces: a symlink's target (written through, as `cp` does;
-    a rename would replace the link itself), else `path`."""
-    return Path(os.path.realpath(path)) if os.path.islink(path) else Path(path)
+    a rename would replace the link itself), else `path`. FileError for a loop of links."""
+    if not os.path.islink(path):
+        return Path(path)
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:  # a link to a file still to be made, as `cp` writes it
+        return Path(os.path.realpath(path))
+    except OSError as exc:
+        raise file_error(Path(path), "write", exc) from None
 
 
 def write_atomic(path: Path, write: Callable[[IO[bytes]], None]) -> None:
@@ -114,4 +121,6 @@ def check_writable(path: Path, wanted: str) -> None:
     if not path.parent.is_dir():
         raise FileError(f"{path}: no directory {path.parent}")
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        raise FileError(f"cannot write {path}: permission denied")
+        read_only = os.statvfs(path.parent).f_flag & os.ST_RDONLY
+        why = "read-only file system" if read_only else "permission denied"
+        raise FileError(f"cannot write {path}: {why}")

@@ -503,7 +503,8 @@ def _prepare_fork(
         config = TrainConfig(**{**inherited, **given})  # with the fork_from given
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
-    if Path(config.run_dir).resolve().is_relative_to(source.resolve()):
+    # realpath, not resolve(): a symlink loop on the way is for the write to name
+    if Path(os.path.realpath(config.run_dir)).is_relative_to(os.path.realpath(source)):
         # its files would sit inside the run it reads, and go with it when that one is removed
         raise RunDirError(
             f"--run-dir {config.run_dir} is inside the run it forks from, {source}: choose a "
@@ -581,11 +582,17 @@ def copy_fork_metrics(config: TrainConfig, last_batch: int) -> None:
 def _load_checkpoint(path: Path, stored: TrainConfig) -> TrainState:
     # The state in the checkpoint at `path`; CheckpointError unless it is the run's.
     state, ckpt_config = checkpoint.load(path)
-    for name in ("env", "hidden", "seed", "batch_size"):
-        if ckpt_config.get(name) != getattr(stored, name):
+    # Its weights fit its own config (checkpoint.load checks that): the two configs must
+    # agree on what shapes them (policy, channels, algo's value head) and on the run's seeds.
+    pairs = [(name, ckpt_config.get(name), getattr(stored, name))
+             for name in ("env", "hidden", "seed", "batch_size")]  # fmt: skip
+    pairs += [(name, cfg.stored_option(ckpt_config, name), getattr(stored, name))
+              for name in ("policy", "algo")]  # fmt: skip
+    pairs += [("channels", cfg.stored_conv_channels(ckpt_config), stored.conv_channels)]
+    for name, theirs, ours in pairs:
+        if theirs != ours:
             raise CheckpointError(
-                f"{path}: belongs to another run ({name} {ckpt_config.get(name)!r}, "
-                f"{CONFIG_FILE} says {getattr(stored, name)!r})"
+                f"{path}: belongs to another run ({name} {theirs!r}, {CONFIG_FILE} says {ours!r})"
             )
     if (state.momentum is not None) != (stored.optimizer == "adam"):
         raise CheckpointError(

@@ -270,6 +270,15 @@ def test_load_policy_names_bad_files(tmp_path: Path) -> None:
     (tmp_path / "loop.npz").symlink_to("loop.npz")
     with pytest.raises(CheckpointError, match=r"loop\.npz: a symbolic link that leads to no file"):
         checkpoint.load_policy(tmp_path / "loop.npz")
+    # A run directory's checkpoint is named for what it is, not taken for missing.
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "checkpoint.npz").symlink_to("/dev/zero")
+    with pytest.raises(CheckpointError, match=r"run/checkpoint\.npz: not a regular file"):
+        checkpoint.load_policy(tmp_path / "run")
+    (tmp_path / "run" / "checkpoint.npz").unlink()
+    (tmp_path / "run" / "checkpoint.npz").symlink_to("gone.npz")
+    with pytest.raises(CheckpointError, match=r"checkpoint\.npz: a symbolic link that leads to no"):
+        checkpoint.load_policy(tmp_path / "run")
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(CheckpointError, match="not a pong-mp model or checkpoint"):
         checkpoint.load_policy(tmp_path / "other.npz")

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from pong_mp import checkpoint, files
+from pong_mp.checkpoint import CheckpointError
 from pong_mp.config import REMOVED, RemovedOptionError, without_removed
 from pong_mp.files import FileError
 from pong_mp.rundir import (
@@ -30,6 +31,7 @@ from pong_mp.rundir import (
     RunDirError,
     RunLock,
     metrics_file,
+    prepare_run,
     read_metrics,
     remove_stale_temps,
 )
@@ -206,6 +208,8 @@ def test_a_read_only_run_directory_is_one_line(mount_tmpfs, clean_system) -> Non
     assert _snapshot(run_dir) == before
     done = _train(mnt / "new", "--batches", "1")
     _one_line_error(done, 2, f"cannot create {mnt / 'new'}", "Read-only file system")
+    done = pong_mp("plot", str(run_dir), "-o", str(mnt / "p.png"))  # refused before the work
+    _one_line_error(done, 2, f"cannot write {mnt / 'p.png'}", "read-only file system")
 
 
 def test_an_immutable_run_directory_is_one_line(tmp_path: Path) -> None:
@@ -608,3 +612,27 @@ def test_a_policy_lag_change_keeps_the_newest_weights_in_flight() -> None:
     grown = with_policy_lag(TrainState(params=params, cache=np.zeros(4), batch=9), 2).lagged
     assert [w.dtype for w in grown] == [np.float32] * 2
     assert [w.tolist() for w in grown] == [params.tolist()] * 2
+
+
+@pytest.mark.parametrize(
+    ("edit", "mismatch"),
+    [
+        ({"algo": "ppo"}, "algo 'pg', config.json says 'ppo'"),
+        ({"algo": "ppo", "policy": "conv", "channels": 2}, "policy 'mlp', config.json says 'conv'"),
+    ],
+)
+def test_a_checkpoint_whose_network_is_not_the_configs_is_refused(
+    tmp_path: Path, fake_checkpoint: Path, edit: dict, mismatch: str
+) -> None:
+    # Its weights would not fit the run's network (a copied checkpoint, a hand-edited
+    # config.json): refused before anything is written, not a traceback midway.
+    run_dir = tmp_path / "R"
+    shutil.copytree(fake_checkpoint.parent, run_dir)
+    config = json.loads((run_dir / "config.json").read_text())
+    (run_dir / "config.json").write_text(json.dumps({**config, **edit}))
+    before = _snapshot(run_dir)
+    for resume, given in ((True, {}), (False, {"fork_from": str(run_dir)})):
+        target = run_dir if resume else tmp_path / "fork"
+        with pytest.raises(CheckpointError, match=f"belongs to another run \\({mismatch}\\)"):
+            prepare_run(target, resume, given, build_env=False)
+    assert _snapshot(run_dir) == before and not (tmp_path / "fork").exists()
