@@ -437,7 +437,7 @@ def prepare_run(
     given = {**given, **cfg.drop_options(given), "run_dir": str(run_dir)}
     if resume:
         config_path, ckpt_path = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
-        if not config_path.is_file():
+        if not config_path.exists():  # one that is no regular file is named as it is read
             what = "no checkpoint.npz" if not ckpt_path.exists() else f"no {CONFIG_FILE}"
             raise RunDirError(f"{run_dir}: nothing to resume ({what})")
         stored = cfg.read_config(config_path)
@@ -486,7 +486,7 @@ def _prepare_fork(
     if not source.is_dir():
         what = "a file, not a run directory" if source.exists() else "no such run directory"
         raise RunDirError(f"--fork-from {source}: {what}")
-    missing = [path.name for path in (config_path, ckpt_path) if not path.is_file()]
+    missing = [path.name for path in (config_path, ckpt_path) if not path.exists()]
     if missing:
         raise RunDirError(f"--fork-from {source}: nothing to fork from (no {missing[0]})")
     stored = cfg.read_config(config_path)

@@ -1209,6 +1209,14 @@ def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(
     (run_dir / "metrics.jsonl").write_bytes(metrics)
     (run_dir / "config.json").unlink()
     os.mkfifo(run_dir / "config.json")
+    for args in (["--resume"], ["--fork-from", str(run_dir)]):  # named, not taken for missing
+        target = run_dir if args == ["--resume"] else tmp_path / "F"
+        done = pong_mp("train", *args, "--run-dir", str(target), timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr) == (
+            f"pong-mp: error: cannot read {run_dir}/config.json: not a regular file (a FIFO or "
+            "a device)"
+        )
     # plot reads config.json for its title only: drawn without it.
     done = pong_mp("plot", str(run_dir), "-o", str(tmp_path / "p.png"), timeout=60)
     assert done.returncode == 0, done.stderr
