@@ -339,17 +339,20 @@ def keep_metrics_until(path: Path, last_batch: int) -> str | None:
     checkpoint holds; later updates are played again); nothing if there is nothing to drop.
 
     Damaged lines are first appended to DAMAGED_METRICS_FILE beside it, so that nothing is
-    lost; the line returned says so (None when there were none).
+    lost; the line returned says so, and names the updates up to `last_batch` that have no
+    record (None when all is well).
     """
     path = Path(path)
-    if not path.exists():
-        return None
-    with file_io(path, "read"):
-        data = read_file(path)
+    data = b""
+    if path.exists():
+        with file_io(path, "read"):
+            data = read_file(path)
     records, damaged = _scan_metrics(data)
     kept = [r for r in records if r["batch"] <= last_batch]
+    missing = sorted(set(range(1, last_batch + 1)) - {r["batch"] for r in kept})
     if (len(kept) == len(records) and data.endswith(b"\n") and not damaged) or not data:
-        return None
+        # A log removed or cut short by hand: the run goes on, and says what it lacks.
+        return f"{path}: updates {_ranges(missing)} have no record in it" if missing else None
     aside = path.with_name(DAMAGED_METRICS_FILE)
     if damaged:
         # Durable before the log loses them: a crash in between leaves them in both.
@@ -367,7 +370,6 @@ def keep_metrics_until(path: Path, last_batch: int) -> str | None:
         f"{path}: damaged line{'s' * (len(numbers) != 1)} {listed} ({damaged[0][2]}{more}) "
         f"moved to {aside}"
     )
-    missing = sorted(set(range(1, last_batch + 1)) - {r["batch"] for r in kept})
     if missing:
         note += f"; updates {_ranges(missing)} have no record left (the damage replaced them)"
     return note

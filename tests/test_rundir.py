@@ -30,6 +30,7 @@ from pong_mp.rundir import (
     MetricsLog,
     RunDirError,
     RunLock,
+    keep_metrics_until,
     metrics_file,
     prepare_run,
     read_metrics,
@@ -540,6 +541,23 @@ def _record(batch: int) -> dict:
 
 def _lines(*batches: int) -> bytes:
     return b"".join(json.dumps(_record(b)).encode() + b"\n" for b in batches)
+
+
+def test_a_log_that_lacks_updates_of_the_checkpoint_is_named_and_left_alone(
+    tmp_path: Path,
+) -> None:
+    # Removed or cut short by hand: the run goes on (the checkpoint is the state), and says
+    # which updates its log will never show.
+    path = tmp_path / METRICS_FILE
+    assert keep_metrics_until(path, 0) is None
+    assert keep_metrics_until(path, 2) == f"{path}: updates 1 to 2 have no record in it"
+    path.write_bytes(_lines(1, 4, 5))
+    assert keep_metrics_until(path, 6) == f"{path}: updates 2 to 3, 6 have no record in it"
+    assert path.read_bytes() == _lines(1, 4, 5)
+    assert keep_metrics_until(path, 5) == f"{path}: updates 2 to 3 have no record in it"
+    path.write_bytes(_lines(1, 2, 3))
+    assert keep_metrics_until(path, 3) is None
+    assert keep_metrics_until(path, 2) is None and path.read_bytes() == _lines(1, 2)
 
 
 def test_a_packed_record_reads_as_its_metrics_jsonl_with_the_lines_it_shares(
