@@ -1192,29 +1192,21 @@ def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(
     run_dir = tmp_path / "R"
     shutil.copytree(fake_checkpoint.parent, run_dir)
     metrics = (run_dir / "metrics.jsonl").read_bytes()
-    (run_dir / "metrics.jsonl").unlink()
-    os.mkfifo(run_dir / "metrics.jsonl")
-    for args in (["--resume"], ["--fork-from", str(run_dir)]):
-        target = run_dir if args == ["--resume"] else tmp_path / "F"
-        done = pong_mp("train", *args, "--run-dir", str(target), timeout=60)
-        assert done.returncode == 2, done.stderr
-        assert one_line(done.stderr) == (
-            f"pong-mp: error: cannot read {run_dir}/metrics.jsonl: not a regular file (a FIFO or "
-            "a device)"
-        )
-    assert not (tmp_path / "F").exists()
-    (run_dir / "metrics.jsonl").unlink()
-    (run_dir / "metrics.jsonl").write_bytes(metrics)
-    (run_dir / "config.json").unlink()
-    os.mkfifo(run_dir / "config.json")
-    for args in (["--resume"], ["--fork-from", str(run_dir)]):  # named, not taken for missing
-        target = run_dir if args == ["--resume"] else tmp_path / "F"
-        done = pong_mp("train", *args, "--run-dir", str(target), timeout=60)
-        assert done.returncode == 2, done.stderr
-        assert one_line(done.stderr) == (
-            f"pong-mp: error: cannot read {run_dir}/config.json: not a regular file (a FIFO or "
-            "a device)"
-        )
+    for name in ("metrics.jsonl", "config.json"):  # a config.json named, not taken for missing
+        (run_dir / name).unlink()
+        os.mkfifo(run_dir / name)
+        for args in (["--resume"], ["--fork-from", str(run_dir)]):
+            target = run_dir if args == ["--resume"] else tmp_path / "F"
+            done = pong_mp("train", *args, "--run-dir", str(target), timeout=60)
+            assert done.returncode == 2, done.stderr
+            assert one_line(done.stderr) == (
+                f"pong-mp: error: cannot read {run_dir}/{name}: not a regular file (a FIFO or "
+                "a device)"
+            )
+        assert not (tmp_path / "F").exists()
+        if name == "metrics.jsonl":
+            (run_dir / name).unlink()
+            (run_dir / name).write_bytes(metrics)
     # plot reads config.json for its title only: drawn without it.
     done = pong_mp("plot", str(run_dir), "-o", str(tmp_path / "p.png"), timeout=60)
     assert done.returncode == 0, done.stderr
