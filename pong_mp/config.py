@@ -628,6 +628,8 @@ def apply_preset(
 
 def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
     """`stored` with the options given on resume; ConfigError for a changed algorithm one."""
+    if _same_directory(given.get("fork_from"), stored.fork_from):  # ./runs/a/ is runs/a
+        given = {**given, "fork_from": stored.fork_from}
     for name in ALGORITHM_FIELDS:
         if name in given and given[name] != getattr(stored, name):
             flag, was = option_flag(name), getattr(stored, name)
@@ -640,6 +642,16 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
                 f"this run was trained {how}: omit {flag} to resume it, or start a new --run-dir"
             )
     return dataclasses.replace(stored, **given)
+
+
+def _same_directory(one: object, other: object) -> bool:
+    # Two names of one directory, or one spelled two ways where it is gone.
+    if not isinstance(one, str) or not isinstance(other, str):
+        return False
+    try:
+        return os.path.samefile(one, other)
+    except (OSError, ValueError):
+        return os.path.normpath(one) == os.path.normpath(other)
 
 
 MAX_JSON_DEPTH = 32  # how deep the JSON that pong-mp reads may nest (its own is 2 levels deep)

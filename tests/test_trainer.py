@@ -578,7 +578,10 @@ def test_a_fork_resumes_and_keeps_where_it_came_from(
     train(fake_config(fork, fork_from=str(source), batches=2, backend="serial"), log=_quiet)
     with pytest.raises(ConfigError, match="trained with --fork-from"):
         prepare_run(fork, True, {"fork_from": str(tmp_path / "other")})
-    # The same command again with --resume continues the fork.
+    # The same command again with --resume continues the fork, the source named either way.
+    train(fake_config(fork, fork_from=f"{source}/./", batches=2, backend="serial"), resume=True,
+          log=_quiet)  # fmt: skip
+    assert json.loads((fork / "config.json").read_text())["fork_from"] == str(source)
     train(fake_config(fork, fork_from=str(source), backend="serial"), resume=True, log=_quiet)
     assert checkpoint_weights(fork) == serial_weights
     (fork / "checkpoint.npz").unlink()
