@@ -4,6 +4,7 @@ The Python API (see README, "Python API"):
 
     pong_mp.train(run_dir, **options)   train, or continue with resume=True -> final state
     pong_mp.Agent.load(path)            a trained policy that plays gymnasium's ALE/Pong-v5
+    pong_mp.ConfigError, ...            the errors they raise (__all__ lists them)
 
 Module map, in the order data flows through an update:
 
@@ -44,13 +45,21 @@ from pong_mp import envs as _envs  # registers FakePong-v0 with gymnasium
 __version__ = "0.1.0"
 del _envs
 
-__all__ = ["Agent", "train"]
+_WHERE = {
+    "Agent": "api", "train": "api", "ConfigError": "config", "RunDirError": "rundir",
+    "CheckpointError": "checkpoint", "FileError": "files", "MainGuardError": "backends.base",
+    "BackendUnavailable": "backends.base", "WorkerError": "backends.base",
+    "NonFiniteError": "learner",
+}  # fmt: skip
+"""The API and the errors it raises, by the module that holds each."""
+
+__all__ = sorted(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
     # Imported on first use: worker processes import this package too, and need none of it.
-    if name in __all__:
-        from pong_mp import api
+    if name in _WHERE:
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(f"pong_mp.{_WHERE[name]}"), name)
     raise AttributeError(f"module 'pong_mp' has no attribute {name!r}")

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import threading
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ import numpy as np
 from pong_mp import policy
 from pong_mp.checkpoint import CheckpointError, load_policy, stored_shape
 from pong_mp.config import TrainConfig, apply_preset, check_types
+from pong_mp.files import path_too_long
 from pong_mp.frames import NO_PIXELS, NO_VALUES, BinaryInputs
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
@@ -63,8 +65,9 @@ def train(
 
     Ctrl-C (KeyboardInterrupt in a notebook) saves the checkpoint and raises
     KeyboardInterrupt; `train(run_dir, resume=True)` continues. Bad options raise
-    ConfigError, RunDirError, CheckpointError or FileError with a one-line message; so does
-    a call from a thread other than the main one (ConfigError).
+    pong_mp.ConfigError, RunDirError, CheckpointError or FileError with a one-line message;
+    so does a call from a thread other than the main one (ConfigError). A backend that
+    cannot start raises pong_mp.BackendUnavailable.
     """
     from pong_mp import trainer
     from pong_mp.config import ConfigError
@@ -81,8 +84,9 @@ def train(
             "pong_mp.train runs in the main thread only: it takes Ctrl-C and SIGTERM there, "
             "to save the checkpoint as it stops"
         )
-    if not isinstance(run_dir, str | os.PathLike):
-        raise ConfigError(f"run_dir must be a path, not {run_dir!r}")
+    run_dir = os.fspath(run_dir) if isinstance(run_dir, os.PathLike) else run_dir
+    if not isinstance(run_dir, str) or "\0" in run_dir:
+        raise ConfigError(f"run_dir must be a path, not {run_dir!r:.200}")
     if preset is not None and not isinstance(preset, str):
         raise ConfigError(f"preset must be a preset's name, not {preset!r}")
     for name, flag in (("resume", resume), ("progress", progress)):
@@ -101,16 +105,21 @@ def train(
         del defaults["run_dir"]
         given = {**defaults, **given}
     given = apply_preset(preset, given, explicit=explicit)
-    with open_run(run_dir, resume, given) as (config, state):
-        reporter = (
-            NotebookReporter(state.batch, config.batches) if progress else QuietReporter()
-        )
-        try:
-            return trainer.run(config, state, resumed=resume, reporter=reporter)
-        except Interrupted as exc:
-            where, resumable = where_it_stands(Path(run_dir), exc.reached)
-            how = f": continue with pong_mp.train({str(run_dir)!r}, resume=True)"
-            raise KeyboardInterrupt(f"stopped by {exc}; {where}{how * resumable}") from None
+    try:
+        with open_run(run_dir, resume, given) as (config, state):
+            reporter = (
+                NotebookReporter(state.batch, config.batches) if progress else QuietReporter()
+            )
+            try:
+                return trainer.run(config, state, resumed=resume, reporter=reporter)
+            except Interrupted as exc:
+                where, resumable = where_it_stands(Path(run_dir), exc.reached)
+                how = f": continue with pong_mp.train({str(run_dir)!r}, resume=True)"
+                raise KeyboardInterrupt(f"stopped by {exc}; {where}{how * resumable}") from None
+    except OSError as exc:
+        if exc.errno != errno.ENAMETOOLONG:
+            raise
+        raise path_too_long(exc) from None
 
 
 class Agent:

@@ -30,7 +30,7 @@ from pong_mp import config, signals
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy, stored_shape
 from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
-from pong_mp.files import DISK_FULL, FileError
+from pong_mp.files import DISK_FULL, FileError, path_too_long
 from pong_mp.learner import NonFiniteError
 from pong_mp.progress import (
     make_reporter,
@@ -305,10 +305,7 @@ class _OneLineErrors(click.Group):
             # A path the system cannot even look up, before the command wrote anything.
             if exc.errno != errno.ENAMETOOLONG:
                 raise
-            name = str(exc.filename)
-            shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]}"
-            _fail(f"{shown}: path too long for the file system ({len(name)} characters)",
-                  EXIT_USAGE)
+            _fail(str(path_too_long(exc)), EXIT_USAGE)
         except click.ClickException as exc:
             _fail(exc.format_message(), EXIT_USAGE)
 

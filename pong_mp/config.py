@@ -217,6 +217,9 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ConfigError, naming the option, for the first bad type or value."""
+        # config.json is 2 levels above the values: as read back, it may nest no deeper
+        if _deeper_than(self.env_kwargs, MAX_JSON_DEPTH - 1):
+            raise ConfigError(f"--env-arg values nest more than {MAX_JSON_DEPTH - 2} levels deep")
         check_types(dataclasses.asdict(self))
         for name in ("lr", "decay_rate", "entropy_bonus", "episode_timeout"):
             if not math.isfinite(getattr(self, name)):
@@ -510,7 +513,10 @@ def option_flag(name: str) -> str:
 _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "str": ("a string", lambda v: isinstance(v, str)),
     "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "int": ("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool)),
+    "int": (
+        "a whole number",
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and v.bit_length() < 64,
+    ),
     "float": ("a number", _is_number),
     "tuple[float, ...]": (
         "a number or a list of numbers",
@@ -525,6 +531,8 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 
 def _shown_json(value: object) -> str:
     # As config.json would hold it; a value it could not hold (bytes, a set) as Python's.
+    if isinstance(value, int) and value.bit_length() >= 64:  # past what str() may show
+        return f"a number of {value.bit_length()} bits"
     try:
         return json.dumps(value)
     except (TypeError, ValueError):

@@ -36,6 +36,14 @@ def file_error(path: Path, action: str, exc: OSError) -> FileError:
     return FileError(f"cannot {action} {path}: {cause}", exc.errno)
 
 
+def path_too_long(exc: OSError) -> FileError:
+    """The FileError for a path the system refused for its length (ENAMETOOLONG), shortened."""
+    name = str(exc.filename)
+    shown = name if len(name) <= 80 else f"{name[:40]}...{name[-30:]}"
+    return FileError(f"{shown}: path too long for the file system ({len(name)} characters)",
+                     exc.errno)  # fmt: skip
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists in this pid namespace."""
     try:

@@ -112,6 +112,63 @@ def test_numpy_numbers_and_paths_are_the_plain_values_they_hold(tmp_path: Path) 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["A", "B", "F"]
 
 
+class _BytesPath:
+    """A path whose __fspath__ gives bytes, which pathlib refuses."""
+
+    def __fspath__(self) -> bytes:
+        return b"runs/a"
+
+
+def _nested(levels: int) -> object:
+    value: object = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def test_values_no_run_could_hold_are_config_errors(tmp_path: Path) -> None:
+    # Each one reached a RecursionError, a ValueError of Python's own limits, or a run that
+    # config.json could not read back.
+    for run_dir, options, error, message in (
+        (tmp_path / "C", {"env_arg": {"x": _nested(5000)}}, ConfigError,
+         "--env-arg values nest more than 30 levels deep"),
+        (tmp_path / "C", {"env_arg": {"x": _nested(31)}}, ConfigError,
+         "--env-arg values nest more than 30 levels deep"),
+        (tmp_path / "C", {"seed": 10**5000}, ConfigError,
+         "seed must be a whole number, not a number of 16610 bits"),
+        (tmp_path / "C", {"batches": 2**64}, ConfigError,
+         "batches must be a whole number or null, not a number of 65 bits"),
+        (tmp_path / "a\0b", {}, ConfigError, "run_dir must be a path, not "),
+        (_BytesPath(), {}, ConfigError, "run_dir must be a path, not b'runs/a'"),
+        (tmp_path / ("x" * 300), {}, pong_mp.FileError,
+         f"{str(tmp_path / ('x' * 300))[:40]}...{'x' * 18}/config.json: path "
+         f"too long for the file system ({len(str(tmp_path)) + 313} characters)"),
+    ):  # fmt: skip
+        with pytest.raises(error, match=re.escape(message)):
+            pong_mp.train(run_dir, progress=False, **{**SMALL, **options})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_errors_the_api_raises_are_the_packages_names(tmp_path: Path, monkeypatch) -> None:
+    # `except pong_mp.ConfigError` in a notebook, as the docs name them.
+    import multiprocessing
+
+    from pong_mp.backends.base import BackendUnavailable, MainGuardError
+    from pong_mp.checkpoint import CheckpointError
+    from pong_mp.files import FileError
+    from pong_mp.rundir import RunDirError
+
+    for error in (ConfigError, RunDirError, CheckpointError, FileError, MainGuardError,
+                  BackendUnavailable):  # fmt: skip
+        assert getattr(pong_mp, error.__name__) is error and error.__name__ in pong_mp.__all__
+    # A daemon (a multiprocessing.Pool's worker) may start no process: multiprocessing
+    # asserted it, a bare AssertionError.
+    monkeypatch.setattr(multiprocessing.current_process(), "daemon", True)
+    with pytest.raises(BackendUnavailable, match=r"^this process is a daemon \(a multi"):
+        pong_mp.train(tmp_path / "R", progress=False, batches=1, **SMALL)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_script_without_a_main_guard_gets_one_clear_message(
     tmp_path: Path, clean_system
 ) -> None:

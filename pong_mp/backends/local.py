@@ -142,6 +142,12 @@ class LocalBackend(BackendBase):
     def start(self) -> None:
         """Create the shared memory (first removing blocks of runs killed with their resource
         tracker), spawn the workers and wait for their envs; WorkerError if one cannot start."""
+        if mp.current_process().daemon:  # multiprocessing would only assert it
+            raise BackendUnavailable(
+                "this process is a daemon (a multiprocessing.Pool's worker, or a Process made "
+                "with daemon=True), which may start no worker processes: use --backend serial, "
+                "or train from a process that is not a daemon"
+            )
         remove_stale_blocks()
         start_resource_tracker()
         # Before anything is made, and before the workers start. The layouts of the gradient
