@@ -515,7 +515,7 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "bool": ("true or false", lambda v: isinstance(v, bool)),
     "int": (
         "a whole number",
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and v.bit_length() < 64,
+        lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**1024,
     ),
     "float": ("a number", _is_number),
     "tuple[float, ...]": (
@@ -531,8 +531,8 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 
 def _shown_json(value: object) -> str:
     # As config.json would hold it; a value it could not hold (bytes, a set) as Python's.
-    if isinstance(value, int) and value.bit_length() >= 64:  # past what str() may show
-        return f"a number of {value.bit_length()} bits"
+    if isinstance(value, int) and value.bit_length() > 1024:  # str() may refuse it
+        return f"a number of {value.bit_length():,} bits, past 2**1024"
     try:
         return json.dumps(value)
     except (TypeError, ValueError):
