@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ from pong_mp.checkpoint import CheckpointError, load_policy, stored_shape
 from pong_mp.config import TrainConfig, apply_preset, check_types
 from pong_mp.files import path_too_long
 from pong_mp.frames import NO_PIXELS, NO_VALUES, BinaryInputs
+from pong_mp.progress import NotebookReporter, QuietReporter, Reporter
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
 
@@ -71,7 +73,6 @@ def train(
     """
     from pong_mp import trainer
     from pong_mp.config import ConfigError
-    from pong_mp.progress import NotebookReporter, QuietReporter
     from pong_mp.rundir import open_run, where_it_stands
 
     # run_dir is the first argument, and env arguments are env_arg, as on the command line.
@@ -107,9 +108,7 @@ def train(
     given = apply_preset(preset, given, explicit=explicit)
     try:
         with open_run(run_dir, resume, given) as (config, state):
-            reporter = (
-                NotebookReporter(state.batch, config.batches) if progress else QuietReporter()
-            )
+            reporter = _progress(state.batch, config.batches) if progress else QuietReporter()
             try:
                 return trainer.run(config, state, resumed=resume, reporter=reporter)
             except Interrupted as exc:
@@ -120,6 +119,17 @@ def train(
         if exc.errno != errno.ENAMETOOLONG:
             raise
         raise path_too_long(exc) from None
+
+
+def _progress(start: int, total: int | None) -> Reporter:
+    # The bar needs a stderr that takes its first write (a script run with 2>&- has none, a
+    # closed or full one refuses it): without one the run goes on without the bar.
+    if sys.stderr is None or sys.stderr.closed:
+        return QuietReporter()
+    try:
+        return NotebookReporter(start, total)
+    except (OSError, ValueError):
+        return QuietReporter()
 
 
 class Agent:

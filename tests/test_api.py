@@ -169,6 +169,20 @@ def test_the_errors_the_api_raises_are_the_packages_names(tmp_path: Path, monkey
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_bar_needs_a_stderr_that_takes_writes_and_the_run_goes_on_without_one(
+    tmp_path: Path, monkeypatch
+) -> None:
+    # A script run with 2>&- has no sys.stderr; a closed one made tqdm raise as it started.
+    import io
+
+    closed = io.StringIO()
+    closed.close()
+    for name, stderr in (("none", None), ("closed", closed)):
+        monkeypatch.setattr(sys, "stderr", stderr)
+        state = pong_mp.train(tmp_path / name, batches=1, backend="serial", **SMALL)
+        assert state.batch == 1
+
+
 def test_a_script_without_a_main_guard_gets_one_clear_message(
     tmp_path: Path, clean_system
 ) -> None:
