@@ -531,7 +531,7 @@ _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
 
 def _shown_json(value: object) -> str:
     # As config.json would hold it; a value it could not hold (bytes, a set) as Python's.
-    if isinstance(value, int) and value.bit_length() > 1024:  # str() may refuse it
+    if isinstance(value, int) and value.bit_length() > 10_000:  # str() refuses 4,300 digits
         return f"a number of {value.bit_length():,} bits, past 2**1024"
     try:
         return json.dumps(value)
