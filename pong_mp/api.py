@@ -179,8 +179,12 @@ class Agent:
         """P(UP) for this frame (210 x 160 x 3 uint8), given the frames seen since reset;
         ValueError for anything else."""
         array = isinstance(observation, np.ndarray)
+        if array:  # a subclass (a masked array) as the plain array of its values
+            observation = np.asarray(observation)
         if not (array and observation.shape == FRAME_SHAPE and observation.dtype == np.uint8):
             what = f"{observation.dtype} {observation.shape}" if array else observation
+            if isinstance(observation, tuple):  # env.reset()'s (observation, info)
+                what = f"a tuple of {len(observation)} (reset() returns the frame first)"
             raise ValueError(
                 f"an observation is an RGB frame, a {FRAME_SHAPE} uint8 array (ALE's Pong "
                 f"observations), not {what!s:.80}"

@@ -296,11 +296,14 @@ def test_agent_refuses_what_is_not_a_pong_frame(fake_checkpoint: Path) -> None:
         (None, "None"),
         (np.zeros((210, 160)), "float64 (210, 160)"),
         (np.zeros((100, 100, 3), np.uint8), "uint8 (100, 100, 3)"),  # once taken as a first frame
+        ((np.zeros((210, 160, 3), np.uint8), {}), "a tuple of 2 (reset() returns the frame first)"),
     ):
         message = f"uint8 array (ALE's Pong observations), not {what}"
         with pytest.raises(ValueError, match=re.escape(message)):
             agent.act(observation)
     assert agent.act(np.zeros((210, 160, 3), np.uint8)) in (2, 3)
+    masked = np.ma.masked_array(np.ones((210, 160, 3), np.uint8))  # failed in the loops
+    assert agent.act(masked) in (2, 3)
 
 
 def test_agent_samples_both_actions_and_refuses_bad_files(tmp_path: Path) -> None:
