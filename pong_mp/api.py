@@ -85,7 +85,7 @@ def train(
             "pong_mp.train runs in the main thread only: it takes Ctrl-C and SIGTERM there, "
             "to save the checkpoint as it stops"
         )
-    run_dir = os.fspath(run_dir) if isinstance(run_dir, os.PathLike) else run_dir
+    run_dir = _plain(run_dir)
     if not isinstance(run_dir, str) or "\0" in run_dir:
         raise ConfigError(f"run_dir must be a path, not {run_dir!r:.200}")
     if preset is not None and not isinstance(preset, str):
