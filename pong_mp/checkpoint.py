@@ -54,10 +54,14 @@ the weights in flight, at most."""
 
 _SCALARS = ("batch", "episodes", "steps", "elapsed")
 
+_PREFIXES = ("", "rmsprop_", "adam_m_")
+"""The flat vectors a checkpoint holds, by the prefix of their arrays' names: the weights,
+the optimizer's cache, Adam's first moment (Adam only)."""
+
 MEMBERS = frozenset(
-    [prefix + key for prefix in ("", "rmsprop_", "adam_m_") for key in ("W1", "W2", "value")]
-    + ["conv", "rmsprop_conv", "adam_m_conv", "lag_W1", "lag_W2", *_SCALARS]
-    + ["optimizer_steps", "running_reward", "config", "run", "format_version"]
+    [prefix + key for prefix in _PREFIXES for key in ("W1", "W2", "value", "conv")]
+    + ["lag_W1", "lag_W2", *_SCALARS, "optimizer_steps", "running_reward", "config", "run"]
+    + ["format_version"]
 )
 """The arrays a checkpoint or model file may hold; a reader loads no other."""
 
@@ -297,7 +301,7 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
     shape = _shape_of(data)
     if ("adam_m_W1" in data) != ("adam_m_W2" in data):
         raise CheckpointError("holds only one of adam_m_W1 and adam_m_W2")
-    prefixes = ("", "rmsprop_", "adam_m_") if "adam_m_W1" in data else ("", "rmsprop_")
+    prefixes = _PREFIXES if "adam_m_W1" in data else _PREFIXES[:2]
     state_keys = tuple(prefix + w for prefix in prefixes[1:] for w in ("W1", "W2"))
     for key in state_keys:
         like = data[key[-2:]]
