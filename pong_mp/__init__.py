@@ -32,8 +32,9 @@ Module map, in the order data flows through an update:
     checkpoint.py  atomic save and validated load; files.py atomic writes
     envs/          making envs: registry.py (ids), atari.py (FastAtari), fake_pong.py
     api.py         pong_mp.train and pong_mp.Agent
-    cli.py         the pong-mp command; signals.py stop signals (and a closed stdout):
-                   noted when they come, raised as one exception where the code checks
+    cli.py         the pong-mp command; signals.py stop signals: noted when they come,
+                   raised as one exception where the code checks (a closed stdout is one
+                   too: progress.py)
     tools/         around training: play.py, recording.py, gif.py, plot.py, bench.py,
                    projection.py (bench --project's model)
 """

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import sys
 from collections.abc import Callable
 from typing import IO, Any, Protocol
 
 from pong_mp.files import DISK_FULL
-from pong_mp.signals import Interrupted, output_closed
+from pong_mp.signals import Interrupted
 
 
 class Reporter(Protocol):
@@ -34,6 +35,11 @@ def output_full(exc: OSError) -> bool:
     """Whether a failed write of standard output (no file named) met a full disk or quota:
     `pong-mp train > log` where the disk filled up."""
     return exc.filename is None and exc.errno in DISK_FULL
+
+
+def output_closed() -> Interrupted:
+    """The stop of a run whose standard output was closed: as SIGPIPE's, exit code 141."""
+    return Interrupted(signal.SIGPIPE, "standard output closed")
 
 
 def refused_output(exc: OSError) -> Interrupted:

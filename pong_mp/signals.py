@@ -1,14 +1,10 @@
-"""Stop signals (SIGINT, SIGTERM, SIGHUP): handlers record them and `check_stop` raises
-Interrupted at the safe points (each result back at the trainer, each step played), never in a
-finalizer, where Python would only print it. A handler that does not raise lets a blocked
-select() go on (PEP 475), and one another thread takes (TensorBoard's, Ray's) never interrupts
-it: so `wait` also watches the `signal.set_wakeup_fd` pipe, which the C handler writes from any
-thread; what no fd wakes (Ray, a pool) waits in POLL_SECONDS slices. Only a repeat over
-REPEAT_SECONDS after the stop raises in its handler, to cut a hanging save short; a sooner one
-is the same stop (`timeout` signals the run, then its group). Inside `at_once` (the user's env
-code run in this process, which may hang where no safe point comes) the first stop raises in
-its handler. A signal ignored on the way in (`nohup`'s SIGHUP, a background job's SIGINT)
-stays ignored, as Python leaves it."""
+"""Stop signals (SIGINT, SIGTERM, SIGHUP). A handler records the stop, and `check_stop` raises
+it as Interrupted at the safe points (each result back at the trainer, each step played), never
+in a finalizer, where Python would only print it. A recorded stop does not end a blocked
+select() (PEP 475), so `wait` also watches the `signal.set_wakeup_fd` pipe, which the C handler
+writes from any thread; what no fd wakes (Ray, a pool) waits in POLL_SECONDS slices. Only a
+repeat REPEAT_SECONDS after the stop, or a stop inside `at_once` (the user's env code, which may
+hang where no safe point comes), raises in its handler. An ignored signal stays ignored."""
 
 from __future__ import annotations
 
@@ -23,7 +19,6 @@ from typing import Any
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 REPEAT_SECONDS = 1.0  # one who means to cut a stop short sees it hang first
 POLL_SECONDS = 0.25  # how long a wait that no signal wakes goes on before it checks
-_IGN = signal.SIG_IGN
 
 _stop: Interrupted | None = None  # recorded, not raised yet
 _since: float | None = None  # when the stop came (None: none since the handlers went in)
@@ -42,11 +37,6 @@ class Interrupted(BaseException):
         self.signum = signum
         self.exit_code = 128 + signum  # the shell's convention for death by this signal
         self.reached: int | None = None  # the last update done; a second signal may cut its save
-
-
-def output_closed() -> Interrupted:
-    """The stop of a run whose standard output was closed: as SIGPIPE's, exit code 141."""
-    return Interrupted(signal.SIGPIPE, "standard output closed")
 
 
 def _record(signum: int, frame: object) -> None:
@@ -91,20 +81,18 @@ def wait(objects: list[connection.Connection | int], timeout: float | None) -> l
     return [ready_one for ready_one in ready if ready_one != _pipe[0]]
 
 
-def _take() -> dict[int, Any]:  # the handlers replaced: none of an ignored signal
-    return {s: signal.signal(s, _record) for s in STOP_SIGNALS if signal.getsignal(s) != _IGN}
-
-
-def raise_stop_signals() -> None:
-    """From now on, till the process ends, stop signals raise Interrupted at safe points."""
-    _take()
-    signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
+def raise_stop_signals() -> tuple[dict[int, Any], int]:
+    """From now on stop signals raise Interrupted at safe points: the handlers (of the signals
+    not ignored) and the wakeup fd replaced."""
+    taken = [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
+    previous = {s: signal.signal(s, _record) for s in taken}
+    return previous, signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
 
 
 def ignore_stop_signals() -> Interrupted | None:
     """Ignore the stop signals taken (a process on its way out): the stop not raised, if any."""
     for s in (s for s in STOP_SIGNALS if signal.getsignal(s) == _record):
-        signal.signal(s, _IGN)
+        signal.signal(s, signal.SIG_IGN)
     return _stop
 
 
@@ -115,8 +103,7 @@ def stop_signals_raise() -> Iterator[None]:
     global _stop, _since
     check_stop()
     _since = None  # a notebook's next run takes its first signal
-    previous = _take()
-    fd = signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
+    previous, fd = raise_stop_signals()
     try:
         yield
         check_stop()

@@ -13,7 +13,7 @@ from multiprocessing.pool import ThreadPool
 
 import pytest
 
-from pong_mp import signals
+from pong_mp import progress, signals
 from pong_mp.backends.worker_process import WORKER_IGNORES
 from pong_mp.signals import Interrupted, check_stop, stop_signals_raise
 from pong_mp.tools.bench import _pooled
@@ -88,7 +88,7 @@ def test_worker_signals_are_those_a_terminal_sends_a_group() -> None:
     assert set(WORKER_IGNORES) == {signal.SIGINT, signal.SIGHUP}
     assert signal.SIGHUP in signals.STOP_SIGNALS
     assert Interrupted(signal.SIGHUP).exit_code == 129
-    assert signals.output_closed().exit_code == 141
+    assert progress.output_closed().exit_code == 141
 
 
 def test_a_stop_signal_handled_in_a_finalizer_is_printed_nowhere_and_raised_later(
