@@ -81,7 +81,7 @@ def wait(objects: list[connection.Connection | int], timeout: float | None) -> l
     return [ready_one for ready_one in ready if ready_one != _pipe[0]]
 
 
-def raise_stop_signals() -> tuple[dict[int, Any], int]:
+def raise_stop_signals() -> tuple[dict[signal.Signals, Any], int]:
     """From now on stop signals raise Interrupted at safe points: the handlers (of the signals
     not ignored) and the wakeup fd replaced."""
     taken = [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
