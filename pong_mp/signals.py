@@ -1,10 +1,13 @@
 """Stop signals (SIGINT, SIGTERM, SIGHUP). A handler records the stop, and `check_stop` raises
 it as Interrupted at the safe points (each result back at the trainer, each step played), never
-in a finalizer, where Python would only print it. A recorded stop does not end a blocked
-select() (PEP 475), so `wait` also watches the `signal.set_wakeup_fd` pipe, which the C handler
-writes from any thread; what no fd wakes (Ray, a pool) waits in POLL_SECONDS slices. Only a
-repeat REPEAT_SECONDS after the stop, or a stop inside `at_once` (the user's env code, which may
-hang where no safe point comes), raises in its handler. An ignored signal stays ignored."""
+in a finalizer, where Python would only print it. A recorded stop lets a blocked select() go on
+(PEP 475), and one that another thread takes (TensorBoard's, Ray's) never interrupts it, so
+`wait` also watches the `signal.set_wakeup_fd` pipe, which the C handler writes from any thread;
+what no fd wakes (Ray, a pool) waits in POLL_SECONDS slices. A repeat REPEAT_SECONDS after the
+stop raises in its handler, to cut a hanging save short (a sooner one is the same stop:
+`timeout` signals the run, then its group), as does a first stop inside `at_once` (the user's
+env code, which may hang where no safe point comes). A signal ignored on the way in (`nohup`'s
+SIGHUP, a background job's SIGINT) stays ignored."""
 
 from __future__ import annotations
 
