@@ -8,11 +8,14 @@ the L updates before (lag_W1, lag_W2: L x H x 6400 and L x H) that the batches i
 A value head (--algo ppo) is `value` (with `rmsprop_value`, `adam_m_value`). A --policy conv
 run's W1 is H x (19 x 19 x channels), one column per feature of its convolutional layer,
 whose filters are `conv` (8 x 8 x channels; `rmsprop_conv`, `adam_m_conv`); a model file of
-one holds `conv` too.
+one holds `conv` too. After a fork widened an Adam run's hidden layer, `late_units` (N x 2:
+the first unit each widening added, and the optimizer steps then) tells Adam where those
+units' step counts start.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -29,7 +32,9 @@ from pong_mp.state import TrainState
 CHECKPOINT_FILE = "checkpoint.npz"
 """A run directory's checkpoint: what `load_policy` reads when given the directory."""
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+"""The newest format this pong-mp reads. 2 added `late_units` (after a fork widened an Adam
+run's hidden layer); a file without them is written as 1, which older versions read too."""
 
 
 class CheckpointError(ValueError):
@@ -61,7 +66,7 @@ the optimizer's cache, Adam's first moment (Adam only)."""
 MEMBERS = frozenset(
     [prefix + key for prefix in _PREFIXES for key in ("W1", "W2", "value", "conv")]
     + ["lag_W1", "lag_W2", *_SCALARS, "optimizer_steps", "running_reward", "config", "run"]
-    + ["format_version"]
+    + ["late_units", "format_version"]
 )
 """The arrays a checkpoint or model file may hold; a reader loads no other."""
 
@@ -97,8 +102,10 @@ def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str
             np.nan if state.running_reward is None else state.running_reward
         ),
         config=np.str_(config_json),
-        format_version=np.int64(FORMAT_VERSION),
+        format_version=np.int64(2 if state.late_units else 1),
     )
+    if state.late_units:
+        arrays["late_units"] = np.array(state.late_units, np.int64)
     if state.momentum is not None:
         put("adam_m_")
     if state.lagged:
@@ -347,7 +354,29 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         lagged=lagged,
         optimizer_steps=_optimizer_steps(data, stored, int(scalars["batch"])),
     )
-    return state, stored
+    return dataclasses.replace(state, late_units=_late_units(data, shape.hidden, state)), stored
+
+
+def _late_units(
+    data: dict[str, np.ndarray], hidden: int, state: TrainState
+) -> tuple[tuple[int, int], ...]:
+    # (first unit, optimizer steps then) a widening, in order: after Adam's steps, inside
+    # the layer.
+    if "late_units" not in data:
+        return ()
+    late = data["late_units"]
+    if late.dtype != np.int64 or late.ndim != 2 or late.shape[1:] != (2,) or not len(late):
+        raise CheckpointError(f"late_units is {late.dtype} {late.shape}, not int64 (N, 2)")
+    firsts, sinces = late[:, 0].tolist(), late[:, 1].tolist()
+    if state.momentum is None:
+        raise CheckpointError("late_units in a checkpoint without Adam's state")
+    if firsts != sorted(set(firsts)) or not (firsts[0] > 0 and firsts[-1] < hidden):
+        raise CheckpointError(f"late_units' units {firsts} are not increasing in 1..{hidden - 1}")
+    if sinces != sorted(sinces) or not (sinces[0] > 0 and sinces[-1] <= state.optimizer_steps):
+        raise CheckpointError(
+            f"late_units' steps {sinces} are not increasing in 1..{state.optimizer_steps}"
+        )
+    return tuple(zip(firsts, sinces, strict=True))
 
 
 def _optimizer_steps(data: dict[str, np.ndarray], stored: dict, batch: int) -> int:
@@ -422,7 +451,7 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
         "batch": np.int64(state.batch),
         "episodes": np.int64(state.episodes),
         "steps": np.int64(state.steps),
-        "format_version": np.int64(FORMAT_VERSION),
+        "format_version": np.int64(1),  # weights alone: the first format's
     }
     if shape.channels:
         arrays["conv"] = policy.conv_kernel(state.params, shape).astype(np.float32)

@@ -19,6 +19,7 @@ from pong_mp.backends.base import Backend
 from pong_mp.batch_sum import BatchSum
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task
 from pong_mp.optim import MeanStep, dropped
+from pong_mp.policy import NetShape
 from pong_mp.signals import check_stop
 from pong_mp.state import TrainState
 
@@ -74,6 +75,7 @@ class Learning:
     batch_size: int  # episodes an update
     optimizer: str  # adam or rmsprop (optim.OPTIMIZERS)
     lr: Schedule  # by env steps played before the update's batch
+    shape: NetShape  # the policy's, where the optimizer finds the units a fork added
     decay_rate: float = 0.99  # RMSProp's decay of the mean of squared gradients
 
 

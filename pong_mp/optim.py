@@ -7,6 +7,9 @@ ascent, in compiled passes (`sparse.pyx`); and the learning-rate schedule.
     m' = beta1 * m + (1 - beta1) * grad                                 (Adam)
     v' = beta2 * v + (1 - beta2) * grad^2
     params' = params + lr * (m' / (1 - beta1^step)) / (sqrt(v' / (1 - beta2^step)) + eps)
+
+Adam's `step` counts the steps since the moments were zero: the run's, or for the units a fork
+added to the hidden layer, their own (`UnitCounts`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import NamedTuple, TypeVar
 
 import numpy as np
 
@@ -46,6 +49,17 @@ def dropped(
             break
         value = to
     return value
+
+
+class UnitCounts(NamedTuple):
+    """Where each hidden unit's count of Adam's steps starts: `since[u]` of the run's
+    optimizer steps for unit u (0: with the run's; later for the units a fork added to the
+    layer, their moments zero), and the layout that finds a unit's weights (`policy.split`):
+    `rows` of W1 transposed, then W2, then, where `head`, the value head's."""
+
+    since: tuple[int, ...]
+    rows: int
+    head: bool
 
 
 STEP_BLOCK = 1 << 16
@@ -85,6 +99,7 @@ class MeanStep:
         self.weights = np.empty(0, np.float32)
         """The weights of the last step, as float32 (overwritten by the next)."""
         self._partials = np.empty(0)
+        self._units: UnitCounts | None = None
         self._pool: ThreadPoolExecutor | None = None
 
     def __enter__(self) -> MeanStep:
@@ -99,8 +114,16 @@ class MeanStep:
             self._pool.shutdown()
             self._pool = None
 
-    def load(self, params: np.ndarray, cache: np.ndarray, momentum: np.ndarray | None) -> None:
-        """Start from copies of a state's arrays."""
+    def load(
+        self,
+        params: np.ndarray,
+        cache: np.ndarray,
+        momentum: np.ndarray | None,
+        units: UnitCounts | None = None,
+    ) -> None:
+        """Start from copies of a state's arrays; Adam counts each unit's steps from `units`
+        (None: all from the run's start)."""
+        self._units = units
         if self.name == "adam" and momentum is None:
             raise ValueError("adam needs the momentum of the state it updates")
         self.params, self.cache = np.array(params, np.float64), np.array(cache, np.float64)
@@ -139,10 +162,24 @@ class MeanStep:
                 )
             return sparse.adam_range(
                 params, momentum, cache, total, divisor, scale, lr, ADAM_BETA1, ADAM_BETA2,
-                ADAM_EPS, 1.0 - ADAM_BETA1**step, 1.0 - ADAM_BETA2**step, weights, start, stop,
+                ADAM_EPS, *corrections, weights, start, stop,
             )
 
+        corrections = self._adam_corrections(step) if momentum is not None else None
         return not any(self._share(part))
+
+    def _adam_corrections(self, step: int) -> tuple[np.ndarray, np.ndarray, int, bool]:
+        # `sparse.adam_range`'s corrections and layout: each unit's, then the run's; the
+        # run's alone where every unit's are the run's (as they become, far enough on).
+        run = _corrections(step)
+        units = self._units
+        if units is not None:
+            by_since = {count: _corrections(step - count) for count in set(units.since)}
+            if any(own != run for own in by_since.values()):
+                pairs = [by_since[count] for count in units.since] + [run]
+                first, second = zip(*pairs, strict=True)
+                return np.array(first), np.array(second), units.rows, units.head
+        return np.array([run[0]]), np.array([run[1]]), 0, False
 
     def ranges(self, part: Callable[[int, int], object]) -> None:
         """Run `part(start, stop)` over the element ranges of the parameters, on the step's
@@ -158,6 +195,11 @@ class MeanStep:
     def _share(self, part: Callable[[int, int], bool]) -> list[bool]:
         # The blocks in one contiguous run a thread (in one, outside `with`).
         return share(self._pool, self.threads, len(self._partials), part)
+
+
+def _corrections(step: int) -> tuple[float, float]:
+    # Adam's bias corrections at its step number `step` (from 1).
+    return 1.0 - ADAM_BETA1**step, 1.0 - ADAM_BETA2**step
 
 
 def share(

@@ -43,7 +43,7 @@ from pong_mp.gradient import EpisodeGradient
 from pong_mp.learner import Learning, NonFiniteError, Stats, l2_norm, next_state
 from pong_mp.optim import MeanStep
 from pong_mp.signals import check_stop
-from pong_mp.state import TrainState, with_policy_lag
+from pong_mp.state import TrainState, unit_counts, with_policy_lag
 
 # -- the worker's side ---------------------------------------------------------------------
 
@@ -241,7 +241,8 @@ class PGLearner:
             lr = self.settings.lr(state.steps)
         # The summed gradient itself (divisor and scale 1 are exact): Karpathy's step.
         stepper = MeanStep(self.settings.optimizer, self.settings.decay_rate)
-        stepper.load(state.params, state.cache, state.momentum)
+        units = unit_counts(state, self.settings.shape)
+        stepper.load(state.params, state.cache, state.momentum, units)
         if not stepper.step(grad, 1.0, 1.0, state.optimizer_steps + 1, lr):
             raise NonFiniteError(f"update {state.batch + 1}: the new weights would not be finite")
         # The weights that batches in flight are played with move on by one update.

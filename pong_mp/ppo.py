@@ -57,7 +57,7 @@ from pong_mp.learner import (
     update_stats,
 )
 from pong_mp.optim import MeanStep
-from pong_mp.state import TrainState
+from pong_mp.state import TrainState, unit_counts
 
 
 @dataclass(frozen=True)
@@ -560,7 +560,8 @@ class PPOLearner:
         for task in tasks:  # in episode order: the same bits whatever the arrival order
             moments.merge(advantage_moments(played.trajectories[task.index]))
         stepper = MeanStep(settings.optimizer, settings.decay_rate, settings.step_threads)
-        stepper.load(state.params, state.cache, state.momentum)
+        units = unit_counts(state, settings.shape)
+        stepper.load(state.params, state.cache, state.momentum, units)
         seen = PassStats()
         grad_norm = 0.0
         lr = settings.lr(state.steps)

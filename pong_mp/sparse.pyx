@@ -989,34 +989,6 @@ cdef extern from *:
         }
     }
 
-    /* Adam's step in place over [start, stop) (optim.py writes the formula), on the
-       gradient (total / divisor) * scale, which numpy's `grad = total / divisor; grad *= scale`
-       gives (the product only where scale is not 1); the new weights also written as
-       float32. Returns whether one is not finite. */
-    PONG_MP_WIDE static int pong_mp_adam_range(
-        double *restrict params, double *restrict momentum, double *restrict cache,
-        const double *restrict total, double divisor, double scale, double lr, double beta1,
-        double beta2, double eps, double correction1, double correction2,
-        float *restrict weights, Py_ssize_t start, Py_ssize_t stop)
-    {
-        double keep1 = 1.0 - beta1, keep2 = 1.0 - beta2;
-        int bad = 0, scaled = scale != 1.0;
-        for (Py_ssize_t i = start; i < stop; i++) {
-            double g = total[i] / divisor;
-            if (scaled)
-                g = g * scale;
-            double m = momentum[i] * beta1 + keep1 * g;
-            double v = cache[i] * beta2 + keep2 * (g * g);
-            double p = ((m / correction1) / (sqrt(v / correction2) + eps)) * lr + params[i];
-            momentum[i] = m;
-            cache[i] = v;
-            params[i] = p;
-            weights[i] = (float)p;
-            bad |= !(p - p == 0.0);
-        }
-        return bad;
-    }
-
     /* RMSProp's step in place over [start, stop), on the same gradient, as above. */
     PONG_MP_WIDE static int pong_mp_rmsprop_range(
         double *restrict params, double *restrict cache, const double *restrict total,
@@ -1038,19 +1010,81 @@ cdef extern from *:
         }
         return bad;
     }
+
+    /* Adam's step in place over [start, stop) (optim.py writes the formula), on the
+       gradient (total / divisor) * scale, which numpy's `grad = total / divisor; grad *= scale`
+       gives (the product only where scale is not 1); the new weights also written as
+       float32. Returns whether one is not finite. Each hidden unit's weights take that
+       unit's bias corrections, correction1[u] and correction2[u]: W1 (transposed, `hidden`
+       a row) up to w1_end, where element i is unit i mod hidden's, then W2 up to w2_end,
+       then the value head's weights up to head_end (w2_end where there is none); the
+       elements after (the head's bias, the filters; all where hidden is 0) take the run's,
+       the corrections' last entries. */
+    #define PONG_MP_ADAM_ONE(CORRECTION1, CORRECTION2)                                     \
+        {                                                                                   \
+            double g = total[i] / divisor;                                                  \
+            if (scaled)                                                                     \
+                g = g * scale;                                                              \
+            double m = momentum[i] * beta1 + keep1 * g;                                     \
+            double v = cache[i] * beta2 + keep2 * (g * g);                                  \
+            double p = ((m / (CORRECTION1)) / (sqrt(v / (CORRECTION2)) + eps)) * lr         \
+                + params[i];                                                                \
+            momentum[i] = m;                                                                \
+            cache[i] = v;                                                                   \
+            params[i] = p;                                                                  \
+            weights[i] = (float)p;                                                          \
+            bad |= !(p - p == 0.0);                                                         \
+        }
+
+    PONG_MP_WIDE static int pong_mp_adam_range(
+        double *restrict params, double *restrict momentum, double *restrict cache,
+        const double *restrict total, double divisor, double scale, double lr, double beta1,
+        double beta2, double eps, const double *restrict correction1,
+        const double *restrict correction2, Py_ssize_t hidden, Py_ssize_t w1_end,
+        Py_ssize_t w2_end, Py_ssize_t head_end, float *restrict weights, Py_ssize_t start,
+        Py_ssize_t stop)
+    {
+        double keep1 = 1.0 - beta1, keep2 = 1.0 - beta2;
+        int bad = 0, scaled = scale != 1.0;
+        Py_ssize_t i = start;
+        while (i < stop) {
+            /* the run of elements from i whose units follow one another (a row of W1, W2,
+               the head's weights), or past them those of no unit: unit = i + offset */
+            Py_ssize_t offset, end;
+            if (i < w1_end) {
+                offset = i % hidden - i;
+                end = i - (i % hidden) + hidden;
+            } else if (i < w2_end) {
+                offset = -w1_end, end = w2_end;
+            } else if (i < head_end) {
+                offset = -w2_end, end = head_end;
+            } else {
+                double run1 = correction1[hidden], run2 = correction2[hidden];
+                for (; i < stop; i++)
+                    PONG_MP_ADAM_ONE(run1, run2)
+                break;
+            }
+            if (end > stop)
+                end = stop;
+            for (; i < end; i++)
+                PONG_MP_ADAM_ONE(correction1[i + offset], correction2[i + offset])
+        }
+        return bad;
+    }
     """
     void pong_mp_mean_squares(const double* total, double divisor, double* partials,
                               Py_ssize_t first, Py_ssize_t last, Py_ssize_t block,
                               Py_ssize_t n) nogil
-    int pong_mp_adam_range(double* params, double* momentum, double* cache,
-                           const double* total, double divisor, double scale, double lr,
-                           double beta1, double beta2, double eps, double correction1,
-                           double correction2, float* weights, Py_ssize_t start,
-                           Py_ssize_t stop) nogil
     int pong_mp_rmsprop_range(double* params, double* cache, const double* total,
                               double divisor, double scale, double lr, double decay,
                               double eps, float* weights, Py_ssize_t start,
                               Py_ssize_t stop) nogil
+    int pong_mp_adam_range(double* params, double* momentum, double* cache,
+                           const double* total, double divisor, double scale, double lr,
+                           double beta1, double beta2, double eps, const double* correction1,
+                           const double* correction2, Py_ssize_t hidden, Py_ssize_t w1_end,
+                           Py_ssize_t w2_end, Py_ssize_t head_end, float* weights,
+                           Py_ssize_t start, Py_ssize_t stop) nogil
 
 
 def mean_squares(
@@ -1093,22 +1127,36 @@ def adam_range(
     double beta1,
     double beta2,
     double eps,
-    double correction1,
-    double correction2,
+    const double[::1] correction1,
+    const double[::1] correction2,
+    Py_ssize_t rows,
+    bint head,
     float[::1] weights,
     Py_ssize_t start,
     Py_ssize_t stop,
 ) -> bool:
     """Adam's step in place over elements start..stop-1, on the gradient (total / divisor) *
     scale, the new weights also written as float32 into `weights`, with the GIL released;
-    whether a new weight is not finite."""
+    whether a new weight is not finite. correction1 and correction2 hold each hidden unit's
+    bias corrections, then the run's, which the elements of no unit take (the value head's
+    bias, the filters; all, where they hold the run's alone). The parameters are laid out as
+    `policy.split` reads them: W1 transposed (`rows` of a weight a unit), W2, then where
+    `head` the value head."""
     cdef int bad
+    cdef Py_ssize_t hidden = correction1.shape[0] - 1
     _check_range("adam_range", (params, momentum, cache, total, weights), start, stop)
+    if hidden < 0 or correction2.shape[0] != hidden + 1 or rows < 0:
+        raise ValueError("adam_range: corrections of mismatched sizes")
+    cdef Py_ssize_t w1_end = rows * hidden, w2_end = w1_end + hidden
+    cdef Py_ssize_t head_end = w2_end + (hidden if head else 0)
+    if head_end > params.shape[0]:
+        raise ValueError("adam_range: fewer parameters than the units hold")
     if start == stop:
         return False
     with nogil:
         bad = pong_mp_adam_range(&params[0], &momentum[0], &cache[0], &total[0], divisor,
-                                 scale, lr, beta1, beta2, eps, correction1, correction2,
+                                 scale, lr, beta1, beta2, eps, &correction1[0],
+                                 &correction2[0], hidden, w1_end, w2_end, head_end,
                                  &weights[0], start, stop)
     return bad != 0
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from pong_mp import policy
 from pong_mp.config import TrainConfig
+from pong_mp.optim import UnitCounts
 
 
 @dataclass
@@ -34,6 +35,11 @@ class TrainState:
     # Optimizer steps since the optimizer's state was last zeroed (a new run, or a fork that
     # starts it anew): Adam's bias correction counts these, not the updates.
     optimizer_steps: int = 0
+    # Hidden units whose Adam moments started at zero later than the run's, as a fork that
+    # widened the layer added them: (first unit, optimizer_steps then), one pair a widening,
+    # each for the units up to the next pair's first (or the last unit). Adam's bias
+    # correction counts their own steps (`unit_counts`). () for most runs.
+    late_units: tuple[tuple[int, int], ...] = ()
     # With --policy-lag L: the flat float32 weights of updates batch-L .. batch-1 (the oldest
     # known where there was none: a new run's initial weights, or those a fork that lengthened
     # the lag started from), which the next L batches are played with; () without lag.
@@ -55,15 +61,33 @@ def with_hidden(
 ) -> TrainState:
     """`state` (a policy of `shape`) widened to `new_hidden` hidden units that play as it did:
     the new units' W1 rows are those of a new run of `new_hidden` units and `seed`, their
-    outgoing weights and optimizer state zero (so they learn from the first update); a
-    convolutional layer keeps its filters and optimizer state."""
+    outgoing weights and optimizer state zero (so they learn from the first update), and
+    Adam's bias correction counting their steps from there (`late_units`); a convolutional layer
+    keeps its filters and optimizer state."""
     wide = dataclasses.replace(shape, hidden=new_hidden)
     columns = policy.split(policy.init_params(wide, seed), wide)[0][:, shape.hidden :]
-    return _reshaped(
+    widened = _reshaped(
         state,
         lambda flat: policy.widened(flat, shape, new_hidden, columns),
         lambda flat: policy.widened(flat, shape, new_hidden),
     )
+    if state.momentum is None or state.optimizer_steps == 0 or new_hidden == shape.hidden:
+        return widened  # no bias correction, or none that differs from the run's
+    return dataclasses.replace(
+        widened, late_units=(*state.late_units, (shape.hidden, state.optimizer_steps))
+    )
+
+
+def unit_counts(state: TrainState, shape: policy.NetShape) -> UnitCounts | None:
+    """Where each hidden unit's count of Adam's steps starts, for `optim.MeanStep` (a policy
+    of `shape`); None where all start with the run's."""
+    if not state.late_units:
+        return None
+    since = [0] * shape.hidden
+    for first, steps in state.late_units:  # a later widening's units follow an earlier one's
+        since[first:] = [steps] * (shape.hidden - first)
+    head = policy.value_head(state.params, shape) is not None
+    return UnitCounts(tuple(since), policy.input_rows(shape), head)
 
 
 def with_new_optimizer_state(state: TrainState) -> TrainState:
@@ -71,7 +95,7 @@ def with_new_optimizer_state(state: TrainState) -> TrainState:
     step count too, so that Adam's bias correction starts again."""
     momentum = None if state.momentum is None else np.zeros_like(state.momentum)
     return dataclasses.replace(
-        state, cache=np.zeros_like(state.cache), momentum=momentum, optimizer_steps=0
+        state, cache=np.zeros_like(state.cache), momentum=momentum, optimizer_steps=0, late_units=()
     )
 
 

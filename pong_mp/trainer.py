@@ -83,6 +83,7 @@ def make_learner(config: TrainConfig) -> Learner:
                 minibatches=config.minibatches,
                 optimizer=config.optimizer,
                 lr=lr,
+                shape=config.shape,
                 entropy=Schedule(
                     config.entropy_bonus, config.entropy_drop_at, config.entropy_drop_to
                 ),
@@ -96,6 +97,7 @@ def make_learner(config: TrainConfig) -> Learner:
             batch_size=config.batch_size,
             optimizer=config.optimizer,
             lr=lr,
+            shape=config.shape,
             decay_rate=config.decay_rate,
             lag=config.policy_lag,
             batches=config.batches,

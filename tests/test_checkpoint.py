@@ -84,6 +84,14 @@ def test_missing_truncated_and_garbage_files_are_named(tmp_path: Path) -> None:
         checkpoint.load(path)
 
 
+ADAM = {
+    "adam_m_W1": np.zeros((HIDDEN, 6400)),
+    "adam_m_W2": np.zeros(HIDDEN),
+    "optimizer_steps": np.int64(2),
+}
+"""What a checkpoint of Adam's adds to `_save_raw`'s (two steps taken)."""
+
+
 def _save_raw(path: Path, **overrides: object) -> None:
     state = _state()
     w1t, w2 = policy.split(state.params, SHAPE)
@@ -129,7 +137,14 @@ def _save_raw(path: Path, **overrides: object) -> None:
         ({"episodes": np.float64(2.5)}, "episodes must be a whole number from 0 to"),
         ({"steps": np.bool_(True)}, "steps must be a whole number from 0 to"),
         ({"optimizer_steps": np.int64(2**62)}, "optimizer_steps must be a whole number"),
-        ({"format_version": np.int64(2)}, "format_version 2 is not one this pong-mp reads"),
+        ({"format_version": np.int64(3)}, "format_version 3 is not one this pong-mp reads"),
+        ({"late_units": np.array([[2, 1]])}, "late_units in a checkpoint without Adam's state"),
+        ({**ADAM, "late_units": np.array([2, 1])}, r"late_units is int64 \(2,\), not"),
+        ({**ADAM, "late_units": np.array([[2.0, 1.0]])}, "late_units is float64"),
+        ({**ADAM, "late_units": np.array([[HIDDEN, 1]])}, r"units \[4\] are not increasing"),
+        ({**ADAM, "late_units": np.array([[2, 1], [1, 1]])}, "units .2, 1. are not increasing"),
+        ({**ADAM, "late_units": np.array([[2, 0]])}, r"steps \[0\] are not increasing in 1..2"),
+        ({**ADAM, "late_units": np.array([[2, 3]])}, r"steps \[3\] are not increasing in 1..2"),
         ({"format_version": np.str_("1")}, "format_version '1' is not one"),
         ({"adam_m_W1": np.zeros((HIDDEN, 6400))}, "only one of adam_m_W1 and adam_m_W2"),
         ({"rmsprop_W1": np.full((HIDDEN, 6400), "x")}, "rmsprop_W1 has dtype <U1"),

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from pong_mp import sparse
-from pong_mp.optim import STEP_BLOCK, MeanStep, dropped
+from pong_mp import policy, sparse
+from pong_mp.optim import STEP_BLOCK, MeanStep, UnitCounts, dropped
 
 
 def _step(name, params, cache, momentum, grad, step=1, lr=0.1, decay=0.9):
@@ -72,6 +72,41 @@ def test_adam_first_step_moves_every_weight_by_lr_and_leaves_its_inputs() -> Non
     np.testing.assert_allclose(new_params, [0.01, -0.01, 0.0], rtol=1e-4)
     np.testing.assert_array_equal(params, 0.0)
     np.testing.assert_array_equal(zeros, 0.0)
+
+
+@pytest.mark.parametrize("head", [False, True])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_each_unit_takes_adams_step_of_its_own_count(threads: int, head: bool) -> None:
+    shape = policy.NetShape(hidden=6, channels=8)  # 2,888 rows of W1 transposed
+    rng = np.random.default_rng(0)
+    n = policy.param_count(shape, head)
+    params, momentum, total = rng.standard_normal(n), rng.standard_normal(n), rng.random(n)
+    cache = rng.random(n)
+    since = (0, 0, 0, 40, 40, 41)  # units 3 and 4 added after 40 steps, unit 5 after 41
+    units = UnitCounts(since, policy.input_rows(shape), head)
+
+    def stepped(step: int, units: UnitCounts | None = None) -> MeanStep:
+        with MeanStep("adam", 0.9, threads) as stepper:
+            stepper.load(params, cache, momentum, units)
+            assert stepper.step(total, 3.0, 0.5, step, 1e-3)
+        return stepper
+
+    mixed = stepped(42, units)
+    own = {count: stepped(42 - count) for count in set(since)}  # each count's own step
+    unit_of = np.full(n, -1)  # the elements of no unit: the head's bias, the filters
+    w1t, w2 = policy.split(unit_of, shape)
+    w1t[...], w2[...] = np.arange(6), np.arange(6)
+    if head:
+        policy.value_head(unit_of, shape)[:-1] = np.arange(6)
+    for name in ("params", "weights", "momentum", "cache"):
+        got = getattr(mixed, name)
+        for unit, count in [*enumerate(since), (-1, 0)]:
+            where = unit_of == unit
+            assert got[where].tobytes() == getattr(own[count], name)[where].tobytes(), name
+    assert mixed.params.tobytes() != stepped(42).params.tobytes()  # the counts do differ
+    # A count so far on that it corrects as the run's: the same bits as without counts.
+    late = UnitCounts((0,) * 5 + (10,), units.rows, head)
+    assert stepped(10**6, late).params.tobytes() == stepped(10**6).params.tobytes()
 
 
 def test_adam_refuses_step_zero() -> None:

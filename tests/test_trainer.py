@@ -648,6 +648,33 @@ def test_a_fork_may_widen_the_hidden_layer(tmp_path: Path, clean_system) -> None
     assert games[0] == games[1]
 
 
+def test_units_a_fork_adds_to_an_adam_run_take_adams_first_steps(tmp_path: Path) -> None:
+    # Their moments start at zero under the run's count: with the run's bias correction
+    # their first step would be 3.2 times Adam's, (1 - 0.9) / sqrt(1 - 0.999).
+    source, lr = tmp_path / "source", 1e-3
+    adam = {"backend": "serial", "optimizer": "adam", "lr": lr}
+    train(fake_config(source, batches=3, **adam), log=_quiet)
+    fork = {"fork_from": str(source), "hidden": 24, **adam}
+    _, state = prepare_run(tmp_path / "started", False, fork)
+    assert state.late_units == ((16, 3),)  # units 16 on, after the run's 3 steps (one an update)
+    train(fake_config(tmp_path / "wide", batches=4, **fork), log=_quiet)
+    wide_shape = policy.NetShape(24)
+    before = policy.split(state.params, wide_shape)[1][16:]
+    stepped, _ = checkpoint.load(tmp_path / "wide" / "checkpoint.npz")
+    assert stepped.late_units == ((16, 3),)
+    moved = np.abs(policy.split(stepped.params, wide_shape)[1][16:] - before)
+    assert moved.any()
+    np.testing.assert_allclose(moved[moved > 0], lr, rtol=1e-4)  # Adam's first: lr * sign(g)
+    # The count is saved: a resume takes the next step as a straight run does.
+    train(fake_config(tmp_path / "wide", batches=5, **fork), resume=True, log=_quiet)
+    train(fake_config(tmp_path / "straight", batches=5, **fork), log=_quiet)
+    assert checkpoint_weights(tmp_path / "wide") == checkpoint_weights(tmp_path / "straight")
+    # A switch of learner zeroes every moment: every unit counts from there.
+    to_ppo = {**fork, "fork_from": str(tmp_path / "wide"), "algo": "ppo"}
+    _, switched = prepare_run(tmp_path / "ppo", False, to_ppo)
+    assert switched.late_units == ()
+
+
 def test_a_fork_writes_its_starting_checkpoint_before_its_first_update(tmp_path: Path) -> None:
     source = tmp_path / "source"
     train(fake_config(source, batches=2, backend="serial"), log=_quiet)
