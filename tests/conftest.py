@@ -5,6 +5,7 @@ The helpers they use are in helpers.py."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,17 @@ from tests.helpers import (
     wait_until_clean,
 )
 
+# The stop signals as a terminal gives them. A shell ignores SIGINT in a job it starts in
+# the background (`bin/test &` in a script), nohup ignores SIGHUP, and pong-mp rightly
+# leaves a signal ignored on the way in: the processes the tests start would inherit that,
+# and every test of a stop would fail.
+for _signum, _handler in (
+    (signal.SIGINT, signal.default_int_handler),
+    (signal.SIGTERM, signal.SIG_DFL),
+    (signal.SIGHUP, signal.SIG_DFL),
+):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, _handler)
 # Ray, where tests start it, must not try to send usage reports from a machine without a
 # network.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
