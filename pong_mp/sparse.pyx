@@ -989,28 +989,6 @@ cdef extern from *:
         }
     }
 
-    /* RMSProp's step in place over [start, stop), on the same gradient, as above. */
-    PONG_MP_WIDE static int pong_mp_rmsprop_range(
-        double *restrict params, double *restrict cache, const double *restrict total,
-        double divisor, double scale, double lr, double decay, double eps,
-        float *restrict weights, Py_ssize_t start, Py_ssize_t stop)
-    {
-        double keep = 1.0 - decay;
-        int bad = 0, scaled = scale != 1.0;
-        for (Py_ssize_t i = start; i < stop; i++) {
-            double g = total[i] / divisor;
-            if (scaled)
-                g = g * scale;
-            double c = cache[i] * decay + (g * g) * keep;
-            double p = params[i] + (g / (sqrt(c) + eps)) * lr;
-            cache[i] = c;
-            params[i] = p;
-            weights[i] = (float)p;
-            bad |= !(p - p == 0.0);
-        }
-        return bad;
-    }
-
     /* Adam's step in place over [start, stop) (optim.py writes the formula), on the
        gradient (total / divisor) * scale, which numpy's `grad = total / divisor; grad *= scale`
        gives (the product only where scale is not 1); the new weights also written as
@@ -1052,8 +1030,9 @@ cdef extern from *:
                the head's weights), or past them those of no unit: unit = i + offset */
             Py_ssize_t offset, end;
             if (i < w1_end) {
-                offset = i % hidden - i;
-                end = i - (i % hidden) + hidden;
+                Py_ssize_t unit = i % hidden;
+                offset = unit - i;
+                end = i - unit + hidden;
             } else if (i < w2_end) {
                 offset = -w1_end, end = w2_end;
             } else if (i < head_end) {
@@ -1071,20 +1050,42 @@ cdef extern from *:
         }
         return bad;
     }
+
+    /* RMSProp's step in place over [start, stop), on the same gradient, as above. */
+    PONG_MP_WIDE static int pong_mp_rmsprop_range(
+        double *restrict params, double *restrict cache, const double *restrict total,
+        double divisor, double scale, double lr, double decay, double eps,
+        float *restrict weights, Py_ssize_t start, Py_ssize_t stop)
+    {
+        double keep = 1.0 - decay;
+        int bad = 0, scaled = scale != 1.0;
+        for (Py_ssize_t i = start; i < stop; i++) {
+            double g = total[i] / divisor;
+            if (scaled)
+                g = g * scale;
+            double c = cache[i] * decay + (g * g) * keep;
+            double p = params[i] + (g / (sqrt(c) + eps)) * lr;
+            cache[i] = c;
+            params[i] = p;
+            weights[i] = (float)p;
+            bad |= !(p - p == 0.0);
+        }
+        return bad;
+    }
     """
     void pong_mp_mean_squares(const double* total, double divisor, double* partials,
                               Py_ssize_t first, Py_ssize_t last, Py_ssize_t block,
                               Py_ssize_t n) nogil
-    int pong_mp_rmsprop_range(double* params, double* cache, const double* total,
-                              double divisor, double scale, double lr, double decay,
-                              double eps, float* weights, Py_ssize_t start,
-                              Py_ssize_t stop) nogil
     int pong_mp_adam_range(double* params, double* momentum, double* cache,
                            const double* total, double divisor, double scale, double lr,
                            double beta1, double beta2, double eps, const double* correction1,
                            const double* correction2, Py_ssize_t hidden, Py_ssize_t w1_end,
                            Py_ssize_t w2_end, Py_ssize_t head_end, float* weights,
                            Py_ssize_t start, Py_ssize_t stop) nogil
+    int pong_mp_rmsprop_range(double* params, double* cache, const double* total,
+                              double divisor, double scale, double lr, double decay,
+                              double eps, float* weights, Py_ssize_t start,
+                              Py_ssize_t stop) nogil
 
 
 def mean_squares(
