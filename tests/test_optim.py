@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -107,6 +108,22 @@ def test_each_unit_takes_adams_step_of_its_own_count(threads: int, head: bool) -
     # A count so far on that it corrects as the run's: the same bits as without counts.
     late = UnitCounts((0,) * 5 + (10,), units.rows, head)
     assert stepped(10**6, late).params.tobytes() == stepped(10**6).params.tobytes()
+
+    # The compiled step in pieces that start inside a row of W1 (as threads share out
+    # blocks of the parameters) gives the whole step's bits.
+    counts = [42 - count for count in since] + [42]
+    first = np.array([1.0 - 0.9**k for k in counts])
+    second = np.array([1.0 - 0.999**k for k in counts])
+    results = []
+    for cuts in ([0, n], [0, 1001, 9_999, n - 7, n]):
+        arrays = [a.copy() for a in (params, momentum, cache)] + [np.empty(n, np.float32)]
+        for start, stop in itertools.pairwise(cuts):
+            p, m, v, w = arrays
+            sparse.adam_range(p, m, v, total, 3.0, 0.5, 1e-3, 0.9, 0.999, 1e-8, first, second,
+                              units.rows, head, w, start, stop)  # fmt: skip
+        results.append(b"".join(a.tobytes() for a in arrays))
+    assert results[0] == results[1]
+    assert results[0][: n * 8] == mixed.params.tobytes()
 
 
 def test_adam_refuses_step_zero() -> None:
