@@ -310,7 +310,7 @@ class SparseForward:
     def logit(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
         """The logit of P(UP) for values `vals` (float32) at pixels `idx` (int32)."""
         rows, values = self._inputs(weights, idx, vals)
-        return sparse.forward_logit(weights.w1t, weights.w2, rows, values, self.h)
+        return sparse.forward(weights.w1t, weights.w2, rows, values, self.h, logit=True)
 
     def p_up(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
         """P(UP) for values `vals` (float32) at pixels `idx` (int32): sigmoid of `logit`."""

@@ -16,7 +16,6 @@ The rules that keep results reproducible:
 
 from libc.math cimport exp, fabs, log1p, sqrt
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t, uint64_t
-from libc.stdlib cimport calloc, free, malloc
 from libc.string cimport memcpy, memset
 
 import numpy as np
@@ -113,69 +112,48 @@ cdef void _check_csr(const int32_t[::1] idx, const float[::1] vals, const int64_
     _check_pixels(idx, indptr[count], pixels, name)
 
 
-cdef double _checked_logit(
-    const float[:, ::1] w1t,
-    const float[::1] w2,
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    float[::1] h,
-    str name,
-) except? -1.0:
-    # `_logit` of one whole input, after checking the sizes and the pixels (for `name`).
-    if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
-            or vals.shape[0] < idx.shape[0]:
-        raise ValueError(f"{name}: arrays of mismatched sizes")
-    _check_pixels(idx, idx.shape[0], w1t.shape[0], name)
-    return _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
-
-
 def forward(
     const float[:, ::1] w1t,
     const float[::1] w2,
     const int32_t[::1] idx,
     const float[::1] vals,
     float[::1] h,
+    bint logit=False,
 ) -> float:
-    """P(UP) for the input with values `vals` at pixels `idx`; the hidden units (after the
-    relu) are written into `h`."""
-    return _sigmoid(_checked_logit(w1t, w2, idx, vals, h, "forward"))
+    """P(UP) for the input with values `vals` at pixels `idx`, or with `logit` its logit (of
+    which P(UP) is the sigmoid); the hidden units (after the relu) are written into `h`."""
+    if w1t.shape[1] != w2.shape[0] or h.shape[0] != w2.shape[0] \
+            or vals.shape[0] < idx.shape[0]:
+        raise ValueError("forward: arrays of mismatched sizes")
+    _check_pixels(idx, idx.shape[0], w1t.shape[0], "forward")
+    cdef double z = _logit(w1t, w2, idx, vals, 0, idx.shape[0], &h[0] if h.shape[0] else NULL)
+    return z if logit else _sigmoid(z)
 
 
 cdef class _ByPixel:
     # The entries of steps < count of checked CSR inputs grouped by pixel (a counting sort),
     # in step order within a pixel: pixel p's are step_of/sign[first[p]:first[p + 1]].
-    cdef int64_t* first
-    cdef int32_t* step_of
-    cdef double* sign
+    cdef int64_t[::1] first
+    cdef int32_t[::1] step_of
+    cdef double[::1] sign
 
     def __cinit__(self, const int32_t[::1] idx, const float[::1] vals,
                   const int64_t[::1] indptr, Py_ssize_t count, Py_ssize_t pixels):
         cdef Py_ssize_t t, j, p, entries = indptr[count]
-        cdef int64_t* fill = <int64_t*>malloc((pixels + 1) * sizeof(int64_t))
-        self.first = <int64_t*>calloc(pixels + 1, sizeof(int64_t))
-        self.step_of = <int32_t*>malloc(max(entries, 1) * sizeof(int32_t))
-        self.sign = <double*>malloc(max(entries, 1) * sizeof(double))
-        try:
-            if not (fill and self.first and self.step_of and self.sign):
-                raise MemoryError()
-            for j in range(entries):
-                self.first[idx[j] + 1] += 1
-            for p in range(pixels):
-                self.first[p + 1] += self.first[p]
-            memcpy(fill, self.first, (pixels + 1) * sizeof(int64_t))
-            for t in range(count):
-                for j in range(indptr[t], indptr[t + 1]):
-                    p = idx[j]
-                    self.step_of[fill[p]] = <int32_t>t
-                    self.sign[fill[p]] = vals[j]
-                    fill[p] += 1
-        finally:
-            free(fill)
-
-    def __dealloc__(self):
-        free(self.first)
-        free(self.step_of)
-        free(self.sign)
+        self.first = np.zeros(pixels + 1, np.int64)
+        self.step_of = np.empty(max(entries, 1), np.int32)
+        self.sign = np.empty(max(entries, 1), np.float64)
+        for j in range(entries):
+            self.first[idx[j] + 1] += 1
+        for p in range(pixels):
+            self.first[p + 1] += self.first[p]
+        cdef int64_t[::1] fill = self.first.copy()
+        for t in range(count):
+            for j in range(indptr[t], indptr[t + 1]):
+                p = idx[j]
+                self.step_of[fill[p]] = <int32_t>t
+                self.sign[fill[p]] = vals[j]
+                fill[p] += 1
 
 
 def accumulate(
@@ -289,18 +267,6 @@ def value(const float[::1] h, const float[::1] head) -> float:
 # -- the actor-critic's loops over a stored trajectory (ppo.py) ------------------------------
 
 
-def forward_logit(
-    const float[:, ::1] w1t,
-    const float[::1] w2,
-    const int32_t[::1] idx,
-    const float[::1] vals,
-    float[::1] h,
-) -> float:
-    """The logit of P(UP) for one sparse input, with `forward`'s arithmetic (its hidden units
-    into `h`): `forward` returns sigmoid of this."""
-    return _checked_logit(w1t, w2, idx, vals, h, "forward_logit")
-
-
 def forward_many(
     const float[:, ::1] w1t,
     const float[::1] w2,
@@ -315,7 +281,7 @@ def forward_many(
 ) -> None:
     """For steps t < `count` of CSR inputs (idx, vals, indptr): the hidden units into hs[t],
     the logit of P(UP) into logits[t] and the value head's estimate into values[t], each
-    added in the order `forward_logit` and `value` add."""
+    added in the order `forward` (its logit) and `value` add."""
     cdef Py_ssize_t hidden = w2.shape[0], t
     if not (w1t.shape[1] == hidden and head.shape[0] == hidden + 1 and hs.shape[1] == hidden
             and 0 <= count <= hs.shape[0] and count < indptr.shape[0]
@@ -918,35 +884,29 @@ def add_float32(
     if zeroed is not None and (len(zeroed) != count or hidden <= 0 or start < 0):
         raise ValueError("add_float32: zeroed needs a flag array (or None) for each gradient "
                          "and the rows' length")
-    cdef const float** pointers = <const float**>calloc(count, sizeof(float*))
-    cdef const unsigned char** flag_pointers = <const unsigned char**>calloc(
-        count, sizeof(unsigned char*))
-    if pointers == NULL or flag_pointers == NULL:
-        free(pointers)
-        free(flag_pointers)
-        raise MemoryError()
+    # Room for both pointer arrays, zeroed (no flags), freed with the array.
+    room = np.zeros(2 * count, np.intp)
+    cdef Py_ssize_t[::1] room_view = room
+    cdef const float** pointers = <const float**>&room_view[0]
+    cdef const unsigned char** flag_pointers = <const unsigned char**>&room_view[count]
     views = []  # each buffer stays held while its pointer is read
-    try:
-        for k in range(count):
-            grad = grads[k]
-            if grad.shape[0] != n:
-                raise ValueError("add_float32: arrays of mismatched sizes")
-            views.append(grad)
-            pointers[k] = &grad[0] if n else NULL
-            if zeroed is not None and zeroed[k] is not None:
-                flags = zeroed[k]
-                if units and flags.shape[0] != units:
-                    raise ValueError("add_float32: flags of mismatched sizes")
-                units = flags.shape[0]
-                views.append(flags)
-                flag_pointers[k] = &flags[0] if units else NULL
-        if n:
-            with nogil:  # a round's sum runs on several threads, each on its own blocks
-                pong_mp_add_float32(&total[0], pointers, flag_pointers, count, first, n, start,
-                                    hidden, units)
-    finally:
-        free(pointers)
-        free(flag_pointers)
+    for k in range(count):
+        grad = grads[k]
+        if grad.shape[0] != n:
+            raise ValueError("add_float32: arrays of mismatched sizes")
+        views.append(grad)
+        pointers[k] = &grad[0] if n else NULL
+        if zeroed is not None and zeroed[k] is not None:
+            flags = zeroed[k]
+            if units and flags.shape[0] != units:
+                raise ValueError("add_float32: flags of mismatched sizes")
+            units = flags.shape[0]
+            views.append(flags)
+            flag_pointers[k] = &flags[0] if units else NULL
+    if n:
+        with nogil:  # a round's sum runs on several threads, each on its own blocks
+            pong_mp_add_float32(&total[0], pointers, flag_pointers, count, first, n, start,
+                                hidden, units)
 
 
 # -- the actor-critic's step, in ranges that threads share (optim.MeanStep) ---------------------
