@@ -26,7 +26,7 @@ from pong_mp.checkpoint import CheckpointError, load_policy, stored_shape
 from pong_mp.config import TrainConfig, apply_preset, check_types
 from pong_mp.files import path_too_long
 from pong_mp.frames import NO_PIXELS, NO_VALUES, BinaryInputs
-from pong_mp.progress import NotebookReporter, QuietReporter, Reporter
+from pong_mp.progress import BarReporter, QuietReporter, Reporter
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
 
@@ -99,13 +99,7 @@ def train(
         if not isinstance(env_arg, Mapping):
             raise ConfigError(f"env_arg must be a dict of env arguments, not {env_arg!r}")
         given["env_kwargs"] = dict(env_arg)
-    explicit = set(given)
-    if not resume and given.get("fork_from") is None:
-        # A new run: every option not given takes its default (a fork's come from its run).
-        defaults = dataclasses.asdict(TrainConfig())
-        del defaults["run_dir"]
-        given = {**defaults, **given}
-    given = apply_preset(preset, given, explicit=explicit)
+    given = apply_preset(preset, given, explicit=set(given))
     try:
         with open_run(run_dir, resume, given) as (config, state):
             reporter = _progress(state.batch, config.batches) if progress else QuietReporter()
@@ -127,7 +121,7 @@ def _progress(start: int, total: int | None) -> Reporter:
     if sys.stderr is None or sys.stderr.closed:
         return QuietReporter()
     try:
-        return NotebookReporter(start, total)
+        return BarReporter(start, total, sys.stderr, notebook=True)  # a widget in Jupyter
     except (OSError, ValueError):
         return QuietReporter()
 

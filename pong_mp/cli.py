@@ -183,13 +183,6 @@ def _flushed() -> bool:
     return True
 
 
-def _full_output_stops(exc: OSError) -> None:
-    """A write to a full standard output ends the command: one line, exit code 1."""
-    if output_full(exc):
-        stop = refused_output(exc)
-        _exit_stopped(f"pong-mp: stopped by {stop}", stop.exit_code)
-
-
 def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
     """Run a command with stop signals raised as Interrupted, so that its cleanup (a
     recording's temp file, a bench's workers) runs before it exits with one line."""
@@ -212,14 +205,6 @@ class _GoneOutput(io.TextIOBase):
         """Raise BrokenPipeError, as a write to a pipe with no reader does."""
         raise BrokenPipeError(errno.EPIPE, "standard output closed")
 
-    def isatty(self) -> bool:
-        """Not a terminal."""
-        return False
-
-
-class _OutputClosed(Exception):
-    """Standard output closed under click's own writes (help, version, a command's lines)."""
-
 
 @contextlib.contextmanager
 def _output_closed_stops() -> Iterator[None]:
@@ -228,10 +213,12 @@ def _output_closed_stops() -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        _full_output_stops(exc)
+        if output_full(exc):  # a write to a full stdout ends the command: one line, exit 1
+            stop = refused_output(exc)
+            _exit_stopped(f"pong-mp: stopped by {stop}", stop.exit_code)
         if not output_gone(exc):
             raise
-        raise _OutputClosed() from None
+        _exit_output_closed()  # a SystemExit, which click's main lets through
     except KeyboardInterrupt:
         # Python's own, where pong-mp's handlers are not in place (a Ctrl-C while it
         # imports an env module, or that module raising it).
@@ -287,17 +274,12 @@ class _OneLineErrors(click.Group):
             return super().main(*args, standalone_mode=False, **kwargs)
         except click.exceptions.NoArgsIsHelpError as exc:
             # `pong-mp` alone, or a command without its arguments: the help, as --help shows it.
-            try:
+            with _output_closed_stops():
                 click.echo(exc.ctx.get_help() if exc.ctx is not None else str(exc))
-            except OSError as closed:
-                _full_output_stops(closed)
-                if not output_gone(closed):
-                    raise
-                _exit_output_closed()
             sys.exit(0)
         except click.exceptions.Abort:
             _fail("aborted", 130)
-        except (_OutputClosed, BrokenPipeError):
+        except BrokenPipeError:
             _exit_output_closed()
         except click.UsageError as exc:
             _fail(_removed(exc) or exc.format_message().replace("\n", " "), EXIT_USAGE)
@@ -518,22 +500,17 @@ def train_command(
       pong-mp train --fork-from runs/pong --lr 5e-4 --run-dir runs/lower-lr   # a branch
       pong-mp train --env FakePong-v0 --batches 50 --run-dir runs/fake   # seconds
     """
-    options["env_kwargs"] = _parse_env_args(env_args)
-    # On --resume and for a fork, only typed options count (the rest come from the run).
-    given = {
-        name: value
-        for name, value in options.items()
-        if name == "env_kwargs" or ctx.get_parameter_source(name) is not _DEFAULT
-    }
-    typed_only = resume or options["fork_from"] is not None
-    if typed_only and not env_args:
-        del given["env_kwargs"]
+    # Only typed options count: a new run takes the others' defaults, a resume or a fork
+    # its run's.
+    given = {n: v for n, v in options.items() if ctx.get_parameter_source(n) is not _DEFAULT}
+    if env_args:
+        given["env_kwargs"] = _parse_env_args(env_args)
     run_dir = Path(options["run_dir"])
     # A stop signal is Interrupted from here to the exit, the checks included: the trainer's
     # own handlers, on their way out, give these back rather than Python's default.
     signals.raise_stop_signals()
     try:
-        given = config.apply_preset(preset, given if typed_only else options, explicit=set(given))
+        given = config.apply_preset(preset, given, explicit=set(given))
         with open_run(options["run_dir"], resume, given) as (cfg, state):
             reporter = make_reporter(quiet, state.batch, cfg.batches)
             try:
