@@ -513,10 +513,7 @@ def option_flag(name: str) -> str:
 _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
     "str": ("a string", lambda v: isinstance(v, str)),
     "bool": ("true or false", lambda v: isinstance(v, bool)),
-    "int": (
-        "a whole number",
-        lambda v: isinstance(v, int) and not isinstance(v, bool) and abs(v) < 2**1024,
-    ),
+    "int": ("a whole number", lambda v: _is_number(v) and isinstance(v, int)),
     "float": ("a number", _is_number),
     "tuple[float, ...]": (
         "a number or a list of numbers",

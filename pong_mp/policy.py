@@ -157,11 +157,6 @@ def widened(
     return np.concatenate(parts)
 
 
-def sigmoid(x: np.ndarray | float) -> np.ndarray | float:
-    """The logistic function, 1 / (1 + exp(-x))."""
-    return 1.0 / (1.0 + np.exp(-x))
-
-
 def entropy(p_up: float) -> float:
     """The entropy in nats of the two actions with P(UP) = `p_up` (scalar `math`: the same
     bits on every machine)."""
@@ -228,7 +223,7 @@ def forward(w1t: np.ndarray, w2: np.ndarray, x: np.ndarray) -> tuple[float, np.n
     """Probability of UP for a dense input `x`, and the hidden activations."""
     h = x @ w1t
     np.maximum(h, 0.0, out=h)
-    return float(sigmoid(float(h @ w2))), h
+    return float(1.0 / (1.0 + np.exp(-float(h @ w2)))), h  # the logistic function of the logit
 
 
 def backward(

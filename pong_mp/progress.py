@@ -86,17 +86,8 @@ class LineReporter:
         """Nothing to finish."""
 
 
-class QuietReporter:
+class QuietReporter(Reporter):
     """Prints nothing (--quiet): errors and the final summary come from the CLI."""
-
-    def banner(self, text: str) -> None:
-        """Nothing."""
-
-    def update(self, record: dict[str, Any]) -> None:
-        """Nothing."""
-
-    def close(self) -> None:
-        """Nothing."""
 
 
 def format_postfix(record: dict[str, Any]) -> str:
@@ -157,14 +148,6 @@ class BarReporter:
     def close(self) -> None:
         """Leave the bar's last state on screen."""
         self._bar.close()
-
-
-class NotebookReporter(BarReporter):
-    """The Python API's progress: a Jupyter widget in a notebook, else a bar on stderr."""
-
-    def __init__(self, start: int, total: int | None) -> None:
-        """A bar from update `start` to `total` (None: open-ended)."""
-        super().__init__(start, total, sys.stderr, notebook=True)
 
 
 class GuardedReporter:

@@ -47,7 +47,6 @@ from pong_mp.state import (
 
 CONFIG_FILE = "config.json"
 METRICS_FILE = "metrics.jsonl"
-_RUN_FILES = (CONFIG_FILE, METRICS_FILE, CHECKPOINT_FILE)  # what a trainer writes
 PACKED_METRICS_FILE = METRICS_FILE + ".xz"
 """A committed record's metrics (docs/runs), compressed; its first line may be a `LINES_OF`
 reference. Live runs write METRICS_FILE; `metrics_file` finds either."""
@@ -82,7 +81,7 @@ def remove_stale_temps(run_dir: Path) -> list[Path]:
         if name and pid.isdigit():
             if int(pid) != os.getpid() and pid_alive(int(pid)):
                 continue  # its writer is still at work
-        elif stem not in _RUN_FILES:
+        elif stem not in RUN_FILES:
             continue  # not one of pong-mp's temp files
         with contextlib.suppress(OSError):
             tmp.unlink()

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pong_mp.files import file_error
+from pong_mp.files import file_io
 
 SCALARS = {
     "reward/running": "running_reward",
@@ -48,14 +48,12 @@ class TensorBoardLog:
         # file (TensorBoard reads event files in the order of their names).
         name = f"events.out.tfevents.{time.time_ns()}.{socket.gethostname()}.pong-mp"
         self.path = Path(run_dir) / name
-        try:
+        with file_io(self.path, "write"):
             self._writer = RecordWriter(str(self.path))
             self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))
             if purge_from is not None:
                 start = SessionLog(status=SessionLog.START)
                 self._write(Event(wall_time=time.time(), step=purge_from, session_log=start))
-        except OSError as exc:
-            raise file_error(self.path, "write", exc) from None
 
     def _write(self, event: Any) -> None:
         self._writer.write(event.SerializeToString())
@@ -75,10 +73,8 @@ class TensorBoardLog:
             step=int(record["total_steps"]),
             summary=Summary(value=values),
         )
-        try:
+        with file_io(self.path, "write"):
             self._write(event)
-        except OSError as exc:
-            raise file_error(self.path, "write", exc) from None
 
     def close(self) -> None:
         """Close the file; nothing is lost by a failure here (every event was flushed)."""

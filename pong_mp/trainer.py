@@ -195,12 +195,12 @@ def reached_target(config: TrainConfig, state: TrainState) -> bool:
 
 
 def updates(
-    config: TrainConfig, state: TrainState, backend: Backend, learner: Learner | None = None
+    config: TrainConfig, state: TrainState, backend: Backend
 ) -> Iterator[tuple[TrainState, dict[str, Any]]]:
     """Each new state and its metrics record, from `state` until `config.batches` (forever if
-    None) or the target reward, by the run's learner (or `learner`) on a started backend.
-    Writes nothing; asking for the next update means the caller took the last one."""
-    learner = learner or make_learner(config)
+    None) or the target reward, by the run's learner on a started backend. Writes nothing;
+    asking for the next update means the caller took the last one."""
+    learner = make_learner(config)
 
     def more(state: TrainState) -> bool:
         return (config.batches is None or state.batch < config.batches) and not reached_target(

@@ -26,14 +26,12 @@ class SerialBackend(EpisodeWorker, BackendBase):
         self._queue: deque[tuple[int, Task]] = deque()
         # Found once: looking for the BLAS libraries reads /proc/self/maps (~1 ms), which
         # the actor-critic's many short tasks would pay each time.
-        self._threads: ThreadpoolController | None = None
+        self._threads = ThreadpoolController()
 
     def start(self) -> None:
         """Create the env."""
         with at_once():  # the user's env, made here, may hang: a stop signal ends it
             self.open()
-        if self._threads is None:
-            self._threads = ThreadpoolController()
 
     def publish(self, version: int, weights: np.ndarray) -> None:
         """Keep a copy of `weights` as `version`, and the last spec.lag + 1 versions only."""
@@ -54,7 +52,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
     def results(self) -> Iterator[EpisodeResult]:
         """Play the queued episodes in order, with BLAS on one thread as in the workers
         (same bytes)."""
-        if not self.is_open or self._threads is None:
+        if not self.is_open:
             raise RuntimeError("SerialBackend.start() was not called")
         while self._queue:
             version, task = self._queue[0]

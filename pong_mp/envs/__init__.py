@@ -50,37 +50,33 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     Pong's frames is the user's word, and only its actions are checked.
     """
     with at_once():  # its module or its making may hang: a stop signal ends them
-        _check_env(env_id, env_kwargs)
-
-
-def _check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
-    check_env_id(env_id)
-    if not is_pong(env_id) and ":" not in env_id:
-        raise UnknownEnvError(
-            f"{env_id} is not Pong: pong-mp learns Pong from its frames; use {SUPPORTED}"
-        )
-    args = env_args_text(env_kwargs) or "no --env-arg"
-    try:
-        env, _ = make_training_env(env_id, **env_kwargs)
-    except SystemExit as exc:  # it would end pong-mp itself, with a status that says nothing
-        raise UnknownEnvError(
-            f"{env_id} cannot be made with {args}: it called sys.exit({exc.code!r})"
-        ) from None
-    except Exception as exc:  # an env constructor may raise anything on bad arguments
-        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        # gymnasium appends the whole kwargs dict; the arguments are named already.
-        message = message.split(" was raised from the environment creator")[0]
-        raise UnknownEnvError(f"{env_id} cannot be made with {args}: {message}") from None
-    actions = getattr(env.action_space, "n", 0)
-    try:
-        env.close()
-    except (Exception, SystemExit) as exc:  # the user's env: it may raise anything
-        what = f"sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else repr(exc)
-        raise UnknownEnvError(f"{env_id} failed as it was closed: {what}") from None
-    if actions < 4:
-        raise UnknownEnvError(f"{env_id} has {actions} actions, not Pong's UP (2) and DOWN (3)")
-
-
+        check_env_id(env_id)
+        if not is_pong(env_id) and ":" not in env_id:
+            raise UnknownEnvError(
+                f"{env_id} is not Pong: pong-mp learns Pong from its frames; use {SUPPORTED}"
+            )
+        args = env_args_text(env_kwargs) or "no --env-arg"
+        try:
+            env, _ = make_training_env(env_id, **env_kwargs)
+        except SystemExit as exc:  # it would end pong-mp, with a status that says nothing
+            raise UnknownEnvError(
+                f"{env_id} cannot be made with {args}: it called sys.exit({exc.code!r})"
+            ) from None
+        except Exception as exc:  # an env constructor may raise anything on bad arguments
+            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            # gymnasium appends the whole kwargs dict; the arguments are named already.
+            message = message.split(" was raised from the environment creator")[0]
+            raise UnknownEnvError(f"{env_id} cannot be made with {args}: {message}") from None
+        actions = getattr(env.action_space, "n", 0)
+        try:
+            env.close()
+        except (Exception, SystemExit) as exc:  # the user's env: it may raise anything
+            what = f"sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else repr(exc)
+            raise UnknownEnvError(f"{env_id} failed as it was closed: {what}") from None
+        if actions < 4:
+            raise UnknownEnvError(
+                f"{env_id} has {actions} actions, not Pong's UP (2) and DOWN (3)"
+            )
 
 
 def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:

@@ -29,7 +29,6 @@ class GifStream:
         self._palette = np.zeros((MAX_COLORS, 3), dtype=np.uint8)
         self._colors = 0
         self._previous: np.ndarray | None = None
-        self.frames = 0
         size = (width * scale, height * scale)
         fh.write(b"GIF89a")
         # Logical screen: global colour table of 256 entries (flag 0x80, size bits 7).
@@ -84,7 +83,6 @@ class GifStream:
         offset = (int(left) * s, int(top) * s)
         for chunk in GifImagePlugin.getdata(image, offset=offset):
             self._fh.write(chunk)
-        self.frames += 1
 
     def close(self) -> None:
         """Write the trailer and the palette; the file stays open (the caller owns it)."""
