@@ -26,7 +26,7 @@ from pong_mp import config as cfg
 from pong_mp.backends.base import refuse_in_a_starting_worker
 from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError
 from pong_mp.config import ConfigError, TrainConfig, shown
-from pong_mp.envs import UnknownEnvError, check_env
+from pong_mp.envs import UnknownEnvError, check_env, most_points
 from pong_mp.files import (
     FileError,
     file_error,
@@ -614,6 +614,13 @@ def _validate(config: TrainConfig, build_env: bool) -> None:
             check_env(config.env, config.env_kwargs)
     except UnknownEnvError as exc:
         raise ConfigError(str(exc)) from None
+    most = most_points(config.env, config.env_kwargs)
+    if config.target_reward is not None and most is not None and abs(config.target_reward) > most:
+        # A typo (99 for 19) would train forever, a target below -most stop at once.
+        raise ConfigError(
+            f"--target-reward {config.target_reward:g} is out of reach: a game of {config.env} "
+            f"scores between -{most} and +{most}"
+        )
 
 
 def run_dir_problem(run_dir: Path) -> str | None:

@@ -21,7 +21,7 @@ import pytest
 
 from pong_mp import checkpoint, files
 from pong_mp.checkpoint import CheckpointError
-from pong_mp.config import REMOVED, RemovedOptionError, without_removed
+from pong_mp.config import REMOVED, ConfigError, RemovedOptionError, without_removed
 from pong_mp.files import FileError
 from pong_mp.rundir import (
     LOCK_FILE,
@@ -602,6 +602,39 @@ def test_a_damaged_packed_record_is_named(tmp_path: Path, content: bytes, proble
 def test_hidden_units_are_bounded_before_memory_runs_out(tmp_path: Path) -> None:
     done = _train(tmp_path / "R", "--hidden", "1000000")
     _one_line_error(done, 2, "--hidden must be between 1 and 4096")
+    assert not (tmp_path / "R").exists()
+
+
+@pytest.mark.parametrize(
+    ("env", "points", "target", "reachable"),
+    [
+        ("ALE/Pong-v5", None, 99.0, False),
+        ("ALE/Pong-v5", None, -21.5, False),
+        ("ALE/Pong-v5", None, 21.0, True),
+        ("FakePong-v0", None, 22.0, False),
+        ("FakePong-v0", 5, 6.0, False),
+        ("FakePong-v0", 5, -5.0, True),
+        ("tests.fault_envs:SlowPong-v0", None, 99.0, True),  # the user's env: not known
+    ],
+)
+def test_a_target_reward_no_game_can_score_is_refused(
+    tmp_path: Path, env: str, points: int | None, target: float, reachable: bool
+) -> None:
+    # A typo (99 for 19) would train forever; a target below what any game scores would
+    # stop after the first update.
+    given = {"env": env, "target_reward": target, "env_kwargs": {}}
+    if points is not None:
+        given["env_kwargs"] = {"points_to_win": points}
+    if reachable:
+        assert prepare_run(tmp_path / "R", False, given, build_env=False)[0].target_reward == target
+        return
+    with pytest.raises(ConfigError) as refused:
+        prepare_run(tmp_path / "R", False, given, build_env=False)
+    most = 21 if points is None else points
+    assert str(refused.value) == (
+        f"--target-reward {target:g} is out of reach: a game of {env} scores between -{most} "
+        f"and +{most}"
+    )
     assert not (tmp_path / "R").exists()
 
 

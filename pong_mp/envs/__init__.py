@@ -18,6 +18,7 @@ from pong_mp.envs.registry import (
     check_env_id,
     is_pong,
     make_env,
+    most_points,
     register_fake_pong,
 )
 from pong_mp.frames import InputStream, input_stream
@@ -33,6 +34,7 @@ __all__ = [
     "is_pong",
     "make_env",
     "make_training_env",
+    "most_points",
     "register_fake_pong",
 ]
 

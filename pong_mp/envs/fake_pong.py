@@ -17,6 +17,8 @@ from typing import Any, ClassVar
 import gymnasium as gym
 import numpy as np
 
+from pong_mp.envs.registry import PONG_POINTS
+
 BACKGROUND = np.array([144, 72, 17], dtype=np.uint8)
 WALL = np.array([236, 236, 236], dtype=np.uint8)
 BALL = WALL
@@ -44,7 +46,7 @@ class FakePong(gym.Env):
 
     def __init__(
         self,
-        points_to_win: int = 21,
+        points_to_win: int = PONG_POINTS,
         opponent_speed: int = 3,
         opponent_error: int = 8,
         max_steps: int = 27_000,

@@ -9,6 +9,8 @@ from typing import Any
 import gymnasium as gym
 
 FAKE_PONG_ID = "FakePong-v0"
+PONG_POINTS = 21
+"""The points that win a game of Pong: ALE's, and FakePong's unless points_to_win says."""
 
 
 class UnknownEnvError(ValueError):
@@ -71,6 +73,15 @@ SUPPORTED = f"ALE/Pong-v5 (gymnasium's Atari Pong, any ALE/Pong version) or {FAK
 def is_pong(env_id: str) -> bool:
     """Whether `env_id` is a Pong whose frames and actions the policy understands."""
     return env_id.startswith("ALE/Pong-") or env_id == FAKE_PONG_ID
+
+
+def most_points(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
+    """The most points a game of `env_id` (with `env_kwargs`) gives either side, so that its
+    score lies between minus and plus this; None for an env pong-mp does not know."""
+    if env_id.startswith("ALE/Pong-"):
+        return PONG_POINTS
+    points = env_kwargs.get("points_to_win", PONG_POINTS)
+    return points if env_id == FAKE_PONG_ID and isinstance(points, int) else None
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
