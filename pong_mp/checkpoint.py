@@ -374,7 +374,8 @@ def _late_units(
         raise CheckpointError(f"late_units' units {firsts} are not increasing in 1..{hidden - 1}")
     if sinces != sorted(sinces) or not (sinces[0] > 0 and sinces[-1] <= state.optimizer_steps):
         raise CheckpointError(
-            f"late_units' steps {sinces} are not increasing in 1..{state.optimizer_steps}"
+            f"late_units' steps {sinces} are not in order (equal allowed) in "
+            f"1..{state.optimizer_steps}"
         )
     return tuple(zip(firsts, sinces, strict=True))
 

@@ -662,6 +662,10 @@ def test_units_a_fork_adds_to_an_adam_run_take_adams_first_steps(tmp_path: Path)
     before = policy.split(state.params, wide_shape)[1][16:]
     stepped, _ = checkpoint.load(tmp_path / "wide" / "checkpoint.npz")
     assert stepped.late_units == ((16, 3),)
+    # Format 2, which an older pong-mp refuses; a checkpoint without late units stays 1.
+    for run, version in (("wide", 2), ("source", 1)):
+        with np.load(tmp_path / run / "checkpoint.npz") as stored:
+            assert int(stored["format_version"]) == version
     moved = np.abs(policy.split(stepped.params, wide_shape)[1][16:] - before)
     assert moved.any()
     np.testing.assert_allclose(moved[moved > 0], lr, rtol=1e-4)  # Adam's first: lr * sign(g)
