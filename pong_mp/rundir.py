@@ -441,6 +441,14 @@ def prepare_run(
         if not config_path.exists():  # one that is no regular file is named as it is read
             what = "no checkpoint.npz" if not ckpt_path.exists() else f"no {CONFIG_FILE}"
             raise RunDirError(f"{run_dir}: nothing to resume ({what})")
+        if (run_dir / PACKED_METRICS_FILE).exists():
+            # A committed record keeps no weights: resumed from its start, it would be
+            # trained again over its own files (config.json rewritten).
+            raise RunDirError(
+                f"{run_dir} is a record ({PACKED_METRICS_FILE}): a run is not continued "
+                "inside one; make it again in a new --run-dir with its command "
+                "(docs/runs/README.md), and resume that"
+            )
         stored = cfg.read_config(config_path)
         config = cfg.merge_for_resume(stored, given)
         _validate(config, build_env)

@@ -343,6 +343,28 @@ def test_a_run_killed_before_its_first_checkpoint_resumes_from_its_start(
     assert [r["batch"] for r in read_metrics(killed / "metrics.jsonl")] == [1, 2]
 
 
+def test_a_record_is_not_trained_again_over_its_own_files(
+    tmp_path: Path, finished_run: Path
+) -> None:
+    # A committed record (docs/runs) keeps its config and packed metrics, and no checkpoint:
+    # a resume would start it anew inside the record and rewrite its config.json.
+    record = tmp_path / "record"
+    record.mkdir()
+    shutil.copy(finished_run / "config.json", record)
+    (record / PACKED_METRICS_FILE).write_bytes(
+        lzma.compress((finished_run / METRICS_FILE).read_bytes())
+    )
+    before = {p.name: p.read_bytes() for p in record.iterdir()}
+    done = pong_mp("train", "--resume", "--run-dir", str(record), "--batches", "2")
+    _one_line_error(done, 2, f"{record} is a record (metrics.jsonl.xz)", "a new --run-dir")
+    # One given a checkpoint (remade in place) is not continued inside the record either.
+    shutil.copy(finished_run / "checkpoint.npz", record)
+    with pytest.raises(RunDirError, match="is a record"):
+        prepare_run(record, True, {"batches": 2}, build_env=False)
+    (record / "checkpoint.npz").unlink()
+    assert {p.name: p.read_bytes() for p in record.iterdir()} == before
+
+
 # -- damaged and hand-edited files ------------------------------------------------------------
 
 
