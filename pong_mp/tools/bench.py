@@ -10,7 +10,6 @@ import dataclasses
 import multiprocessing as mp
 import os
 import platform
-import signal
 import time
 from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
@@ -19,11 +18,12 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pong_mp import policy
+from pong_mp.backends.shm import start_resource_tracker
 from pong_mp.backends.worker_process import (
-    WORKER_IGNORES,
     exit_with_parent,
     ignore_in_worker,
     stdout_to_stderr,
+    worker_signals_blocked,
 )
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
@@ -85,20 +85,14 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
 
 
 def _pool(processes: int) -> Pool:
-    """A pool of spawned processes that ignore the terminal's signals from their start, as
-    the trainer's workers do: a pool's processes do not inherit a blocked mask as a Process
-    does, but an ignored signal stays ignored across exec. The signals are blocked too
-    meanwhile, so that one sent to the bench stays pending (a blocked signal is never
-    dropped as ignored) and reaches its own handler once they are back."""
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
-    handlers = {s: signal.signal(s, signal.SIG_IGN) for s in WORKER_IGNORES}
-    try:
+    """A pool of spawned processes deaf to the terminal's signals from their start, as the
+    trainer's workers are: started with them blocked, which they inherit. multiprocessing's
+    resource tracker unblocks SIGINT as it starts, so it is started first. The bench keeps
+    its handlers meanwhile: a signal that another thread (a BLAS one) takes is noted as any
+    is, where an ignored one would be lost."""
+    start_resource_tracker()
+    with worker_signals_blocked():
         return mp.get_context("spawn").Pool(processes, _pool_child, (os.getpid(),))
-    finally:
-        for s, handler in handlers.items():
-            if handler is not None:  # None: set outside Python, left as it is
-                signal.signal(s, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def _pool_child(parent_pid: int) -> None:
