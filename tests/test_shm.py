@@ -4,8 +4,10 @@ leaves behind."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from pong_mp.backends.shm import (
     map_sums,
     pid_namespace,
     remove_stale_blocks,
+    start_resource_tracker,
 )
 from pong_mp.pg import PGWork
 from tests.helpers import new_blocks, pong_shm_blocks
@@ -271,3 +274,53 @@ def test_the_leak_check_blames_a_test_for_its_own_blocks_not_another_runs() -> N
     while other in pong_shm_blocks() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert other not in pong_shm_blocks()
+
+
+_TRACKER_OUTLIVES_A_HANGUP = """
+import os, signal, time
+from multiprocessing import resource_tracker
+from pong_mp.backends.shm import start_resource_tracker
+start_resource_tracker()
+pid = resource_tracker._resource_tracker._pid
+time.sleep(0.5)  # its own start done
+os.kill(pid, signal.SIGHUP)
+time.sleep(0.5)
+print(os.waitpid(pid, os.WNOHANG)[0] == 0)
+"""
+
+
+def test_the_resource_tracker_outlives_a_hangup() -> None:
+    # Killed by a closed terminal, it would warn about blocks the coordinator unlinks itself.
+    done = subprocess.run(
+        [sys.executable, "-c", _TRACKER_OUTLIVES_A_HANGUP], capture_output=True, text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stdout) == (0, "True\n"), done.stderr
+
+
+def test_a_hangup_while_the_resource_tracker_starts_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The tracker starts with SIGHUP blocked, not ignored: a SIGHUP that another thread
+    # (numpy's BLAS threads) took while it was ignored was dropped, and the run went on.
+    from multiprocessing import resource_tracker
+
+    from pong_mp import signals
+
+    stop_other = threading.Event()
+    other = threading.Thread(target=stop_other.wait)  # started before: SIGHUP unblocked
+    other.start()
+
+    def ensure_running() -> None:
+        os.kill(os.getpid(), signal.SIGHUP)  # to the process: the other thread takes it
+        time.sleep(0.2)  # as a tracker's start takes, the more on a loaded machine
+
+    monkeypatch.setattr(resource_tracker, "ensure_running", ensure_running)
+    try:
+        with pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
+            start_resource_tracker()
+            signals.check_stop()
+    finally:
+        stop_other.set()
+        other.join()
+    assert stop.value.signum == signal.SIGHUP

@@ -63,20 +63,18 @@ def block_creator(name: str) -> tuple[int, str] | None:
 
 
 def start_resource_tracker() -> None:
-    """Start multiprocessing's resource tracker with SIGHUP ignored (as SIGINT and SIGTERM):
-    a tracker killed by a closed terminal would warn about blocks the coordinator unlinks
-    itself a moment later. An ignored disposition is inherited through exec."""
-    import threading
+    """Start multiprocessing's resource tracker with SIGHUP blocked (it ignores SIGINT and
+    SIGTERM itself): a tracker killed by a closed terminal would warn about blocks the
+    coordinator unlinks itself a moment later. A blocked mask is inherited through exec, and
+    this process keeps its handler meanwhile: a SIGHUP ignored meanwhile would be lost
+    when another thread (a BLAS one) took it."""
     from multiprocessing import resource_tracker
 
-    if threading.current_thread() is not threading.main_thread():
-        resource_tracker.ensure_running()  # only the main thread may set dispositions
-        return
-    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})  # this thread's alone
     try:
         resource_tracker.ensure_running()
     finally:
-        signal.signal(signal.SIGHUP, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def remove_stale_blocks(directory: Path = SHM_DIR) -> list[str]:
