@@ -30,7 +30,12 @@ from typing import NamedTuple
 
 from pong_mp.backends.base import RolloutSpec, prepare_worker_process
 from pong_mp.backends.episode_worker import EpisodeWorker
-from pong_mp.backends.shm import BlockShape, SharedGradient, SharedWeights
+from pong_mp.backends.shm import (
+    BlockShape,
+    SharedGradient,
+    SharedWeights,
+    start_resource_tracker,
+)
 from pong_mp.episode import EpisodeStats, Task
 
 WORKER_IGNORES = (signal.SIGINT, signal.SIGHUP)
@@ -42,7 +47,10 @@ process group, and the coordinator stops its workers itself, after saving."""
 def worker_signals_blocked() -> Iterator[None]:
     """Inside, this thread holds back the signals workers ignore, and processes started here
     inherit that mask: a Ctrl-C while a worker imports finds it deaf, not in a traceback.
-    What reaches this process meanwhile is delivered on leaving."""
+    What reaches this process meanwhile is taken by its handler (in another thread, or on
+    leaving). multiprocessing's resource tracker is started first: it unblocks SIGINT in the
+    thread that starts it, which a pool or a lock made inside would otherwise be."""
+    start_resource_tracker()
     old = signal.pthread_sigmask(signal.SIG_BLOCK, WORKER_IGNORES)
     try:
         yield

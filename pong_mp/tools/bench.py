@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.backends.shm import start_resource_tracker
 from pong_mp.backends.worker_process import (
     exit_with_parent,
     ignore_in_worker,
@@ -86,11 +85,9 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
 
 def _pool(processes: int) -> Pool:
     """A pool of spawned processes deaf to the terminal's signals from their start, as the
-    trainer's workers are: started with them blocked, which they inherit. multiprocessing's
-    resource tracker unblocks SIGINT as it starts, so it is started first. The bench keeps
+    trainer's workers are: started with them blocked, which they inherit. The bench keeps
     its handlers meanwhile: a signal that another thread (a BLAS one) takes is noted as any
     is, where an ignored one would be lost."""
-    start_resource_tracker()
     with worker_signals_blocked():
         return mp.get_context("spawn").Pool(processes, _pool_child, (os.getpid(),))
 
