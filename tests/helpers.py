@@ -4,11 +4,13 @@ worker processes). Fixtures that use them are in conftest.py."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -413,3 +415,24 @@ def wait_until_clean(before_shm: set[str], timeout: float = 10.0) -> tuple[set[s
         if (not shm and not procs) or time.monotonic() > deadline:
             return shm, procs
         time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def another_thread() -> Iterator[None]:
+    """Inside, a second thread waits with every signal unblocked, as numpy's BLAS threads
+    do: a signal sent to the process while the main thread blocks it goes to that one."""
+    done = threading.Event()
+    waiting = threading.Thread(target=done.wait)
+    waiting.start()
+    try:
+        yield
+    finally:
+        done.set()
+        waiting.join()
+
+
+def signal_this_process(signum: int) -> None:
+    """Send `signum` to this process, and give a thread that takes it the time a process's
+    start takes on a loaded machine."""
+    os.kill(os.getpid(), signum)
+    time.sleep(0.2)

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -29,7 +28,14 @@ from pong_mp.tools.bench import (
     format_env_comparison,
 )
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import children_of, pong_mp, running, start
+from tests.helpers import (
+    another_thread,
+    children_of,
+    pong_mp,
+    running,
+    signal_this_process,
+    start,
+)
 
 PG = {
     name: PRESETS["pg"][name]
@@ -399,26 +405,17 @@ def test_a_stop_while_a_pool_is_made_is_kept_for_the_bench(
     from pong_mp import signals
     from pong_mp.tools import bench
 
-    stop_other = threading.Event()
-    other = threading.Thread(target=stop_other.wait)  # started before: the signal unblocked
-    other.start()
-
     class Context:
         def Pool(self, *args: object) -> str:
             assert signum in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # what exec hands on
             assert signal.getsignal(signum) != signal.SIG_IGN
-            os.kill(os.getpid(), signum)  # to the process: the other thread takes it
-            time.sleep(0.2)  # as a pool's start takes, the more on a loaded machine
+            signal_this_process(signum)  # the other thread takes it
             return "pool"
 
     monkeypatch.setattr(bench.mp, "get_context", lambda method: Context())
-    try:
-        with pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
-            assert bench._pool(2) == "pool"
-            signals.check_stop()
-    finally:
-        stop_other.set()
-        other.join()
+    with another_thread(), pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
+        assert bench._pool(2) == "pool"
+        signals.check_stop()
     assert stop.value.signum == signum
 
 

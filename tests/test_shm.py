@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ from pong_mp.backends.shm import (
     start_resource_tracker,
 )
 from pong_mp.pg import PGWork
-from tests.helpers import new_blocks, pong_shm_blocks
+from tests.helpers import another_thread, new_blocks, pong_shm_blocks, signal_this_process
 
 needs_linux_shm = pytest.mark.skipif(
     not pid_namespace() or not SHM_DIR.is_dir(),
@@ -307,20 +306,11 @@ def test_a_hangup_while_the_resource_tracker_starts_is_kept(
 
     from pong_mp import signals
 
-    stop_other = threading.Event()
-    other = threading.Thread(target=stop_other.wait)  # started before: SIGHUP unblocked
-    other.start()
-
     def ensure_running() -> None:
-        os.kill(os.getpid(), signal.SIGHUP)  # to the process: the other thread takes it
-        time.sleep(0.2)  # as a tracker's start takes, the more on a loaded machine
+        signal_this_process(signal.SIGHUP)  # the other thread takes it
 
     monkeypatch.setattr(resource_tracker, "ensure_running", ensure_running)
-    try:
-        with pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
-            start_resource_tracker()
-            signals.check_stop()
-    finally:
-        stop_other.set()
-        other.join()
+    with another_thread(), pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
+        start_resource_tracker()
+        signals.check_stop()
     assert stop.value.signum == signal.SIGHUP
