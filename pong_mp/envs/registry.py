@@ -78,10 +78,10 @@ def is_pong(env_id: str) -> bool:
 def most_points(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
     """The most points a game of `env_id` (with `env_kwargs`) gives either side, so that its
     score lies between minus and plus this; None for an env pong-mp does not know."""
-    if env_id.startswith("ALE/Pong-"):
-        return PONG_POINTS
-    points = env_kwargs.get("points_to_win", PONG_POINTS)
-    return points if env_id == FAKE_PONG_ID and isinstance(points, int) else None
+    if not is_pong(env_id):
+        return None
+    points = env_kwargs.get("points_to_win", PONG_POINTS) if env_id == FAKE_PONG_ID else PONG_POINTS
+    return points if isinstance(points, int) else None
 
 
 def make_env(env_id: str, **kwargs: Any) -> gym.Env:
