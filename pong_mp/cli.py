@@ -198,6 +198,19 @@ def _stoppable(command: Callable[..., None]) -> Callable[..., None]:
     return stoppable
 
 
+class _ToStderr(logging.StreamHandler):
+    """Writes to sys.stderr as it is at each line: a notebook's cell's, a caller's capture."""
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        """sys.stderr now."""
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _: Any) -> None:
+        pass
+
+
 class _GoneOutput(io.TextIOBase):
     """sys.stdout for a process started with it closed: every write finds its reader gone."""
 
@@ -314,10 +327,11 @@ def _removed(exc: click.UsageError) -> str | None:
 def main() -> None:
     """pong-mp: teach a numpy policy to play Atari Pong from pixels, fast and reproducibly."""
     # Warnings from the backends (a worker replaced, an episode retried) go to stderr.
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("pong-mp: %(message)s"))
     logger = logging.getLogger("pong_mp")
-    logger.addHandler(handler)
+    if not any(isinstance(handler, _ToStderr) for handler in logger.handlers):  # once a process
+        handler = _ToStderr()
+        handler.setFormatter(logging.Formatter("pong-mp: %(message)s"))
+        logger.addHandler(handler)
     logger.setLevel(logging.INFO)
     logger.propagate = False
 
