@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,21 @@ def pong_mp(
         [sys.executable, "-m", "pong_mp", *args],
         capture_output=True, text=True, timeout=timeout, env=env,
     )
+
+
+def pong_mp_here(*args: str) -> subprocess.CompletedProcess:
+    """Run `pong-mp ARGS` in this process, as a notebook does (`pong_mp.cli.main(ARGS)`), and
+    capture its output: for input refused before any work starts, where a new process would
+    add only its half second of imports. An exception that escapes fails the test, as a
+    traceback would, and so does a warning, which a new process would print."""
+    from click.testing import CliRunner
+
+    from pong_mp.cli import main
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        done = CliRunner().invoke(main, args, prog_name="pong-mp", catch_exceptions=False)
+    return subprocess.CompletedProcess(["pong-mp", *args], done.exit_code, done.stdout, done.stderr)
 
 
 _started: list[subprocess.Popen] = []

@@ -32,6 +32,7 @@ from tests.helpers import (
     another_thread,
     children_of,
     pong_mp,
+    pong_mp_here,
     running,
     signal_this_process,
     start,
@@ -364,7 +365,7 @@ SHIPPED = str(Path(__file__).resolve().parents[1] / "models" / "pong.npz")
 def test_bench_refuses_what_it_cannot_measure_in_one_line(args: list[str], said: str) -> None:
     # --scaling --project used to run only the projection; 1e308 seconds, until stopped; a
     # model's own network replaced --hidden; --rounds alone was ignored
-    done = pong_mp("bench", "--env", "FakePong-v0", *args, timeout=30)
+    done = pong_mp_here("bench", "--env", "FakePong-v0", *args)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and said in done.stderr, done.stderr
 
@@ -561,6 +562,6 @@ def test_bench_refuses_a_mix_train_refuses_before_it_measures(tmp_path) -> None:
         (["--algo", "pg"], "--policy conv works with --algo ppo"),
         (["--policy-lag", "1"], "--algo ppo works with --policy-lag 0"),
     ):
-        done = pong_mp("bench", "--env", "FakePong-v0", "--seconds", "30", *args, timeout=20)
+        done = pong_mp_here("bench", "--env", "FakePong-v0", "--seconds", "30", *args)
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert says in done.stderr

@@ -1,8 +1,13 @@
-"""The command line, run as a user runs it: a real process, real signals, real files."""
+"""The command line, run as a user runs it: a real process, real signals, real files. Input
+refused before any work starts is run in this process (`pong_mp_here`), as a notebook runs it:
+the same code and output, without a new process's half second of imports."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -15,7 +20,7 @@ import pytest
 
 from pong_mp import checkpoint, policy
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import METRIC_FIELDS, checkpoint_weights, pong_mp
+from tests.helpers import METRIC_FIELDS, checkpoint_weights, pong_mp, pong_mp_here
 
 SMALL = (
     "--env FakePong-v0 --hidden 16 --channels 4 --batch-size 4 --batches 3 --seed 1 "
@@ -128,11 +133,22 @@ def test_bad_input_is_one_line_and_writes_nothing(
     tmp_path: Path, args: list[str], message: str
 ) -> None:
     run_dir = tmp_path / "R"
-    done = pong_mp("train", "--env", "FakePong-v0", "--run-dir", str(run_dir), *args)
+    done = pong_mp_here("train", "--env", "FakePong-v0", "--run-dir", str(run_dir), *args)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert done.stderr.startswith("pong-mp: error: ") and message in done.stderr
     assert not run_dir.exists()
+
+
+def test_commands_run_in_one_process_say_each_warning_once_where_stderr_is_now() -> None:
+    # A notebook (or a test) runs commands in its own process: each command added a handler,
+    # which said every later warning again, to the stderr of the command that added it.
+    for _ in range(2):
+        pong_mp_here("train", "--lr", "nan")
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        logging.getLogger("pong_mp.backends").warning("a worker replaced")
+    assert said.getvalue() == "pong-mp: a worker replaced\n"
 
 
 def test_preset_karpathy_stores_pg_pong_and_options_beside_it_win(
@@ -170,11 +186,11 @@ def test_target_reward_ends_the_run_with_exit_0(tmp_path: Path, clean_system) ->
 def test_export_and_bench_refuse_bad_targets_in_one_line(
     fake_checkpoint: Path, tmp_path: Path
 ) -> None:
-    done = pong_mp("export", str(fake_checkpoint), str(tmp_path))
+    done = pong_mp_here("export", str(fake_checkpoint), str(tmp_path))
     assert done.returncode == 2 and "is a directory" in done.stderr
-    done = pong_mp("export", str(fake_checkpoint), str(tmp_path / "no" / "m.npz"))
+    done = pong_mp_here("export", str(fake_checkpoint), str(tmp_path / "no" / "m.npz"))
     assert done.returncode == 2 and "No such file or directory" in done.stderr
-    done = pong_mp("bench", "--env", "CartPole-v1")
+    done = pong_mp_here("bench", "--env", "CartPole-v1")
     assert done.returncode == 2 and "CartPole-v1 is not Pong" in done.stderr
     for run in (done,):
         assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
@@ -194,7 +210,7 @@ def test_export_and_bench_refuse_bad_targets_in_one_line(
 def test_numbers_that_are_not_finite_are_one_line(args: list[str]) -> None:
     # nan passes every range check (it compares false); it must not reach a measurement
     # that never ends or a table of "nan min".
-    done = pong_mp(*args)
+    done = pong_mp_here(*args)
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     # (bench's training options say it as train does: "--entropy-bonus must be a finite
     # number")
@@ -237,7 +253,7 @@ def test_a_damaged_checkpoint_is_named_and_left_alone(tmp_path: Path, clean_syst
     ckpt = run_dir / "checkpoint.npz"
     ckpt.write_bytes(ckpt.read_bytes()[:1000])
     damaged = ckpt.read_bytes()
-    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "5")
+    done = pong_mp_here("train", "--run-dir", str(run_dir), "--resume", "--batches", "5")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert f"{ckpt}: damaged checkpoint" in done.stderr
     assert ckpt.read_bytes() == damaged
@@ -247,7 +263,7 @@ def test_an_existing_run_is_not_overwritten(tmp_path: Path, clean_system) -> Non
     run_dir = tmp_path / "R"
     assert pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir)).returncode == 0
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
-    done = pong_mp("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir))
+    done = pong_mp_here("train", *SMALL, "--workers", "1", "--run-dir", str(run_dir))
     assert done.returncode == 2 and "already holds a run" in done.stderr
     assert {p.name: p.read_bytes() for p in run_dir.iterdir()} == before
 
@@ -309,7 +325,7 @@ def test_a_checkpoint_from_another_run_is_refused(tmp_path: Path, clean_system) 
     (tmp_path / "B" / "checkpoint.npz").write_bytes(
         (tmp_path / "A" / "checkpoint.npz").read_bytes()
     )
-    done = pong_mp("train", "--resume", "--batches", "5", "--run-dir", str(tmp_path / "B"))
+    done = pong_mp_here("train", "--resume", "--batches", "5", "--run-dir", str(tmp_path / "B"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "checkpoint.npz: belongs to another run (seed 1, config.json says 2)" in done.stderr
 
@@ -327,6 +343,6 @@ def test_a_fork_changes_only_the_options_typed(tmp_path: Path, clean_system) -> 
     assert [json.loads(x)["batch"] for x in (fork / "metrics.jsonl").read_text().splitlines()] == [
         1, 2, 3, 4
     ]
-    done = pong_mp("train", *args[:2], "--run-dir", str(tmp_path / "C"), "--hidden", "8")
+    done = pong_mp_here("train", *args[:2], "--run-dir", str(tmp_path / "C"), "--hidden", "8")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "may widen the hidden layer" in done.stderr and not (tmp_path / "C").exists()

@@ -45,6 +45,7 @@ from tests.helpers import (
     apply,
     fake_spec,
     pong_mp,
+    pong_mp_here,
     signal_self,
     start,
     train,
@@ -558,7 +559,7 @@ def test_a_file_to_write_named_with_a_trailing_slash_is_refused(
         (["plot", run_dir, "-o", f"{tmp_path}/plot.png/"], "'-o' / '--output'"),
         (["play", run_dir, "--episodes", "1", "--record", f"{tmp_path}/game.gif/"], "'--record'"),
     ]:
-        done = pong_mp(*args)
+        done = pong_mp_here(*args)
         assert done.returncode == 2, done.stderr
         assert one_line(done.stderr) == (
             f"pong-mp: error: Invalid value for {param}: '{args[-1]}' ends with /: name a file,"
@@ -580,7 +581,7 @@ def test_a_loop_of_symbolic_links_to_write_through_is_one_line(
         (["export", source, f"{tmp_path}/a"],
          f"cannot write {tmp_path}/a: Too many levels of symbolic links"),
     ]:  # fmt: skip
-        done = pong_mp(*args)
+        done = pong_mp_here(*args)
         assert done.returncode == 2, done.stderr
         assert one_line(done.stderr) == f"pong-mp: error: {message}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
@@ -606,7 +607,7 @@ def test_options_that_cannot_make_progress_are_refused_in_one_line(
     tmp_path: Path, option: list[str], message: str
 ) -> None:
     run_dir = tmp_path / "R"
-    done = pong_mp("train", *FAKE, *option, "--run-dir", str(run_dir))
+    done = pong_mp_here("train", *FAKE, *option, "--run-dir", str(run_dir))
     assert done.returncode == 2, done.stderr
     assert one_line(done.stderr).startswith(f"pong-mp: error: {message}")
     assert not run_dir.exists()
@@ -674,7 +675,7 @@ def test_a_file_whose_header_claims_petabytes_is_one_line(tmp_path: Path, fake_c
         (["train", "--fork-from", str(run_dir), "--run-dir", str(tmp_path / "fork")],
          run_dir / "checkpoint.npz"),
     ]:  # fmt: skip
-        done = pong_mp(*args)
+        done = pong_mp_here(*args)
         assert done.returncode == 2, done.stderr
         assert one_line(done.stderr).startswith(
             f"pong-mp: error: {name}: damaged checkpoint ({claim}"
@@ -696,7 +697,7 @@ def test_a_claim_of_an_endless_dimension_beside_an_empty_one_is_one_line(
     model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
     claiming(model, "W1", (2**70, 0))
     claim = "W1.npy claims float64 (1180591620717411303424, 0): no pong-mp array is that long"
-    done = pong_mp("play", str(model))
+    done = pong_mp_here("play", str(model))
     assert done.returncode == 2, done.stderr
     assert one_line(done.stderr) == f"pong-mp: error: {model}: damaged checkpoint ({claim})"
     with pytest.raises(checkpoint.CheckpointError, match=re.escape(claim)):
@@ -765,7 +766,7 @@ def test_json_nested_too_deep_is_one_line(tmp_path: Path, fake_checkpoint) -> No
         (["train", *FAKE, "--env-arg", f"points_to_win={DEEP}", "--run-dir",
           str(tmp_path / "new")], f"Invalid value for --env-arg: points_to_win: {deep}"),
     ]:  # fmt: skip
-        done = pong_mp(*args)
+        done = pong_mp_here(*args)
         assert done.returncode == 2, done.stderr
         assert one_line(done.stderr) == f"pong-mp: error: {message}"
     with pytest.raises(ConfigError, match=re.escape(bad_config)):
@@ -945,7 +946,7 @@ def test_a_path_with_a_newline_is_named_on_one_line(tmp_path: Path, fake_checkpo
         (["train", "--fork-from", str(odd), "--run-dir", str(tmp_path / "F")], "no\\nsuch"),
         (["plot", str(tmp_path / "r\rx")], "r\\rx: no metrics.jsonl"),
     ):
-        done = pong_mp(*args)
+        done = pong_mp_here(*args)
         assert done.returncode == 2, done.stderr
         assert says in one_line(done.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
@@ -963,7 +964,7 @@ def test_a_path_too_long_for_the_file_system_is_one_line(tmp_path: Path, fake_ch
         ["play", f"{long}.npz"],
         ["play", str(fake_checkpoint), "--record", f"{long}.gif"],
     ):
-        done = pong_mp(*args)
+        done = pong_mp_here(*args)
         assert done.returncode == 2, done.stderr
         line = one_line(done.stderr)
         assert line.startswith(f"pong-mp: error: {str(long)[:40]}..."), line
@@ -989,7 +990,7 @@ def test_a_fork_into_its_own_source_run_is_refused(tmp_path: Path, fake_checkpoi
     before = {path.name: path.read_bytes() for path in source.iterdir()}
     (tmp_path / "link").symlink_to(source)
     for run_dir in (source / "sub", tmp_path / "link" / "deeper" / "sub"):
-        done = pong_mp("train", "--fork-from", str(source), "--run-dir", str(run_dir))
+        done = pong_mp_here("train", "--fork-from", str(source), "--run-dir", str(run_dir))
         assert done.returncode == 2, done.stderr
         assert f"is inside the run it forks from, {source}" in one_line(done.stderr)
     assert {path.name: path.read_bytes() for path in source.iterdir()} == before
@@ -1001,7 +1002,9 @@ def test_an_env_arg_beyond_json_numbers_is_a_word_never_a_nan_in_config_json(
     # Python's json reads NaN, Infinity and 1e400 (as inf) and writes them back as NaN and
     # Infinity, which no other JSON reader takes: here they stay the words they were typed.
     run_dir = tmp_path / "R"
-    done = pong_mp("train", *FAKE, "--env-arg", f"points_to_win={value}", "--run-dir", str(run_dir))
+    done = pong_mp_here(
+        "train", *FAKE, "--env-arg", f"points_to_win={value}", "--run-dir", str(run_dir)
+    )
     assert done.returncode == 2, done.stderr
     assert one_line(done.stderr).startswith(
         f"pong-mp: error: FakePong-v0 cannot be made with points_to_win='{value}'"

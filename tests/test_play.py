@@ -15,7 +15,7 @@ from pong_mp.envs import make_training_env
 from pong_mp.signals import Interrupted, stop_signals_raise
 from pong_mp.tools.play import GameScore, play_games, summary
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import SignalsWhenDropped, pong_mp, signal_self
+from tests.helpers import SignalsWhenDropped, pong_mp, pong_mp_here, signal_self
 
 GAME = {"points_to_win": 3}
 SHAPE = policy.NetShape(8)
@@ -136,7 +136,7 @@ def _model(path: Path, **replace) -> None:
 def test_cli_play_on_a_bad_file_is_one_line(tmp_path: Path, make, message: str) -> None:
     path = tmp_path / "model.npz"
     make(path)
-    done = pong_mp("play", str(path))
+    done = pong_mp_here("play", str(path))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert done.stderr.startswith(f"pong-mp: error: {path}: {message}")
     assert "Traceback" not in done.stderr
@@ -180,7 +180,7 @@ def test_cli_record_to_a_bad_place_is_one_line_before_any_game(
     fake_checkpoint: Path, tmp_path: Path, target, message: str
 ) -> None:
     path = target(tmp_path)
-    done = pong_mp("play", str(fake_checkpoint), "--record", str(path))
+    done = pong_mp_here("play", str(fake_checkpoint), "--record", str(path))
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert message in done.stderr and "Traceback" not in done.stderr
     assert done.stdout == ""  # no game was played

@@ -23,7 +23,7 @@ from pong_mp.tools.plot import (
     settings_table,
     within_steps,
 )
-from tests.helpers import pong_mp
+from tests.helpers import pong_mp, pong_mp_here
 
 
 def _fake_run(
@@ -58,7 +58,7 @@ def _fake_run(
 def test_plot_of_a_run_that_is_still_writing(tmp_path: Path) -> None:
     _fake_run(tmp_path / "R", partial=True)
     assert len(read_metrics(tmp_path / "R")) == 30  # the half-written line is skipped
-    done = pong_mp("plot", str(tmp_path / "R"), "-o", str(tmp_path / "curve.png"))
+    done = pong_mp_here("plot", str(tmp_path / "R"), "-o", str(tmp_path / "curve.png"))
     assert done.returncode == 0, done.stderr
     image = imageio.imread(tmp_path / "curve.png")
     assert image.shape[0] >= 600 and image.shape[1] >= 800
@@ -69,14 +69,14 @@ def test_plot_defaults_to_the_run_directory(tmp_path: Path) -> None:
     _fake_run(tmp_path / "R")
     out = plot_run(tmp_path / "R", tmp_path / "R" / "learning.png")
     assert out.stat().st_size > 10_000
-    done = pong_mp("plot", str(tmp_path / "R"))
+    done = pong_mp("plot", str(tmp_path / "R"))  # in a process of its own, as users run it
     assert done.returncode == 0 and (tmp_path / "R" / "learning.png").exists()
 
 
 def test_nothing_to_plot_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(PlotError, match=r"no metrics\.jsonl"):
         read_metrics(tmp_path)
-    done = pong_mp("plot", str(tmp_path / "missing"))
+    done = pong_mp_here("plot", str(tmp_path / "missing"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "no metrics.jsonl" in done.stderr and "Traceback" not in done.stderr
 
@@ -86,7 +86,7 @@ def test_milestones_give_the_first_update_at_each_threshold(tmp_path: Path) -> N
     rows = {row["threshold"]: row for row in milestones(read_metrics(tmp_path / "R"))}
     assert rows[-5.0]["batch"] == 1 and rows[0.0]["batch"] == 30
     assert rows[0.0]["episodes"] == 300 and rows[0.0]["minutes"] == pytest.approx(0.5)
-    done = pong_mp("plot", str(tmp_path / "R"), "--milestones")
+    done = pong_mp_here("plot", str(tmp_path / "R"), "--milestones")
     assert "| >= 0 | 30 | 300 |" in done.stdout and "| >= -5 | 1 | 10 |" in done.stdout
 
 
@@ -103,7 +103,7 @@ def test_runs_that_differ_only_by_seed_are_one_group(tmp_path: Path) -> None:
         ("optimizer rmsprop", ["r0"]),
     ]
     out = tmp_path / "compare.png"
-    done = pong_mp("plot", *(str(d) for d, _ in runs), "-o", str(out), "--milestones")
+    done = pong_mp_here("plot", *(str(d) for d, _ in runs), "-o", str(out), "--milestones")
     assert done.returncode == 0, done.stderr
     image = imageio.imread(out)
     assert image.shape[0] >= 700 and image[..., :3].std() > 10
@@ -134,13 +134,13 @@ def test_milestones_count_env_steps(tmp_path: Path) -> None:
 
 def test_bad_plot_input_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     _fake_run(tmp_path / "R")
-    done = pong_mp("plot", str(tmp_path / "R"), "-o", str(tmp_path / "out.txt"))
+    done = pong_mp_here("plot", str(tmp_path / "R"), "-o", str(tmp_path / "out.txt"))
     assert done.returncode == 2 and "name a .png file" in done.stderr
     assert done.stderr.count("\n") == 1 and not (tmp_path / "out.txt").exists()
     metrics = tmp_path / "R" / "metrics.jsonl"
     lines = metrics.read_text().splitlines()
     metrics.write_text("\n".join([lines[0], '{"batch": 2}', *lines[2:]]) + "\n")
-    done = pong_mp("plot", str(tmp_path / "R"))
+    done = pong_mp_here("plot", str(tmp_path / "R"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "line 2: damaged metrics record (episodes must be a number" in done.stderr
     assert not (tmp_path / "R" / "learning.png").exists()
@@ -152,7 +152,7 @@ def test_a_null_running_reward_plots_as_a_gap(tmp_path: Path) -> None:
     records = [json.loads(line) for line in metrics.read_text().splitlines()]
     records[0]["running_reward"] = None
     metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
-    done = pong_mp("plot", str(tmp_path / "R"), "--milestones")
+    done = pong_mp_here("plot", str(tmp_path / "R"), "--milestones")
     assert done.returncode == 0, done.stderr
     assert "| >= -5 | 2 | 20 |" in done.stdout  # update 1 has no running reward
     assert done.stderr == (
@@ -176,7 +176,7 @@ def test_rate_converts_env_steps_to_wall_time(tmp_path: Path) -> None:
     _fake_run(tmp_path / "a0", seed=0, optimizer="adam")  # 0 at update 30: 90,000 steps
     _fake_run(tmp_path / "a1", seed=1, optimizer="adam", per_point=3)  # 0 at 15: 45,000
     _fake_run(tmp_path / "r0", seed=0, per_point=10)
-    done = pong_mp(
+    done = pong_mp_here(
         "plot", *(str(tmp_path / n) for n in ("a0", "a1", "r0")), "-o", str(tmp_path / "c.png"),
         "--milestones", "--rate", "500",
     )
@@ -187,7 +187,7 @@ def test_rate_converts_env_steps_to_wall_time(tmp_path: Path) -> None:
     assert "| >= 18 | not yet | | | | |" in table_a0
     assert "| >= 0 | 0.07 (0.04-0.09), 2/2, 2.2 min | not reached (0/1) |" in done.stdout
     for rate in ("0", "1e-300", "1e308"):  # the last two printed 300-digit minutes
-        bad = pong_mp("plot", str(tmp_path / "a0"), "--rate", rate)
+        bad = pong_mp_here("plot", str(tmp_path / "a0"), "--rate", rate)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1, bad.stderr
 
 
@@ -195,7 +195,7 @@ def test_a_run_named_twice_is_refused(tmp_path: Path) -> None:
     _fake_run(tmp_path / "a0", seed=0)
     (tmp_path / "same").symlink_to(tmp_path / "a0")
     for again in ("a0", "a0/", "same"):
-        done = pong_mp("plot", str(tmp_path / "a0"), str(tmp_path / again))
+        done = pong_mp_here("plot", str(tmp_path / "a0"), str(tmp_path / again))
         assert done.returncode == 2, done.stderr
         assert done.stderr == (
             f"pong-mp: error: {tmp_path / 'a0'} and {tmp_path / again.rstrip('/')} are the "
@@ -208,7 +208,7 @@ def test_a_plot_written_through_a_symlink_keeps_the_link(tmp_path: Path) -> None
     _fake_run(tmp_path / "a0", seed=0)
     link = tmp_path / "latest.png"
     link.symlink_to(tmp_path / "a0.png")
-    done = pong_mp("plot", str(tmp_path / "a0"), "-o", str(link))
+    done = pong_mp_here("plot", str(tmp_path / "a0"), "-o", str(link))
     assert done.returncode == 0, done.stderr
     assert link.is_symlink() and (tmp_path / "a0.png").read_bytes()[:4] == b"\x89PNG"
 
@@ -239,12 +239,12 @@ def test_after_update_draws_the_updates_past_a_fork(tmp_path: Path) -> None:
                        "update 30"):
         within_steps(records, None, None, tmp_path, 30)
     out = tmp_path / "fork.png"
-    done = pong_mp("plot", str(tmp_path / "R"), "--after-update", "20", "-o", str(out),
+    done = pong_mp_here("plot", str(tmp_path / "R"), "--after-update", "20", "-o", str(out),
                    "--milestones")
     assert done.returncode == 0, done.stderr
     assert f"| {tmp_path / 'R'} | 21-30 (10) | 30,000 |" in done.stdout
     out.unlink()
-    late = pong_mp("plot", str(tmp_path / "R"), "--after-update", "30", "-o", str(out))
+    late = pong_mp_here("plot", str(tmp_path / "R"), "--after-update", "30", "-o", str(out))
     assert late.returncode == 2 and late.stderr.count("\n") == 1, late.stderr
     assert "after update 30" in late.stderr and not out.exists()
 
@@ -291,7 +291,7 @@ def test_the_paired_table_compares_forks_update_by_update(tmp_path: Path) -> Non
     one_block = paired_table([runs[0], (runs[1][0], runs[1][1][:12])], origins[:2])
     assert one_block.splitlines()[3] == f"| {tmp_path / 'F'} | 5-16 (12) | +0.20 |  |"
     assert fork_origin(read_metrics(tmp_path / "F"), 27) is None
-    done = pong_mp(
+    done = pong_mp_here(
         "plot", str(tmp_path / "C"), str(tmp_path / "F"), "--after-update", "4", "--milestones",
         "-o", str(tmp_path / "forks.png"),
     )
@@ -303,7 +303,7 @@ def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
     _fake_run(tmp_path / "A")
     _fake_run(tmp_path / "B", updates=10, seed=8)
     out = tmp_path / "late.png"
-    done = pong_mp(
+    done = pong_mp_here(
         "plot",
         str(tmp_path / "A"),
         str(tmp_path / "B"),
@@ -324,14 +324,14 @@ def test_plot_of_a_step_range_and_its_bad_input(tmp_path: Path) -> None:
     assert f"| {tmp_path / 'A'} | 5-20 (16) |" in done.stdout
     assert f"| {tmp_path / 'B'} | 5-10 (6) |" in done.stdout
     assert "update by update" not in done.stdout  # a step range does not say they are forks
-    whole = pong_mp("plot", str(tmp_path / "A"), "-o", str(out), "--milestones")
+    whole = pong_mp_here("plot", str(tmp_path / "A"), "-o", str(out), "--milestones")
     assert whole.returncode == 0 and "the drawn updates" not in whole.stdout
     for args, message in [
         (("--min-steps", "5e4", "--max-steps", "5e4"), "must be below --max-steps"),
         (("--min-steps", "4e4"), "B: no update recorded from 40,000 to the end env steps"),
     ]:
         out.unlink(missing_ok=True)
-        done = pong_mp("plot", str(tmp_path / "A"), str(tmp_path / "B"), *args, "-o", str(out))
+        done = pong_mp_here("plot", str(tmp_path / "A"), str(tmp_path / "B"), *args, "-o", str(out))
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert message in done.stderr and not out.exists()
 
@@ -396,7 +396,7 @@ def test_numbers_at_the_float_limit_are_one_line_not_matplotlibs_traceback(
     for record, value in zip(records, (-1e308, 1e308, -1e308), strict=True):
         record["running_reward"] = value
     metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
-    done = pong_mp("plot", str(tmp_path / "R"), "-o", str(tmp_path / "p.png"))
+    done = pong_mp_here("plot", str(tmp_path / "R"), "-o", str(tmp_path / "p.png"))
     assert done.returncode == 2, done.stderr
     assert done.stderr.startswith("pong-mp: error: cannot draw these metrics: numbers too large")
     assert len(done.stderr.splitlines()) == 1, done.stderr

@@ -31,6 +31,7 @@ from tests.helpers import (
     fake_config,
     new_backend,
     pong_mp,
+    pong_mp_here,
     run_batch,
     train,
 )
@@ -381,7 +382,7 @@ def test_an_actor_critic_checkpoint_plays(tmp_path: Path, ppo_serial, clean_syst
 def test_options_the_actor_critic_cannot_take_are_one_line(
     tmp_path: Path, options: list[str], message: str
 ) -> None:
-    done = pong_mp(
+    done = pong_mp_here(
         "train", "--env", "FakePong-v0", "--algo", "ppo", *options, "--run-dir", str(tmp_path)
     )
     assert done.returncode == 2
@@ -813,7 +814,7 @@ def test_a_damaged_conv_checkpoint_is_named(tmp_path: Path, clean_system) -> Non
 def test_options_the_conv_policy_cannot_take_are_one_line(
     tmp_path: Path, options: list[str], message: str
 ) -> None:
-    done = pong_mp(
+    done = pong_mp_here(
         "train", "--env", "FakePong-v0", "--policy", "conv", *options, "--run-dir", str(tmp_path)
     )
     assert done.returncode == 2

@@ -38,13 +38,18 @@ from pong_mp.rundir import (
 )
 from pong_mp.state import TrainState, with_policy_lag
 from tests.fault_envs import SLOW_PONG
-from tests.helpers import fake_config, pong_mp, train
+from tests.helpers import fake_config, pong_mp, pong_mp_here, train
 
 SMALL = "--env FakePong-v0 --env-arg points_to_win=2 --batch-size 2 --hidden 8 --workers 1"
 
 
 def _train(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
     return pong_mp("train", *SMALL.split(), "--run-dir", str(run_dir), *extra)
+
+
+def _refused(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    # _train for input refused before any work starts: in this process (pong_mp_here).
+    return pong_mp_here("train", *SMALL.split(), "--run-dir", str(run_dir), *extra)
 
 
 def _one_line_error(done: subprocess.CompletedProcess, code: int, *words: str) -> None:
@@ -98,7 +103,7 @@ def test_a_second_trainer_is_refused_and_a_killed_one_leaves_no_lock(
     try:
         _wait_for(run_dir / "checkpoint.npz")
         for extra in ([], ["--resume"]):
-            done = _train(run_dir, "--batches", "1", *extra)
+            done = _refused(run_dir, "--batches", "1", *extra)
             _one_line_error(done, 2, f"{run_dir} is in use by another trainer (pid {first.pid})")
         assert first.poll() is None  # the first trainer goes on
         before = len(read_metrics(run_dir / "metrics.jsonl"))
@@ -204,12 +209,12 @@ def test_a_read_only_run_directory_is_one_line(mount_tmpfs, clean_system) -> Non
     assert _train(run_dir, "--batches", "1").returncode == 0
     before = _snapshot(run_dir)
     subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True)
-    done = _train(run_dir, "--resume", "--batches", "2")
+    done = _refused(run_dir, "--resume", "--batches", "2")
     _one_line_error(done, 2, f"cannot create {run_dir}/{LOCK_FILE}", "Read-only file system")
     assert _snapshot(run_dir) == before
-    done = _train(mnt / "new", "--batches", "1")
+    done = _refused(mnt / "new", "--batches", "1")
     _one_line_error(done, 2, f"cannot create {mnt / 'new'}", "Read-only file system")
-    done = pong_mp("plot", str(run_dir), "-o", str(mnt / "p.png"))  # refused before the work
+    done = pong_mp_here("plot", str(run_dir), "-o", str(mnt / "p.png"))  # refused before the work
     _one_line_error(done, 2, f"cannot write {mnt / 'p.png'}", "read-only file system")
 
 
@@ -220,7 +225,7 @@ def test_an_immutable_run_directory_is_one_line(tmp_path: Path) -> None:
         pytest.skip("chattr +i is not allowed here")
     try:
         before = _snapshot(run_dir)
-        done = _train(run_dir, "--resume", "--batches", "2")
+        done = _refused(run_dir, "--resume", "--batches", "2")
         _one_line_error(done, 2, f"cannot create {run_dir}/{LOCK_FILE}")
         assert _snapshot(run_dir) == before
     finally:
@@ -355,7 +360,7 @@ def test_a_record_is_not_trained_again_over_its_own_files(
         lzma.compress((finished_run / METRICS_FILE).read_bytes())
     )
     before = {p.name: p.read_bytes() for p in record.iterdir()}
-    done = pong_mp("train", "--resume", "--run-dir", str(record), "--batches", "2")
+    done = pong_mp_here("train", "--resume", "--run-dir", str(record), "--batches", "2")
     _one_line_error(done, 2, f"{record} is a record (metrics.jsonl.xz)", "a new --run-dir")
     # One given a checkpoint (remade in place) is not continued inside the record either.
     shutil.copy(finished_run / "checkpoint.npz", record)
@@ -409,7 +414,7 @@ def test_a_hand_edited_config_is_refused_and_nothing_is_touched(
 ) -> None:
     run_dir = _copy_with_config(finished_run, tmp_path / "R", {key: value})
     before = _snapshot(run_dir)
-    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    done = pong_mp_here("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
     _one_line_error(done, 2, f"{run_dir}/config.json: not a valid pong-mp config", message)
     assert _snapshot(run_dir) == before
 
@@ -513,9 +518,9 @@ def test_a_drop_stored_as_one_number_resumes_as_that_drop(
     assert (config["entropy_drop_at"], config["entropy_drop_to"]) == ([1e9], [-0.03])
     assert (config["lr_drop_at"], config["lr_drop_to"]) == ([], [3e-4])
     resume = ("train", "--run-dir", str(run_dir), "--resume", "--entropy-drop-at")
-    _one_line_error(pong_mp(*resume, "2e9"), 2, "with --entropy-drop-at 1e9, not 2e9:")
+    _one_line_error(pong_mp_here(*resume, "2e9"), 2, "with --entropy-drop-at 1e9, not 2e9:")
     # A point that :g would round is shown whole, so that the two differ.
-    done = pong_mp(*resume, "1000000001")
+    done = pong_mp_here(*resume, "1000000001")
     _one_line_error(done, 2, "with --entropy-drop-at 1e9, not 1000000001.0:")
 
 
@@ -534,7 +539,7 @@ def test_damaged_metrics_are_refused_by_plot_and_set_aside_by_resume(
         damage = (json.dumps({**first, "steps": 10**400}) + "\n").encode()
     metrics.write_bytes(damage + metrics.read_bytes())
     before = _snapshot(run_dir)
-    done = pong_mp("plot", str(run_dir), "--milestones")
+    done = pong_mp_here("plot", str(run_dir), "--milestones")
     _one_line_error(done, 2, f"{metrics}, line 1: damaged metrics record")
     assert _snapshot(run_dir) == before
     # The log is a record, the checkpoint the state: a resume goes on.
@@ -622,7 +627,7 @@ def test_a_damaged_packed_record_is_named(tmp_path: Path, content: bytes, proble
 
 
 def test_hidden_units_are_bounded_before_memory_runs_out(tmp_path: Path) -> None:
-    done = _train(tmp_path / "R", "--hidden", "1000000")
+    done = _refused(tmp_path / "R", "--hidden", "1000000")
     _one_line_error(done, 2, "--hidden must be between 1 and 4096")
     assert not (tmp_path / "R").exists()
 
@@ -666,7 +671,7 @@ def test_a_checkpoint_with_the_wrong_optimizer_state_is_named(
     optimizer = json.loads((finished_run / "config.json").read_text())["optimizer"]
     other = {"adam": "rmsprop", "rmsprop": "adam"}[optimizer]
     run_dir = _copy_with_config(finished_run, tmp_path / "R", {"optimizer": other})
-    done = pong_mp("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    done = pong_mp_here("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
     _one_line_error(done, 2, f"its optimizer state does not fit --optimizer {other}")
     assert np.load(run_dir / "checkpoint.npz")["batch"] == 1
 
