@@ -81,7 +81,7 @@ def test_the_env_comparison_is_one_command_of_pong_mp_bench() -> None:
     rates = json.loads(done.stdout)
     assert list(rates) == [SLOW_PONG, "FakePong-v0"] and len(rates["FakePong-v0"]) == 1
     assert rates[SLOW_PONG][0] < 200 < rates["FakePong-v0"][0]
-    same = pong_mp("bench", "--compare-envs", "--env", "FakePong-v0")
+    same = pong_mp_here("bench", "--compare-envs", "--env", "FakePong-v0")
     assert same.returncode == 2 and "name another" in same.stderr
 
 
@@ -341,7 +341,7 @@ def test_cpu_busy_is_the_busy_share_of_all_cpu_time_between_two_readings() -> No
 def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
     bad = tmp_path / "model.npz"
     bad.write_text("not a model")
-    done = pong_mp("bench", "--env", "FakePong-v0", "--model", str(bad))
+    done = pong_mp_here("bench", "--env", "FakePong-v0", "--model", str(bad))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr
 
@@ -481,7 +481,7 @@ def test_bench_trains_with_the_entropy_bonus_and_reports_it(monkeypatch, clean_s
     assert seen == [0.25] and memory == [0.25, 0.25]
     assert results["entropy_bonus"] == 0.25 and results["batch_size"] == 1
     assert "entropy bonus 0.25" in bench.format_bench(results)
-    done = pong_mp("bench", "--env", "FakePong-v0", "--entropy-bonus", "-11")
+    done = pong_mp_here("bench", "--env", "FakePong-v0", "--entropy-bonus", "-11")
     assert done.returncode == 2 and done.stderr.count("\n") == 1
 
 

@@ -528,13 +528,13 @@ def test_one_run_reached_by_two_paths_and_read_while_it_trains(
     proc = start("train", *RUN, "--checkpoint-every", "1", "--run-dir", str(real))
     wait_for(lambda: updates_logged(real) >= 1 and (real / "checkpoint.npz").exists(), proc)
     for other, resume in ((link, ["--resume"]), (real / ".." / real.name, [])):
-        done = pong_mp("train", *RUN, *resume, "--run-dir", str(other))
+        done = pong_mp_here("train", *RUN, *resume, "--run-dir", str(other))
         assert done.returncode == 2, done.stderr
         assert f"is in use by another trainer (pid {proc.pid})" in one_line(done.stderr)
     # Readers while it writes: the plot and the exported model are of whole files.
-    done = pong_mp("plot", str(link), "-o", str(tmp_path / "p.png"))
+    done = pong_mp_here("plot", str(link), "-o", str(tmp_path / "p.png"))
     assert done.returncode == 0, done.stderr
-    done = pong_mp("export", str(link), str(tmp_path / "m.npz"))
+    done = pong_mp_here("export", str(link), str(tmp_path / "m.npz"))
     assert done.returncode == 0, done.stderr
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=30)

@@ -233,5 +233,5 @@ def test_cli_play_env_args_override_the_trained_ones(fake_checkpoint: Path) -> N
     report = json.loads(done.stdout)
     assert report["env_kwargs"] == {"points_to_win": 1}
     assert all(max(s["agent"], s["opponent"]) == 1 for s in report["scores"])
-    done = pong_mp("play", str(fake_checkpoint), "--env-arg", "points_to_win=x")
+    done = pong_mp_here("play", str(fake_checkpoint), "--env-arg", "points_to_win=x")
     assert done.returncode == 2 and "cannot be made with points_to_win='x'" in done.stderr

@@ -830,7 +830,7 @@ def test_a_conv_run_forks_with_its_policy(tmp_path: Path, clean_system) -> None:
     with np.load(tmp_path / "w" / "checkpoint.npz") as wide:
         assert wide["W1"].shape == (32, policy.input_rows(policy.NetShape(32, CONV["channels"])))
         assert np.isfinite(wide["conv"]).all() and np.isfinite(wide["W1"]).all()
-    mlp = pong_mp(*base, "--policy", "mlp", "--run-dir", str(tmp_path / "mlp"))
+    mlp = pong_mp_here(*base, "--policy", "mlp", "--run-dir", str(tmp_path / "mlp"))
     assert mlp.returncode == 2 and "a fork keeps the --policy" in mlp.stderr
     fork = pong_mp(*base, "--lr", "5e-4", "--batches", "2", "--run-dir", str(tmp_path / "f"))
     assert fork.returncode == 0, fork.stderr

@@ -19,7 +19,7 @@ from pong_mp.tools.projection import (
     run_projection,
     simulate,
 )
-from tests.helpers import pong_mp
+from tests.helpers import pong_mp_here
 
 
 def _costs(*episodes: tuple[float, ...], add=0.0, step=0.0, round_trip=0.0) -> Costs:
@@ -108,6 +108,6 @@ def test_costs_are_measured_with_the_workers_code() -> None:
 
 
 def test_bench_project_refuses_karpathys_learner_in_one_line() -> None:
-    done = pong_mp("bench", "--project", "--env", "FakePong-v0", "--preset", "pg")
+    done = pong_mp_here("bench", "--project", "--env", "FakePong-v0", "--preset", "pg")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert "--project models the actor-critic" in done.stderr

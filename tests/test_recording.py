@@ -12,7 +12,7 @@ import pytest
 
 from pong_mp.files import FileError
 from pong_mp.tools.recording import VideoRecorder
-from tests.helpers import pong_mp
+from tests.helpers import pong_mp, pong_mp_here
 
 
 def _steps(stdout: str) -> int:
@@ -43,7 +43,7 @@ def test_record_writes_one_upscaled_frame_per_step(
 
 
 def test_record_refuses_other_formats(fake_checkpoint: Path, tmp_path: Path) -> None:
-    done = pong_mp("play", str(fake_checkpoint), "--record", str(tmp_path / "game.avi"))
+    done = pong_mp_here("play", str(fake_checkpoint), "--record", str(tmp_path / "game.avi"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "needs a .gif or .mp4 file" in done.stderr
     assert not (tmp_path / "game.avi").exists()
