@@ -71,17 +71,23 @@ def pong_mp(
     )
 
 
+_HIDDEN_WARNINGS = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+"""What Python's default warning filters do not show, outside `__main__`."""
+
+
 def pong_mp_here(*args: str) -> subprocess.CompletedProcess:
     """Run `pong-mp ARGS` in this process, as a notebook does (`pong_mp.cli.main(ARGS)`), and
     capture its output: for input refused before any work starts, where a new process would
     add only its half second of imports. An exception that escapes fails the test, as a
-    traceback would, and so does a warning, which a new process would print."""
+    traceback would, and so does a warning that a new process would print."""
     from click.testing import CliRunner
 
     from pong_mp.cli import main
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
+        for hidden in _HIDDEN_WARNINGS:
+            warnings.simplefilter("ignore", hidden)
         done = CliRunner().invoke(main, args, prog_name="pong-mp", catch_exceptions=False)
     return subprocess.CompletedProcess(["pong-mp", *args], done.exit_code, done.stdout, done.stderr)
 
