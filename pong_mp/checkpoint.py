@@ -422,6 +422,8 @@ def export_model(checkpoint_path: Path, out: Path) -> Path:
     the filters) and where they come from (the run's name, its update, episodes, env steps
     and options; no path). It plays but cannot resume training: it has no optimizer state."""
     out = Path(out)
+    if out.suffix.lower() != ".npz":  # "-" would be a file named "-", not standard output
+        raise CheckpointError(f"{out}: a model file is .npz; name one that ends with .npz")
     if out.exists() and Path(checkpoint_path).exists() and out.samefile(checkpoint_path):
         raise CheckpointError(f"{out} is the checkpoint itself: name another model file")
     state, stored = load(checkpoint_path)

@@ -330,10 +330,14 @@ def test_export_never_overwrites_a_checkpoint_or_a_foreign_file(
     shutil.copy(fake_checkpoint, other)
     with pytest.raises(CheckpointError, match="is a training checkpoint: refusing"):
         checkpoint.export_model(ckpt, other)
-    notes = tmp_path / "notes.txt"
+    notes = tmp_path / "notes.npz"
     notes.write_text("mine")
     with pytest.raises(CheckpointError, match="is not a model file: refusing"):
         checkpoint.export_model(ckpt, notes)
+    for name in ("-", "model", "model.npy"):  # "-" is no standard output here
+        with pytest.raises(CheckpointError, match=r"a model file is \.npz; name one that ends"):
+            checkpoint.export_model(ckpt, tmp_path / name)
+        assert not (tmp_path / name).exists()
     assert ckpt.read_bytes() == before and notes.read_text() == "mine"
     model = tmp_path / "model.npz"
     checkpoint.export_model(ckpt, model)

@@ -184,12 +184,17 @@ def test_target_reward_ends_the_run_with_exit_0(tmp_path: Path, clean_system) ->
 
 
 def test_export_and_bench_refuse_bad_targets_in_one_line(
-    fake_checkpoint: Path, tmp_path: Path
+    fake_checkpoint: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(tmp_path)  # where a file named "-" would go
     done = pong_mp_here("export", str(fake_checkpoint), str(tmp_path))
     assert done.returncode == 2 and "is a directory" in done.stderr
     done = pong_mp_here("export", str(fake_checkpoint), str(tmp_path / "no" / "m.npz"))
     assert done.returncode == 2 and "No such file or directory" in done.stderr
+    done = pong_mp_here("export", str(fake_checkpoint), "-")  # not standard output: a file "-"
+    assert done.returncode == 2 and done.stderr == (
+        "pong-mp: error: -: a model file is .npz; name one that ends with .npz\n"
+    )
     done = pong_mp_here("bench", "--env", "CartPole-v1")
     assert done.returncode == 2 and "CartPole-v1 is not Pong" in done.stderr
     for run in (done,):

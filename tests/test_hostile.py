@@ -574,18 +574,20 @@ def test_a_loop_of_symbolic_links_to_write_through_is_one_line(
     # resolve() raises RuntimeError on a loop, and a rename would replace the link itself.
     (tmp_path / "a").symlink_to("b")
     (tmp_path / "b").symlink_to("a")
+    (tmp_path / "a.npz").symlink_to("b.npz")
+    (tmp_path / "b.npz").symlink_to("a.npz")
     source = str(fake_checkpoint.parent)
     for args, message in [
         (["train", "--fork-from", source, "--run-dir", f"{tmp_path}/a/run"],
          f"cannot create {tmp_path}/a/run: Too many levels of symbolic links"),
-        (["export", source, f"{tmp_path}/a"],
-         f"cannot write {tmp_path}/a: Too many levels of symbolic links"),
+        (["export", source, f"{tmp_path}/a.npz"],
+         f"cannot write {tmp_path}/a.npz: Too many levels of symbolic links"),
     ]:  # fmt: skip
         done = pong_mp_here(*args)
         assert done.returncode == 2, done.stderr
         assert one_line(done.stderr) == f"pong-mp: error: {message}"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "b"]
-    assert os.readlink(tmp_path / "a") == "b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a.npz", "b", "b.npz"]
+    assert os.readlink(tmp_path / "a") == "b" and os.readlink(tmp_path / "a.npz") == "b.npz"
 
 
 # -- degenerate numbers --------------------------------------------------------------------------
