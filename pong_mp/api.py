@@ -25,13 +25,10 @@ from pong_mp import policy
 from pong_mp.checkpoint import CheckpointError, load_policy, stored_shape
 from pong_mp.config import TrainConfig, apply_preset, check_types
 from pong_mp.files import path_too_long
-from pong_mp.frames import NO_PIXELS, NO_VALUES, BinaryInputs
+from pong_mp.frames import FRAME_SHAPE, NO_PIXELS, NO_VALUES, BinaryInputs
 from pong_mp.progress import BarReporter, QuietReporter, Reporter
 from pong_mp.signals import Interrupted
 from pong_mp.state import TrainState
-
-FRAME_SHAPE = (210, 160, 3)
-"""What Agent takes: ALE's RGB frame of Pong (FakePong's is the same)."""
 
 
 def _plain(value: Any) -> Any:

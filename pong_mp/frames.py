@@ -20,6 +20,9 @@ from pong_mp import sparse
 
 INPUT_SIZE = 80 * 80  # length of one preprocessed frame: 80x80 pixels
 
+FRAME_SHAPE = (210, 160, 3)
+"""An observation pong-mp learns from: ALE's RGB frame of Pong (FakePong's is the same)."""
+
 ERASED = (144, 109, 0)
 """Red values set to 0 by preprocessing: ALE Pong's two backgrounds, and 0 itself."""
 

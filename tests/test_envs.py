@@ -56,3 +56,26 @@ def test_real_pong_is_made_with_v5_settings() -> None:
         assert env.unwrapped.get_action_meanings()[2:4] == ["RIGHT", "LEFT"]
     finally:
         env.close()
+
+
+@pytest.mark.ale
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"full_action_space": True}, "its actions 2 and 3 are UP and RIGHT, not Pong's paddle"),
+        ({"fast": False, "full_action_space": True}, "its actions 2 and 3 are UP and RIGHT"),
+        ({"obs_type": "ram"}, "obs_type is pong-mp's: it reads the screen itself"),
+        ({"fast": False, "obs_type": "ram"}, "its observations are (128,), not the RGB frames"),
+        ({"fast": False, "obs_type": "grayscale"}, "its observations are (210, 160), not the"),
+    ],
+)
+def test_ale_arguments_that_change_pongs_frames_or_actions_are_refused(
+    kwargs: dict[str, object], says: str
+) -> None:
+    # Each trained without a word: the paddle moving one way only (UP does nothing in Pong),
+    # or a traceback in the first step's frame.
+    with pytest.raises(UnknownEnvError) as refused:
+        check_env("ALE/Pong-v5", kwargs)
+    assert str(refused.value).startswith("ALE/Pong-v5 cannot be made with ")
+    assert says in str(refused.value)
+    check_env("ALE/Pong-v5", {"difficulty": 1})  # what keeps Pong's frames and moves is taken

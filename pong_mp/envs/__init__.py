@@ -21,7 +21,7 @@ from pong_mp.envs.registry import (
     most_points,
     register_fake_pong,
 )
-from pong_mp.frames import InputStream, input_stream
+from pong_mp.frames import FRAME_SHAPE, InputStream, input_stream
 from pong_mp.signals import at_once
 
 __all__ = [
@@ -70,6 +70,11 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
             message = message.split(" was raised from the environment creator")[0]
             raise UnknownEnvError(f"{env_id} cannot be made with {args}: {message}") from None
         actions = getattr(env.action_space, "n", 0)
+        # FastAtari reads ALE's screen itself; every other env's observations are frames.
+        seen = getattr(env.observation_space, "shape", None)
+        frames = hasattr(env.unwrapped, "binary") or seen == FRAME_SHAPE
+        names = getattr(env.unwrapped, "get_action_meanings", None)  # ALE's envs have them
+        moves = list(names())[2:4] if callable(names) else ["RIGHT", "LEFT"]
         try:
             env.close()
         except (Exception, SystemExit) as exc:  # the user's env: it may raise anything
@@ -78,6 +83,16 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
         if actions < 4:
             raise UnknownEnvError(
                 f"{env_id} has {actions} actions, not Pong's UP (2) and DOWN (3)"
+            )
+        if not frames:
+            raise UnknownEnvError(
+                f"{env_id} cannot be made with {args}: its observations are {seen}, not the "
+                f"RGB frames {FRAME_SHAPE} pong-mp learns from"
+            )
+        if moves != ["RIGHT", "LEFT"]:  # full_action_space: 2 is UP, which Pong ignores
+            raise UnknownEnvError(
+                f"{env_id} cannot be made with {args}: its actions 2 and 3 are {moves[0]} and "
+                f"{moves[1]}, not Pong's paddle moves up and down (RIGHT and LEFT)"
             )
 
 

@@ -38,6 +38,8 @@ class FastAtari(gym.Env):
             raise ValueError("frameskip must be a positive int")
         if not 0.0 <= repeat_action_probability <= 1.0:
             raise ValueError("repeat_action_probability must be in [0, 1]")
+        if "obs_type" in kwargs:
+            raise ValueError("obs_type is pong-mp's: it reads the screen itself; leave it out")
         self._inner = make_env(
             env_id, frameskip=1, repeat_action_probability=0.0, obs_type="ram", **kwargs
         )
@@ -53,6 +55,10 @@ class FastAtari(gym.Env):
         self._crop = self._screen[35:195:2, ::2]
         self._table = np.full(256, _UNKNOWN, dtype=np.uint8)
         self._previous = self._actions[0]  # ALE starts every game from NOOP
+
+    def get_action_meanings(self) -> list[str]:
+        """The actions' names, as ALE's env gives them (Pong's: NOOP, FIRE, RIGHT, LEFT, ...)."""
+        return list(self._inner.unwrapped.get_action_meanings())
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
