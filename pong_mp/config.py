@@ -88,7 +88,8 @@ class TrainConfig:
     env: str = option(
         "ALE/Pong-v5",
         "Env to train on: ALE/Pong-v5 (any ALE/Pong version) or FakePong-v0; or your own Pong "
-        "named with its module, package.module:Name-v0 (only its actions are checked).",
+        "named with its module, package.module:Name-v0 (its frames' shape and its actions are "
+        "checked).",
         group="run",
     )
     env_kwargs: dict[str, Any] = option(

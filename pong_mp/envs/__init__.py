@@ -49,7 +49,7 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
     any worker starts or any file is written.
 
     An id with its module ("package.module:Name-v0") names the user's own env: that it shows
-    Pong's frames is the user's word, and only its actions are checked.
+    Pong's frames is the user's word, and only their shape and its actions are checked.
     """
     with at_once():  # its module or its making may hang: a stop signal ends them
         check_env_id(env_id)
