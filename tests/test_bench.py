@@ -14,7 +14,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
-from click.testing import CliRunner
 
 from pong_mp import policy
 from pong_mp.config import PRESETS
@@ -543,13 +542,12 @@ def test_bench_takes_a_preset_where_its_options_are_not_given(monkeypatch) -> No
         cli, "run_bench", lambda workers, seconds, env, setup: seen.append(setup) or {}
     )
     monkeypatch.setattr(cli, "format_bench", lambda results: "")
-    runner = CliRunner()
     for args in (["--preset", "pg"], ["--preset", "pg", "--optimizer", "adam"]):
-        done = runner.invoke(cli.main, ["bench", "--env", "FakePong-v0", *args])
-        assert done.exit_code == 0, done.output
+        done = pong_mp_here("bench", "--env", "FakePong-v0", *args)
+        assert done.returncode == 0, done.stderr
     for args in (["--minibatches", "16"], ["--preset", "ppo", "--minibatches", "16"]):
-        done = runner.invoke(cli.main, ["bench", "--env", "FakePong-v0", *args])
-        assert done.exit_code == 0, done.output
+        done = pong_mp_here("bench", "--env", "FakePong-v0", *args)
+        assert done.returncode == 0, done.stderr
     pg, adam, passes, ppo = seen
     assert (pg.algo, pg.optimizer, pg.entropy_bonus, pg.policy) == ("pg", "rmsprop", 0.0, "mlp")
     assert (adam.algo, adam.optimizer, adam.policy) == ("pg", "adam", "mlp")

@@ -234,12 +234,10 @@ def test_no_arguments_shows_the_help() -> None:
 def test_train_help_shows_at_most_32_options_group_by_group() -> None:
     import dataclasses
 
-    from click.testing import CliRunner
-
     from pong_mp import cli
     from pong_mp.config import OPTION_GROUPS, TrainConfig
 
-    help_text = CliRunner().invoke(cli.main, ["train", "--help"]).output
+    help_text = pong_mp_here("train", "--help").stdout
     headings = [line for line in help_text.splitlines() if line.endswith(" options:")]
     assert headings == [f"{group.capitalize()} options:" for group in OPTION_GROUPS]
     options = [param for param in cli.train_command.params if isinstance(param, cli.click.Option)]

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import imageio.v2 as imageio
 import pytest
-from click.testing import CliRunner
 
-from pong_mp import cli
 from pong_mp.tools.plot import (
     THRESHOLDS,
     PlotError,
@@ -380,7 +378,7 @@ def test_a_drop_without_points_is_no_setting_whatever_its_values(tmp_path: Path)
 
 
 def test_the_milestones_help_names_every_threshold_it_marks() -> None:
-    shown = " ".join(CliRunner().invoke(cli.main, ["plot", "--help"]).output.split())
+    shown = " ".join(pong_mp_here("plot", "--help").stdout.split())
     for threshold in THRESHOLDS:
         assert (f"{threshold:+g}" if threshold else " 0,") in shown, threshold
 
