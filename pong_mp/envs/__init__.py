@@ -21,7 +21,7 @@ from pong_mp.envs.registry import (
     most_points,
     register_fake_pong,
 )
-from pong_mp.frames import FRAME_SHAPE, InputStream, input_stream
+from pong_mp.frames import FRAME_SHAPE, BinaryInputs, InputStream, input_stream
 from pong_mp.signals import at_once
 
 __all__ = [
@@ -59,7 +59,7 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
             )
         args = env_args_text(env_kwargs) or "no --env-arg"
         try:
-            env, _ = make_training_env(env_id, **env_kwargs)
+            env, inputs = make_training_env(env_id, **env_kwargs)
         except SystemExit as exc:  # it would end pong-mp, with a status that says nothing
             raise UnknownEnvError(
                 f"{env_id} cannot be made with {args}: it called sys.exit({exc.code!r})"
@@ -70,9 +70,9 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
             message = message.split(" was raised from the environment creator")[0]
             raise UnknownEnvError(f"{env_id} cannot be made with {args}: {message}") from None
         actions = getattr(env.action_space, "n", 0)
-        # FastAtari reads ALE's screen itself; every other env's observations are frames.
+        # The stream that binarizes observations needs frames (FastAtari's reads the screen).
         seen = getattr(env.observation_space, "shape", None)
-        frames = hasattr(env.unwrapped, "binary") or seen == FRAME_SHAPE
+        frames = not isinstance(inputs, BinaryInputs) or seen == FRAME_SHAPE
         names = getattr(env.unwrapped, "get_action_meanings", None)  # ALE's envs have them
         moves = list(names())[2:4] if callable(names) else ["RIGHT", "LEFT"]
         try:
