@@ -120,11 +120,12 @@ def kill_started() -> None:
             proc.communicate()
 
 
-def signal_self(signum: int) -> None:
-    """Send `signum` to this process and let its handler run (in this thread, at the next
-    bytecode at the latest) before returning."""
+def signal_self(signum: int, settle: float = 0.01) -> None:
+    """Send `signum` to this process and let its handler run before returning: in this
+    thread, at the next bytecode at the latest; in another (`another_thread`), give it
+    `settle` 0.2, the time a process's start takes on a loaded machine."""
     os.kill(os.getpid(), signum)
-    time.sleep(0.01)
+    time.sleep(settle)
 
 
 class SignalsWhenDropped:
@@ -451,10 +452,3 @@ def another_thread() -> Iterator[None]:
     finally:
         done.set()
         waiting.join()
-
-
-def signal_this_process(signum: int) -> None:
-    """Send `signum` to this process, and give a thread that takes it the time a process's
-    start takes on a loaded machine."""
-    os.kill(os.getpid(), signum)
-    time.sleep(0.2)

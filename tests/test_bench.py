@@ -33,7 +33,7 @@ from tests.helpers import (
     pong_mp,
     pong_mp_here,
     running,
-    signal_this_process,
+    signal_self,
     start,
 )
 
@@ -409,7 +409,7 @@ def test_a_stop_while_a_pool_is_made_is_kept_for_the_bench(
         def Pool(self, *args: object) -> str:
             assert signum in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # what exec hands on
             assert signal.getsignal(signum) != signal.SIG_IGN
-            signal_this_process(signum)  # the other thread takes it
+            signal_self(signum, settle=0.2)  # the other thread takes it
             return "pool"
 
     monkeypatch.setattr(bench.mp, "get_context", lambda method: Context())

@@ -29,7 +29,7 @@ from pong_mp.backends.shm import (
     start_resource_tracker,
 )
 from pong_mp.pg import PGWork
-from tests.helpers import another_thread, new_blocks, pong_shm_blocks, signal_this_process
+from tests.helpers import another_thread, new_blocks, pong_shm_blocks, signal_self
 
 needs_linux_shm = pytest.mark.skipif(
     not pid_namespace() or not SHM_DIR.is_dir(),
@@ -307,7 +307,7 @@ def test_a_hangup_while_the_resource_tracker_starts_is_kept(
     from pong_mp import signals
 
     def ensure_running() -> None:
-        signal_this_process(signal.SIGHUP)  # the other thread takes it
+        signal_self(signal.SIGHUP, settle=0.2)  # the other thread takes it
 
     monkeypatch.setattr(resource_tracker, "ensure_running", ensure_running)
     with another_thread(), pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
