@@ -175,10 +175,14 @@ def claims_problem(fh: BinaryIO) -> str | None:
     """What is wrong with the sizes an open .npz's arrays claim in their headers (None:
     nothing), read before numpy allocates them (a few bytes may claim petabytes): a claim
     beyond what its zip member holds, or beyond MAX_ARRAY_BYTES an array, MAX_FILE_BYTES in
-    all. Raises ValueError or zipfile.BadZipFile for a file that is not an .npz of arrays."""
-    total = 0
+    all; or a member named twice. Raises ValueError or zipfile.BadZipFile for a file that is
+    not an .npz of arrays."""
+    total, names = 0, set()
     with zipfile.ZipFile(fh) as archive:
         for member in archive.infolist():
+            if member.filename in names:  # numpy would take the last, other readers the first
+                return f"it holds {member.filename} twice"
+            names.add(member.filename)
             with archive.open(member) as data:
                 try:
                     version = np.lib.format.read_magic(data)

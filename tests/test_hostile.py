@@ -731,6 +731,26 @@ def test_members_pong_mp_never_writes_are_not_unpacked(tmp_path: Path, fake_chec
     assert "padding" not in checkpoint.read_arrays(model)
 
 
+def test_a_file_that_holds_an_array_twice_is_one_line(tmp_path: Path, fake_checkpoint) -> None:
+    # A zip may name a member twice: numpy reads the last, other readers the first, so which
+    # weights it holds is not clear.
+    model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
+    zeros = io.BytesIO()
+    np.save(zeros, np.zeros_like(checkpoint.read_arrays(model)["W2"]))
+    with warnings.catch_warnings(), zipfile.ZipFile(model, "a") as archive:
+        warnings.simplefilter("ignore")  # zipfile's "Duplicate name": the point here
+        archive.writestr("W2.npy", zeros.getvalue())
+    before = model.read_bytes()
+    done = pong_mp_here("play", str(model))
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr) == (
+        f"pong-mp: error: {model}: damaged checkpoint (it holds W2.npy twice)"
+    )
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape("it holds W2.npy twice")):
+        api.Agent.load(model)
+    assert model.read_bytes() == before
+
+
 def test_a_model_without_hidden_units_is_refused(tmp_path: Path, fake_checkpoint) -> None:
     model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
     with np.load(model) as npz:
