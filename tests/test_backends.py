@@ -86,7 +86,12 @@ def test_a_killed_worker_is_replaced_and_its_episode_replayed(
 
 @pytest.mark.parametrize(
     ("name", "mode"),
-    [("local", "raise"), ("local", "kill"), pytest.param("ray", "raise", marks=pytest.mark.ray)],
+    [
+        ("serial", "raise"),
+        ("local", "raise"),
+        ("local", "kill"),
+        pytest.param("ray", "raise", marks=pytest.mark.ray),
+    ],
 )
 def test_a_failure_inside_an_episode_is_retried(
     name: str, mode: str, reference, clean_system
@@ -170,7 +175,7 @@ def test_a_worker_the_system_will_not_start_is_one_error_and_leaks_nothing(
     assert len(started) == 1 and not started[0].is_alive()  # the one started is stopped
 
 
-@pytest.mark.parametrize("name", BACKENDS_WITH_WORKERS)
+@pytest.mark.parametrize("name", ["serial", *BACKENDS_WITH_WORKERS])
 def test_a_persistent_error_stops_with_the_worker_traceback(name: str, clean_system) -> None:
     spec = fake_spec(
         CRASHING_PONG,

@@ -281,9 +281,18 @@ def test_the_leak_check_leaves_another_test_runs_workers_to_it(run: str) -> None
         shells.wait()
 
 
-def test_an_episode_that_keeps_failing_stops_the_run_cleanly(tmp_path: Path, clean_system) -> None:
-    # One worker: its env fails from its third episode on, so update 1 completes and
-    # update 2 fails three times in a row (the first try and two retries).
+@pytest.mark.parametrize(
+    ("where", "failed"),
+    [
+        (("--workers", "1"), "failed 3 times in a worker"),
+        (("--backend", "serial"), "failed 3 times"),
+    ],
+)
+def test_an_episode_that_keeps_failing_stops_the_run_cleanly(
+    where: tuple[str, str], failed: str, tmp_path: Path, clean_system
+) -> None:
+    # One worker, or this process: its env fails from its third episode on, so update 1
+    # completes and update 2 fails three times in a row (the first try and two retries).
     crash = "crash_episodes=" + str(list(range(2, 50)))
     done = pong_mp(
         "train",
@@ -295,8 +304,7 @@ def test_an_episode_that_keeps_failing_stops_the_run_cleanly(tmp_path: Path, cle
         "points_to_win=2",
         "--hidden",
         "8",
-        "--workers",
-        "1",
+        *where,
         "--batch-size",
         "2",
         "--batches",
@@ -307,7 +315,8 @@ def test_an_episode_that_keeps_failing_stops_the_run_cleanly(tmp_path: Path, cle
         str(tmp_path),
     )
     assert done.returncode == 1
-    assert "pong-mp: error: episode 2 failed 3 times in a worker" in done.stderr
+    assert f"pong-mp: error: episode 2 {failed};" in done.stderr
+    assert done.stderr.count("Traceback") == 1  # the env's, after the line; none of pong-mp's
     assert "retrying (1/2)" in done.stderr and "retrying (2/2)" in done.stderr
     # The worker's own traceback, for the user to debug the env.
     assert "RuntimeError: CrashingPong: planned failure in episode" in done.stderr

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+import traceback
 from collections import OrderedDict, deque
 from collections.abc import Iterator
 
 import numpy as np
 from threadpoolctl import ThreadpoolController
 
-from pong_mp.backends.base import BackendBase, RolloutSpec
+from pong_mp.backends.base import BackendBase, Retries, RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.episode import EpisodeResult, Task
 from pong_mp.policy import Weights32
 from pong_mp.signals import at_once
+
+log = logging.getLogger("pong_mp")
 
 
 class SerialBackend(EpisodeWorker, BackendBase):
@@ -27,6 +31,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
         # Found once: looking for the BLAS libraries reads /proc/self/maps (~1 ms), which
         # the actor-critic's many short tasks would pay each time.
         self._threads = ThreadpoolController()
+        self._retries: Retries[tuple[int, Task]] = Retries(spec.max_retries)
 
     def start(self) -> None:
         """Create the env."""
@@ -56,8 +61,21 @@ class SerialBackend(EpisodeWorker, BackendBase):
             raise RuntimeError("SerialBackend.start() was not called")
         while self._queue:
             version, task = self._queue[0]
-            # In this process, the user's env may hang in a step: a stop signal ends it.
-            with self._threads.limit(limits=1), at_once():
-                result = self.play(self._versions[version], task)
-            self._queue.popleft()  # only once played: an error leaves it queued
+            try:
+                # In this process, the user's env may hang in a step: a stop signal ends it.
+                with self._threads.limit(limits=1), at_once():
+                    result = self.play(self._versions[version], task)
+            except Exception:  # the user's env failed: played again, as a worker's episode is
+                tb = traceback.format_exc()
+                count = self._retries.again(
+                    task, deque(), self._queue[0], lambda n: f"failed {n} times", tb
+                )
+                last_line = tb.strip().splitlines()[-1]
+                log.warning(
+                    f"episode {task.index} failed ({last_line}); "
+                    f"retrying ({count}/{self.spec.max_retries})"
+                )
+                continue
+            self._queue.popleft()  # only once played: a stop or an error leaves it queued
+            self._retries.forget(task.index)
             yield result
