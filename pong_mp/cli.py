@@ -76,6 +76,13 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def _failed(exc: Exception, tail: str = "") -> None:
+    """Exit 1 for a run that failed: one line, then the worker's traceback if it sent one."""
+    cause = f"\n{exc.__cause__}" if exc.__cause__ is not None else ""
+    _say(f"pong-mp: error: {exc}{tail}{cause}")
+    sys.exit(EXIT_ERROR)
+
+
 @contextlib.contextmanager
 def _usage_errors(*kinds: type[Exception]) -> Iterator[None]:
     """An exception of `kinds` in the block is its one line on stderr and exit code 2."""
@@ -545,9 +552,7 @@ def train_command(
         hint = ", continue with --resume" * resumable
         _exit_stopped(f"pong-mp: stopped by {exc}; {where}{hint}", exc.exit_code)
     except (WorkerError, NonFiniteError) as exc:
-        cause = f"\n{exc.__cause__}" if exc.__cause__ is not None else ""
-        _say(f"pong-mp: error: {exc}; {_kept(run_dir)}{cause}")
-        sys.exit(EXIT_ERROR)
+        _failed(exc, f"; {_kept(run_dir)}")
     running = "n/a" if state.running_reward is None else f"{state.running_reward:.2f}"
     reached = f"target {cfg.target_reward:g} reached; " if reached_target(cfg, state) else ""
     click.echo(
@@ -1007,6 +1012,9 @@ def bench_command(
         else:
             return run_bench(workers, seconds, env, setup), format_bench
 
-    with _env_prints(as_json):
-        results, format_results = measure()
+    try:
+        with _env_prints(as_json):
+            results, format_results = measure()
+    except (WorkerError, NonFiniteError) as exc:  # the env failed in the training runs
+        _failed(exc)
     click.echo(json.dumps(results, indent=2) if as_json else format_results(results))

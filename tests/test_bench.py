@@ -26,7 +26,7 @@ from pong_mp.tools.bench import (
     format_bench,
     format_env_comparison,
 )
-from tests.fault_envs import SLOW_PONG
+from tests.fault_envs import CRASHING_PONG, SLOW_PONG
 from tests.helpers import (
     another_thread,
     children_of,
@@ -343,6 +343,23 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
     done = pong_mp_here("bench", "--env", "FakePong-v0", "--model", str(bad))
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr
+
+
+@pytest.mark.parametrize("mode", [[], ["--compare-envs", "--rounds", "1"]])
+def test_an_env_that_fails_in_the_raw_runs_is_one_line_and_its_traceback(
+    mode: list[str], clean_system
+) -> None:
+    # CrashingPong fails in its first episode: in a raw run's process, or in this one for
+    # --compare-envs. Both used to end in a traceback of pong-mp's own.
+    done = pong_mp("bench", "--env", CRASHING_PONG, "--workers", "1", "--seconds", "1", *mode)
+    assert done.returncode == 1, done.stderr
+    first, *rest = done.stderr.splitlines()
+    assert first == (
+        f"pong-mp: error: {CRASHING_PONG} failed in the raw runs: "
+        "RuntimeError: CrashingPong: planned failure in episode 0"
+    )
+    assert done.stderr.count("Traceback") == 1  # the env's stack, for the user to debug it
+    assert 'fault_envs.py", line' in done.stderr and rest[-1] == '"""'
 
 
 SHIPPED = str(Path(__file__).resolve().parents[1] / "models" / "pong.npz")

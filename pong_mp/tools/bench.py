@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import platform
 import time
+import traceback
 from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 from typing import Any, TypeVar
@@ -18,6 +19,7 @@ from typing import Any, TypeVar
 import numpy as np
 
 from pong_mp import policy
+from pong_mp.backends.base import worker_error
 from pong_mp.backends.worker_process import (
     exit_with_parent,
     ignore_in_worker,
@@ -32,12 +34,24 @@ from pong_mp.tools import markdown_table
 T = TypeVar("T")
 
 
-def _pooled(result: AsyncResult[T]) -> T:
-    """A pool call's value, waited for in slices: no stop signal wakes a pool's wait."""
+def _pooled(result: AsyncResult[T], env_id: str | None = None) -> T:
+    """A pool call's value, waited for in slices: no stop signal wakes a pool's wait. With
+    `env_id`, what it raised is a WorkerError that says the env failed, with its traceback."""
     while not result.ready():
         result.wait(POLL_SECONDS)
         check_stop()
-    return result.get()
+    try:
+        return result.get()
+    except Exception as exc:
+        if env_id is None:
+            raise
+        # multiprocessing's text of the pool process's stack, in quotes of its own
+        tb = str(getattr(exc.__cause__, "tb", repr(exc))).strip().strip('"').strip()
+        raise _env_failed(env_id, exc, tb + "\n")  # noqa: B904 (its cause: tb)
+
+
+def _env_failed(env_id: str, exc: Exception, tb: str) -> Exception:
+    return worker_error(f"{env_id} failed in the raw runs: {type(exc).__name__}: {exc}", tb)
 
 
 def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
@@ -65,7 +79,10 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
     rates: dict[str, list[float]] = {env_id: [] for env_id in env_ids}
     for r in range(rounds):
         for env_id in env_ids:
-            rates[env_id].append(env_steps_per_sec(env_id, seconds, seed=r))
+            try:
+                rates[env_id].append(env_steps_per_sec(env_id, seconds, seed=r))
+            except Exception as exc:  # the user's env, here in this process
+                raise _env_failed(env_id, exc, traceback.format_exc())  # noqa: B904
     return rates
 
 
@@ -104,7 +121,7 @@ def raw_rate(env_id: str, processes: int, seconds: float) -> float:
     """Total env steps/s of `processes` processes stepping at once."""
     with _pool(processes) as pool:
         args = [(env_id, seconds, i) for i in range(processes)]
-        rates = _pooled(pool.starmap_async(env_steps_per_sec, args))
+        rates = _pooled(pool.starmap_async(env_steps_per_sec, args), env_id)
     return float(sum(rates))
 
 
