@@ -345,17 +345,24 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
     assert done.stderr.count("\n") == 1 and "damaged checkpoint" in done.stderr
 
 
-@pytest.mark.parametrize("mode", [[], ["--compare-envs", "--rounds", "1"]])
-def test_an_env_that_fails_in_the_raw_runs_is_one_line_and_its_traceback(
-    mode: list[str], clean_system
+@pytest.mark.parametrize(
+    ("mode", "where"),
+    [
+        ([], "in the raw runs"),
+        (["--compare-envs", "--rounds", "1"], "in the raw runs"),
+        (["--project", "--hidden", "8"], "as its episodes were measured"),
+    ],
+)
+def test_an_env_that_fails_as_bench_measures_it_is_one_line_and_its_traceback(
+    mode: list[str], where: str, clean_system
 ) -> None:
     # CrashingPong fails in its first episode: in a raw run's process, or in this one for
-    # --compare-envs. Both used to end in a traceback of pong-mp's own.
+    # --compare-envs and --project. Each used to end in a traceback of pong-mp's own.
     done = pong_mp("bench", "--env", CRASHING_PONG, "--workers", "1", "--seconds", "1", *mode)
     assert done.returncode == 1, done.stderr
     first, *rest = done.stderr.splitlines()
     assert first == (
-        f"pong-mp: error: {CRASHING_PONG} failed in the raw runs: "
+        f"pong-mp: error: {CRASHING_PONG} failed {where}: "
         "RuntimeError: CrashingPong: planned failure in episode 0"
     )
     assert done.stderr.count("Traceback") == 1  # the env's stack, for the user to debug it

@@ -47,11 +47,12 @@ def _pooled(result: AsyncResult[T], env_id: str | None = None) -> T:
             raise
         # multiprocessing's text of the pool process's stack, in quotes of its own
         tb = str(getattr(exc.__cause__, "tb", repr(exc))).strip().strip('"').strip()
-        raise _env_failed(env_id, exc, tb + "\n")  # noqa: B904 (its cause: tb)
+        raise env_failed(env_id, "in the raw runs", exc, tb + "\n")  # noqa: B904 (cause: tb)
 
 
-def _env_failed(env_id: str, exc: Exception, tb: str) -> Exception:
-    return worker_error(f"{env_id} failed in the raw runs: {type(exc).__name__}: {exc}", tb)
+def env_failed(env_id: str, where: str, exc: Exception, tb: str) -> Exception:
+    """The WorkerError that says env `env_id` raised `exc` `where`, with its traceback `tb`."""
+    return worker_error(f"{env_id} failed {where}: {type(exc).__name__}: {exc}", tb)
 
 
 def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
@@ -82,7 +83,8 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
             try:
                 rates[env_id].append(env_steps_per_sec(env_id, seconds, seed=r))
             except Exception as exc:  # the user's env, here in this process
-                raise _env_failed(env_id, exc, traceback.format_exc())  # noqa: B904
+                tb = traceback.format_exc()
+                raise env_failed(env_id, "in the raw runs", exc, tb)  # noqa: B904
     return rates
 
 
