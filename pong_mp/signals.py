@@ -3,7 +3,7 @@ it as Interrupted at the safe points (each result back at the trainer, each step
 in a finalizer, where Python would only print it. A recorded stop lets a blocked select() go on
 (PEP 475), and one that another thread takes (TensorBoard's, Ray's) never interrupts it, so
 `wait` also watches the `signal.set_wakeup_fd` pipe, which the C handler writes from any thread;
-what no fd wakes (Ray, a pool) waits in POLL_SECONDS slices. A repeat REPEAT_SECONDS after the
+what no fd wakes (Ray) waits in POLL_SECONDS slices. A repeat REPEAT_SECONDS after the
 stop raises in its handler, to cut a hanging save short (a sooner one is the same stop:
 `timeout` signals the run, then its group), as does a first stop inside `at_once` (the user's
 env code, which may hang where no safe point comes). A signal ignored on the way in (`nohup`'s

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -22,6 +23,8 @@ from pong_mp.envs.fake_pong import FakePong
 
 CRASHING_PONG = "tests.fault_envs:CrashingPong-v0"
 """The env id of `CrashingPong`, with the module that registers it."""
+EXITING_PONG = "tests.fault_envs:ExitingPong-v0"
+"""`CrashingPong` that calls sys.exit(0) in its first episode: for commands without env args."""
 SLOW_PONG = "tests.fault_envs:SlowPong-v0"
 """The env id of `SlowPong`, with the module that registers it."""
 
@@ -32,8 +35,9 @@ class CrashingPong(FakePong):
     The episodes are counted per env instance (0 = the first reset of this instance), so a
     retried episode, played by a fresh or another worker, goes through. `mode` "raise"
     raises RuntimeError; "kill" kills the whole process with SIGKILL, like a segfault;
-    "hang" sleeps for an hour, like a stuck emulator. `start_seconds` makes the env that long
-    to build, like an emulator loading on a busy machine. `close_fails` makes its close raise
+    "hang" sleeps for an hour, like a stuck emulator; "exit" calls sys.exit(0).
+    `start_seconds` makes the env that long to build, like an emulator loading on a busy
+    machine. `close_fails` makes its close raise
     "everywhere", or "in_workers" only (processes that have a parent Python process).
     """
 
@@ -49,8 +53,8 @@ class CrashingPong(FakePong):
         """See the class docstring; other arguments go to FakePong."""
         super().__init__(**kwargs)
         time.sleep(start_seconds)
-        if mode not in ("raise", "kill", "hang"):
-            raise ValueError("mode must be 'raise', 'kill' or 'hang'")
+        if mode not in ("raise", "kill", "hang", "exit"):
+            raise ValueError("mode must be 'raise', 'kill', 'hang' or 'exit'")
         self.crash_episodes = tuple(crash_episodes)
         self.crash_at_step = crash_at_step
         self.mode = mode
@@ -77,6 +81,8 @@ class CrashingPong(FakePong):
                 os.kill(os.getpid(), signal.SIGKILL)
             if self.mode == "hang":
                 time.sleep(3600)
+            if self.mode == "exit":  # as if all were well: the worst a step can say
+                sys.exit(0)
             raise RuntimeError(f"CrashingPong: planned failure in episode {self._resets - 1}")
         return super().step(action)
 
@@ -95,8 +101,15 @@ class SlowPong(FakePong):
         return super().step(action)
 
 
-for _name, _cls in (("CrashingPong-v0", CrashingPong), ("SlowPong-v0", SlowPong)):
+for _name, _cls, _kwargs in (
+    ("CrashingPong-v0", CrashingPong, {}),
+    ("ExitingPong-v0", CrashingPong, {"mode": "exit"}),
+    ("SlowPong-v0", SlowPong, {}),
+):
     if _name not in gym.registry:
         # As FakePong is registered: no checker or order wrappers, which cost more per step
         # than the game itself.
-        gym.register(id=_name, entry_point=_cls, disable_env_checker=True, order_enforce=False)
+        gym.register(
+            id=_name, entry_point=_cls, kwargs=_kwargs, disable_env_checker=True,
+            order_enforce=False,
+        )  # fmt: skip

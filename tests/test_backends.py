@@ -88,8 +88,10 @@ def test_a_killed_worker_is_replaced_and_its_episode_replayed(
     ("name", "mode"),
     [
         ("serial", "raise"),
+        ("serial", "exit"),
         ("local", "raise"),
         ("local", "kill"),
+        ("local", "exit"),
         pytest.param("ray", "raise", marks=pytest.mark.ray),
     ],
 )

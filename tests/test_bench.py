@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import numpy as np
 import pytest
 
 from pong_mp import policy
+from pong_mp.backends import WorkerError
 from pong_mp.config import PRESETS
 from pong_mp.envs import make_env
 from pong_mp.tools.bench import (
@@ -26,7 +28,7 @@ from pong_mp.tools.bench import (
     format_bench,
     format_env_comparison,
 )
-from tests.fault_envs import CRASHING_PONG, SLOW_PONG
+from tests.fault_envs import CRASHING_PONG, EXITING_PONG, SLOW_PONG
 from tests.helpers import (
     another_thread,
     children_of,
@@ -353,18 +355,23 @@ def test_bench_names_a_bad_model_in_one_line(tmp_path) -> None:
         (["--project", "--hidden", "8"], "as its episodes were measured"),
     ],
 )
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        (CRASHING_PONG, "RuntimeError: CrashingPong: planned failure in episode 0"),
+        (EXITING_PONG, "SystemExit: 0"),
+    ],
+)
 def test_an_env_that_fails_as_bench_measures_it_is_one_line_and_its_traceback(
-    mode: list[str], where: str, clean_system
+    mode: list[str], where: str, env: str, error: str, clean_system
 ) -> None:
-    # CrashingPong fails in its first episode: in a raw run's process, or in this one for
-    # --compare-envs and --project. Each used to end in a traceback of pong-mp's own.
-    done = pong_mp("bench", "--env", CRASHING_PONG, "--workers", "1", "--seconds", "1", *mode)
+    # The env fails in its first episode: in a raw run's process, or in this one for
+    # --compare-envs and --project. Each used to end in a traceback of pong-mp's own; a
+    # sys.exit(0) in a raw run's process, in a wait for ever, or in this one, in exit 0.
+    done = pong_mp("bench", "--env", env, "--workers", "1", "--seconds", "1", *mode, timeout=60)
     assert done.returncode == 1, done.stderr
     first, *rest = done.stderr.splitlines()
-    assert first == (
-        f"pong-mp: error: {CRASHING_PONG} failed {where}: "
-        "RuntimeError: CrashingPong: planned failure in episode 0"
-    )
+    assert first == f"pong-mp: error: {env} failed {where}: {error}"
     assert done.stderr.count("Traceback") == 1  # the env's stack, for the user to debug it
     assert 'fault_envs.py", line' in done.stderr and rest[-1] == '"""'
 
@@ -420,38 +427,52 @@ def test_a_stopped_bench_takes_its_stepping_processes_with_it(how: str) -> None:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP])
-def test_a_stop_while_a_pool_is_made_is_kept_for_the_bench(
+def test_a_stop_while_its_processes_start_is_kept_for_the_bench(
     monkeypatch: pytest.MonkeyPatch, signum: int
 ) -> None:
-    # The pool's processes must start deaf to it; the bench must not be, as it was, even
+    # The bench's processes must start deaf to it; the bench must not be, as it was, even
     # where another thread (numpy's BLAS threads) takes the signal: with the bench ignoring
     # it meanwhile, that thread dropped it, and a Ctrl-C to its group was lost.
     from pong_mp import signals
     from pong_mp.tools import bench
 
-    class Context:
-        def Pool(self, *args: object) -> str:
+    class Process:
+        def __init__(self, **kwargs: object) -> None:
+            self.started = False
+
+        def start(self) -> None:
             assert signum in signal.pthread_sigmask(signal.SIG_BLOCK, [])  # what exec hands on
             assert signal.getsignal(signum) != signal.SIG_IGN
             signal_self(signum, settle=0.2)  # the other thread takes it
-            return "pool"
+            self.started = True
 
-    monkeypatch.setattr(bench.mp, "get_context", lambda method: Context())
-    with another_thread(), pytest.raises(signals.Interrupted) as stop, signals.stop_signals_raise():
-        assert bench._pool(2) == "pool"
+        def is_alive(self) -> bool:
+            return False
+
+        def join(self) -> None:
+            pass
+
+    context = multiprocessing.get_context("spawn")
+    monkeypatch.setattr(context, "Process", Process)
+    with (
+        another_thread(),
+        pytest.raises(signals.Interrupted) as stop,
+        signals.stop_signals_raise(),
+        bench._processes([(print, ())]) as started,
+    ):
+        assert [process.started for process, _ in started] == [True]
         signals.check_stop()
     assert stop.value.signum == signum
 
 
 _DEAF_FROM_THE_START = """
 import signal
-import subprocess
-import sys
+import time
 from pathlib import Path
 from pong_mp.tools import bench
 deaf = (1 << (signal.SIGINT - 1)) | (1 << (signal.SIGHUP - 1))
-with bench._pool(2) as pool:
-    for process in pool._pool:
+with bench._processes([(time.sleep, (30,)), (time.sleep, (30,))]) as started:
+    for process, _ in started:
         lines = Path(f"/proc/{process.pid}/status").read_text().splitlines()
         status = dict(line.split(":", 1) for line in lines)
         blocked, ignored = (int(status[k].split()[0], 16) for k in ("SigBlk", "SigIgn"))
@@ -459,16 +480,40 @@ with bench._pool(2) as pool:
 """
 
 
-def test_a_bench_pools_processes_are_deaf_to_the_terminal_from_their_start() -> None:
-    # Started with SIGINT and SIGHUP blocked (then ignored by their initializer), so that a
-    # Ctrl-C to the group while they import prints no traceback from them. The resource
-    # tracker, which the pool starts as it makes its first lock, used to unblock SIGINT before
-    # they were started. A new process: its first pool starts the tracker.
+def test_a_bench_processes_are_deaf_to_the_terminal_from_their_start() -> None:
+    # Started with SIGINT and SIGHUP blocked (then ignored as they start), so that a Ctrl-C
+    # to the group while they import prints no traceback from them. The resource tracker,
+    # which multiprocessing starts as it makes its first lock, used to unblock SIGINT before
+    # they were started. A new process: its first processes start the tracker.
     done = subprocess.run(
         [sys.executable, "-c", _DEAF_FROM_THE_START], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "True"]
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        ((sys.exit, (0,)), "a bench process failed: SystemExit: 0"),
+        ((os._exit, (3,)), "a bench process failed: its process died (exit code 3)"),
+        ((signal.raise_signal, (signal.SIGKILL,)), "its process died (exit code -9)"),
+    ],
+)
+def test_a_bench_process_that_exits_or_dies_is_an_error_not_a_wait_for_ever(
+    call: tuple, said: str
+) -> None:
+    # multiprocessing's Pool replaced such a process and waited for its answer for ever; a
+    # stop signal then hung in the pool's terminate. Beside it, another process's answer.
+    from pong_mp.tools import bench
+
+    with bench._processes([(time.sleep, (60,)), call]) as started:
+        with pytest.raises(WorkerError) as failed:
+            bench._answers(started)
+        assert str(failed.value).endswith(said)
+    assert not any(process.is_alive() for process, _ in started)  # the sleeper too
+    with bench._processes([(abs, (-2,)), (abs, (-3,))]) as started:
+        assert bench._answers(started) == [2, 3]
 
 
 def _ignores_sigint(pid: int) -> bool:

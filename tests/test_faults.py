@@ -288,8 +288,15 @@ def test_the_leak_check_leaves_another_test_runs_workers_to_it(run: str) -> None
         (("--backend", "serial"), "failed 3 times"),
     ],
 )
+@pytest.mark.parametrize(
+    ("mode", "error"),
+    [
+        ("raise", "RuntimeError: CrashingPong: planned failure in episode"),
+        ("exit", "SystemExit: 0"),  # once a silent exit 0 (serial), or a worker lost
+    ],
+)
 def test_an_episode_that_keeps_failing_stops_the_run_cleanly(
-    where: tuple[str, str], failed: str, tmp_path: Path, clean_system
+    where: tuple[str, str], failed: str, mode: str, error: str, tmp_path: Path, clean_system
 ) -> None:
     # One worker, or this process: its env fails from its third episode on, so update 1
     # completes and update 2 fails three times in a row (the first try and two retries).
@@ -300,6 +307,8 @@ def test_an_episode_that_keeps_failing_stops_the_run_cleanly(
         CRASHING_PONG,
         "--env-arg",
         crash,
+        "--env-arg",
+        f'mode="{mode}"',
         "--env-arg",
         "points_to_win=2",
         "--hidden",
@@ -319,7 +328,7 @@ def test_an_episode_that_keeps_failing_stops_the_run_cleanly(
     assert done.stderr.count("Traceback") == 1  # the env's, after the line; none of pong-mp's
     assert "retrying (1/2)" in done.stderr and "retrying (2/2)" in done.stderr
     # The worker's own traceback, for the user to debug the env.
-    assert "RuntimeError: CrashingPong: planned failure in episode" in done.stderr
+    assert error in done.stderr
     state, _ = checkpoint.load(tmp_path / "checkpoint.npz")
     assert state.batch == 1 and state.episodes == 2
 

@@ -9,14 +9,13 @@ import sys
 import threading
 import time
 from multiprocessing import Pipe
-from multiprocessing.pool import ThreadPool
 
 import pytest
 
 from pong_mp import progress, signals
 from pong_mp.backends.worker_process import WORKER_IGNORES
 from pong_mp.signals import Interrupted, check_stop, stop_signals_raise
-from pong_mp.tools.bench import _pooled
+from pong_mp.tools import bench
 from tests.helpers import SignalsWhenDropped, signal_self
 
 # Each test enters stop_signals_raise, which forgets the stops of earlier tests.
@@ -160,16 +159,13 @@ def test_a_wait_woken_by_another_signal_raises_nothing_and_gives_what_is_ready()
         signal.signal(signal.SIGUSR1, previous)
 
 
-def test_a_stop_signal_ends_a_wait_on_a_pool() -> None:
-    never = threading.Event()
-    with ThreadPool(1) as pool:
-        try:
-            with stop_signals_raise():
-                timer = _signal_soon(to_thread=False)
-                began = time.monotonic()
-                with pytest.raises(Interrupted):
-                    _pooled(pool.apply_async(never.wait, (30,)))
-                timer.join()
-            assert time.monotonic() - began < 5
-        finally:
-            never.set()
+def test_a_stop_signal_ends_the_wait_for_the_bench_processes() -> None:
+    with bench._processes([(time.sleep, (30,))]) as started, stop_signals_raise():
+        timer = _signal_soon(to_thread=False)
+        began = time.monotonic()
+        with pytest.raises(Interrupted):
+            bench._answers(started)
+        timer.join()
+    assert time.monotonic() - began < 5
+
+

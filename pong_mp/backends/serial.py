@@ -14,7 +14,7 @@ from pong_mp.backends.base import BackendBase, Retries, RolloutSpec
 from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.episode import EpisodeResult, Task
 from pong_mp.policy import Weights32
-from pong_mp.signals import at_once
+from pong_mp.signals import Interrupted, at_once
 
 log = logging.getLogger("pong_mp")
 
@@ -65,7 +65,10 @@ class SerialBackend(EpisodeWorker, BackendBase):
                 # In this process, the user's env may hang in a step: a stop signal ends it.
                 with self._threads.limit(limits=1), at_once():
                     result = self.play(self._versions[version], task)
-            except Exception:  # the user's env failed: played again, as a worker's episode is
+            except (KeyboardInterrupt, Interrupted):
+                raise  # a stop
+            except BaseException:  # the user's env failed (sys.exit too): played again, as a
+                # worker's episode is
                 tb = traceback.format_exc()
                 count = self._retries.again(
                     task, deque(), self._queue[0], lambda n: f"failed {n} times", tb

@@ -196,7 +196,7 @@ def worker_main(
                     weights.read(message.version), message.task, grad.slots[slot],
                     grad.zeroed(slot),
                 )
-            except Exception:
+            except BaseException:  # the env's, even sys.exit: this process ignores Ctrl-C
                 conn.send(Failed(message.task.index, traceback.format_exc()))
             else:
                 # The gradient, if any, is in the shared slot.

@@ -6,20 +6,23 @@ All figures come from one run on one machine; the ones that matter are ratios wi
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing as mp
 import os
 import platform
 import time
 import traceback
-from multiprocessing.pool import AsyncResult, Pool
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from pong_mp import policy
-from pong_mp.backends.base import worker_error
+from pong_mp.backends.base import WorkerError, worker_error
 from pong_mp.backends.worker_process import (
     exit_with_parent,
     ignore_in_worker,
@@ -28,29 +31,11 @@ from pong_mp.backends.worker_process import (
 )
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
-from pong_mp.signals import POLL_SECONDS, check_stop
+from pong_mp.signals import Interrupted, check_stop, wait
 from pong_mp.tools import markdown_table
 
-T = TypeVar("T")
 
-
-def _pooled(result: AsyncResult[T], env_id: str | None = None) -> T:
-    """A pool call's value, waited for in slices: no stop signal wakes a pool's wait. With
-    `env_id`, what it raised is a WorkerError that says the env failed, with its traceback."""
-    while not result.ready():
-        result.wait(POLL_SECONDS)
-        check_stop()
-    try:
-        return result.get()
-    except Exception as exc:
-        if env_id is None:
-            raise
-        # multiprocessing's text of the pool process's stack, in quotes of its own
-        tb = str(getattr(exc.__cause__, "tb", repr(exc))).strip().strip('"').strip()
-        raise env_failed(env_id, "in the raw runs", exc, tb + "\n")  # noqa: B904 (cause: tb)
-
-
-def env_failed(env_id: str, where: str, exc: Exception, tb: str) -> Exception:
+def env_failed(env_id: str, where: str, exc: BaseException, tb: str) -> WorkerError:
     """The WorkerError that says env `env_id` raised `exc` `where`, with its traceback `tb`."""
     return worker_error(f"{env_id} failed {where}: {type(exc).__name__}: {exc}", tb)
 
@@ -82,7 +67,9 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
         for env_id in env_ids:
             try:
                 rates[env_id].append(env_steps_per_sec(env_id, seconds, seed=r))
-            except Exception as exc:  # the user's env, here in this process
+            except (KeyboardInterrupt, Interrupted):
+                raise  # a stop
+            except BaseException as exc:  # the user's env, here in this process (sys.exit too)
                 tb = traceback.format_exc()
                 raise env_failed(env_id, "in the raw runs", exc, tb)  # noqa: B904
     return rates
@@ -102,29 +89,100 @@ def format_env_comparison(rates: dict[str, list[float]]) -> str:
     return "\n".join(lines)
 
 
-def _pool(processes: int) -> Pool:
-    """A pool of spawned processes deaf to the terminal's signals from their start, as the
-    trainer's workers are: started with them blocked, which they inherit. The bench keeps
-    its handlers meanwhile: a signal that another thread (a BLAS one) takes is noted as any
-    is, where an ignored one would be lost."""
-    with worker_signals_blocked():
-        return mp.get_context("spawn").Pool(processes, _pool_child, (os.getpid(),))
+class _Returned(NamedTuple):
+    """What a bench process's call returned."""
+
+    value: Any
 
 
-def _pool_child(parent_pid: int) -> None:
-    """A bench pool's process starts as the trainer's workers do: a terminal's Ctrl-C goes to
-    the whole group, and the bench stops its pool itself; a bench killed takes it along."""
+class _Raised(NamedTuple):
+    """What a bench process's call raised ("Type: message"), and its traceback."""
+
+    error: str
+    traceback: str
+
+
+def _process_main(
+    parent_pid: int, conn: Connection, call: Callable[..., Any], args: tuple[Any, ...]
+) -> None:
+    """A bench process: starts as the trainer's workers do (a terminal's Ctrl-C goes to the
+    whole group, and the bench stops its processes itself; a bench killed takes them along),
+    then sends back what call(*args) returned or raised."""
     ignore_in_worker()
     stdout_to_stderr()
     exit_with_parent(parent_pid)
+    answer: _Returned | _Raised
+    try:
+        answer = _Returned(call(*args))
+    except BaseException as exc:  # the env's, sys.exit too: this process ignores Ctrl-C
+        answer = _Raised(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+    conn.send(answer)
+
+
+@contextlib.contextmanager
+def _processes(
+    calls: list[tuple[Callable[..., Any], tuple[Any, ...]]],
+) -> Iterator[list[tuple[BaseProcess, Connection]]]:
+    """Each call(*args) of `calls` in a spawned process of its own: (process, the pipe its
+    answer comes on). They start deaf to the terminal's signals, as the trainer's workers
+    do: with them blocked, which they inherit. The bench keeps its handlers meanwhile: a
+    signal that another thread (a BLAS one) takes is noted as any is, where an ignored one
+    would be lost. On leaving, every one still running is killed, and all are reaped."""
+    context = mp.get_context("spawn")
+    started: list[tuple[BaseProcess, Connection]] = []
+    try:
+        with worker_signals_blocked():
+            for call, args in calls:
+                ours, theirs = context.Pipe(duplex=False)
+                process = context.Process(
+                    target=_process_main, args=(os.getpid(), theirs, call, args), daemon=True
+                )
+                try:
+                    process.start()
+                except BaseException:
+                    ours.close()
+                    raise
+                finally:
+                    theirs.close()
+                started.append((process, ours))
+        yield started
+    finally:
+        for process, conn in started:
+            if process.is_alive():
+                process.kill()
+            process.join()
+            conn.close()
+
+
+def _answers(started: list[tuple[BaseProcess, Connection]], env_id: str | None = None) -> list:
+    """What each of `started`'s calls returned, in order, waited for where a stop signal ends
+    the wait. One that raised, or whose process died, is a WorkerError: with `env_id`, one
+    that says the env failed in the raw runs, with its traceback."""
+    what = f"{env_id} failed in the raw runs" if env_id else "a bench process failed"
+    answers: dict[int, Any] = {}
+    while len(answers) < len(started):
+        waiting = [(i, p, c) for i, (p, c) in enumerate(started) if i not in answers]
+        ready = wait([end for _, p, c in waiting for end in (c, p.sentinel)], None)
+        for i, process, conn in waiting:
+            if conn not in ready and process.sentinel not in ready:
+                continue
+            try:
+                answer = conn.recv() if conn.poll() else None
+            except (EOFError, OSError):
+                answer = None  # cut off by its death
+            if isinstance(answer, _Raised):
+                raise worker_error(f"{what}: {answer.error}", answer.traceback)
+            if not isinstance(answer, _Returned):
+                process.join()  # a pipe closes as a process dies: its exit code, once it has
+                raise WorkerError(f"{what}: its process died (exit code {process.exitcode})")
+            answers[i] = answer.value
+    return [answers[i] for i in range(len(started))]
 
 
 def raw_rate(env_id: str, processes: int, seconds: float) -> float:
     """Total env steps/s of `processes` processes stepping at once."""
-    with _pool(processes) as pool:
-        args = [(env_id, seconds, i) for i in range(processes)]
-        rates = _pooled(pool.starmap_async(env_steps_per_sec, args), env_id)
-    return float(sum(rates))
+    with _processes([(env_steps_per_sec, (env_id, seconds, i)) for i in range(processes)]) as ps:
+        return float(sum(_answers(ps, env_id)))
 
 
 def dense_reference_rate(env_id: str, seconds: float, hidden: int = 200) -> float:
@@ -368,9 +426,9 @@ def episode_memory(
     setup = setup or TrainingSetup()
     runs = []
     for _ in range(repeats):
-        with _pool(1) as pool:
+        with _processes([(_episode_memory, (steps, setup))]) as started:
             try:
-                runs.append(_pooled(pool.apply_async(_episode_memory, (steps, setup))))
+                runs.append(_answers(started)[0])
             except (OSError, RuntimeError):
                 return None
     before, peak = sorted(runs, key=lambda run: run[1])[len(runs) // 2]

@@ -210,7 +210,7 @@ def measure_costs(
     from pong_mp.optim import MeanStep, step_threads
     from pong_mp.policy import Weights32
     from pong_mp.ppo import EpochTask, advantage_moments
-    from pong_mp.signals import check_stop
+    from pong_mp.signals import Interrupted, check_stop
     from pong_mp.tools.bench import env_failed, env_steps_per_sec
     from pong_mp.trainer import rollout_spec
 
@@ -226,7 +226,9 @@ def measure_costs(
             start = time.perf_counter()
             try:
                 stats = worker.play(weights, task).stats
-            except Exception as exc:  # the user's env, here in this process
+            except (KeyboardInterrupt, Interrupted):
+                raise  # a stop
+            except BaseException as exc:  # the user's env, here in this process (sys.exit too)
                 tb = traceback.format_exc()
                 raise env_failed(config.env, "as its episodes were measured", exc, tb)  # noqa: B904
             played.append((task, stats, time.perf_counter() - start))
