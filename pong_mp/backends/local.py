@@ -74,9 +74,8 @@ from pong_mp.backends.worker_process import (
     Stop,
     block_shapes,
     gradient_slots,
-    main_file_hidden_unless_a_file,
+    start_process,
     worker_main,
-    worker_signals_blocked,
 )
 from pong_mp.episode import EpisodeResult, PassTask, Task
 from pong_mp.signals import check_stop, wait
@@ -234,21 +233,13 @@ class LocalBackend(BackendBase):
         assert self._weights is not None
         grad = self._grads[0 if self._by_position else slot]
         try:  # a limit on processes or open files is a failed run, not a traceback
-            ours, theirs = self._ctx.Pipe(duplex=True)
-            process = self._ctx.Process(
-                target=worker_main,
+            process, ours = start_process(
+                self._ctx,
+                worker_main,
+                (self.spec, self._weights.name, grad.name, os.getpid(), self._slots),
                 name=f"pong-mp-worker-{slot}",
-                args=(self.spec, self._weights.name, grad.name, theirs, os.getpid(), self._slots),
-                daemon=True,
+                duplex=True,
             )
-            try:
-                with worker_signals_blocked(), main_file_hidden_unless_a_file():
-                    process.start()
-            except BaseException:
-                ours.close()
-                raise
-            finally:
-                theirs.close()
         except OSError as exc:
             raise WorkerError(
                 f"cannot start worker process {slot}: {exc.strerror or exc}"

@@ -24,9 +24,11 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
-from typing import NamedTuple
+from multiprocessing.context import BaseContext
+from multiprocessing.process import BaseProcess
+from typing import Any, NamedTuple
 
 from pong_mp.backends.base import RolloutSpec, prepare_worker_process
 from pong_mp.backends.episode_worker import EpisodeWorker
@@ -73,6 +75,30 @@ def main_file_hidden_unless_a_file() -> Iterator[None]:
         yield
     finally:
         main.__file__ = path  # type: ignore[union-attr]
+
+
+def start_process(
+    context: BaseContext,
+    target: Callable[..., None],
+    args: tuple[Any, ...],
+    name: str | None = None,
+    duplex: bool = False,
+) -> tuple[BaseProcess, Connection]:
+    """A daemon process of `context` started on target(conn, *args), `conn` its end of a new
+    pipe; returns it and this end. It starts deaf to the terminal's signals
+    (`worker_signals_blocked`), without a __main__ that names no file; a start that fails
+    (OSError: a limit on processes or open files) leaves neither end open."""
+    ours, theirs = context.Pipe(duplex=duplex)
+    process = context.Process(target=target, name=name, args=(theirs, *args), daemon=True)
+    try:
+        with worker_signals_blocked(), main_file_hidden_unless_a_file():
+            process.start()
+    except BaseException:
+        ours.close()
+        raise
+    finally:
+        theirs.close()
+    return process, ours
 
 
 def ignore_in_worker() -> None:
@@ -159,10 +185,10 @@ def block_shapes(spec: RolloutSpec, slots: int = 1) -> tuple[BlockShape, BlockSh
 
 
 def worker_main(
+    conn: Connection,
     spec: RolloutSpec,
     weights_name: str,
     grad_name: str,
-    conn: Connection,
     parent_pid: int,
     slots: int = 1,
 ) -> None:

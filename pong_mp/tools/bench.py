@@ -26,8 +26,8 @@ from pong_mp.backends.base import WorkerError, worker_error
 from pong_mp.backends.worker_process import (
     exit_with_parent,
     ignore_in_worker,
+    start_process,
     stdout_to_stderr,
-    worker_signals_blocked,
 )
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
@@ -103,7 +103,7 @@ class _Raised(NamedTuple):
 
 
 def _process_main(
-    parent_pid: int, conn: Connection, call: Callable[..., Any], args: tuple[Any, ...]
+    conn: Connection, parent_pid: int, call: Callable[..., Any], args: tuple[Any, ...]
 ) -> None:
     """A bench process: starts as the trainer's workers do (a terminal's Ctrl-C goes to the
     whole group, and the bench stops its processes itself; a bench killed takes them along),
@@ -125,26 +125,20 @@ def _processes(
 ) -> Iterator[list[tuple[BaseProcess, Connection]]]:
     """Each call(*args) of `calls` in a spawned process of its own: (process, the pipe its
     answer comes on). They start deaf to the terminal's signals, as the trainer's workers
-    do: with them blocked, which they inherit. The bench keeps its handlers meanwhile: a
-    signal that another thread (a BLAS one) takes is noted as any is, where an ignored one
-    would be lost. On leaving, every one still running is killed, and all are reaped."""
+    do (`start_process`). On leaving, every one still running is killed, and all are
+    reaped. A process the system will not start is a WorkerError."""
     context = mp.get_context("spawn")
     started: list[tuple[BaseProcess, Connection]] = []
     try:
-        with worker_signals_blocked():
-            for call, args in calls:
-                ours, theirs = context.Pipe(duplex=False)
-                process = context.Process(
-                    target=_process_main, args=(os.getpid(), theirs, call, args), daemon=True
+        for i, (call, args) in enumerate(calls):
+            try:  # a limit on processes or open files: one line, not a traceback
+                started.append(
+                    start_process(
+                        context, _process_main, (os.getpid(), call, args), f"pong-mp-bench-{i}"
+                    )
                 )
-                try:
-                    process.start()
-                except BaseException:
-                    ours.close()
-                    raise
-                finally:
-                    theirs.close()
-                started.append((process, ours))
+            except OSError as exc:
+                raise WorkerError(f"cannot start a bench process: {exc.strerror or exc}") from None
         yield started
     finally:
         for process, conn in started:
