@@ -35,9 +35,17 @@ from pong_mp.signals import Interrupted, check_stop, wait
 from pong_mp.tools import markdown_table
 
 
-def env_failed(env_id: str, where: str, exc: BaseException, tb: str) -> WorkerError:
-    """The WorkerError that says env `env_id` raised `exc` `where`, with its traceback `tb`."""
-    return worker_error(f"{env_id} failed {where}: {type(exc).__name__}: {exc}", tb)
+@contextlib.contextmanager
+def env_here(env_id: str, where: str) -> Iterator[None]:
+    """Inside, env `env_id` runs in this process: what it raises, sys.exit too but not a stop,
+    is a WorkerError that says it failed `where`, with its traceback."""
+    try:
+        yield
+    except (KeyboardInterrupt, Interrupted):
+        raise
+    except BaseException as exc:
+        message = f"{env_id} failed {where}: {type(exc).__name__}: {exc}"
+        raise worker_error(message, traceback.format_exc())  # noqa: B904 (its cause: that)
 
 
 def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
@@ -65,13 +73,8 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
     rates: dict[str, list[float]] = {env_id: [] for env_id in env_ids}
     for r in range(rounds):
         for env_id in env_ids:
-            try:
+            with env_here(env_id, "in the raw runs"):
                 rates[env_id].append(env_steps_per_sec(env_id, seconds, seed=r))
-            except (KeyboardInterrupt, Interrupted):
-                raise  # a stop
-            except BaseException as exc:  # the user's env, here in this process (sys.exit too)
-                tb = traceback.format_exc()
-                raise env_failed(env_id, "in the raw runs", exc, tb)  # noqa: B904
     return rates
 
 
@@ -441,7 +444,8 @@ def run_bench(
     raw_after = raw_rate(env_id, workers, seconds)
     raw = (raw_before + raw_after) / 2
     raw_one = raw_rate(env_id, 1, seconds)
-    reference = dense_reference_rate(env_id, seconds)
+    with env_here(env_id, "in Ray's example's loop"):
+        reference = dense_reference_rate(env_id, seconds)
     short = episode_memory(1_000, setup)
     long = episode_memory(10_000, setup)
     return {

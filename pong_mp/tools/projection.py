@@ -29,7 +29,6 @@ import contextlib
 import heapq
 import multiprocessing as mp
 import time
-import traceback
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -210,8 +209,8 @@ def measure_costs(
     from pong_mp.optim import MeanStep, step_threads
     from pong_mp.policy import Weights32
     from pong_mp.ppo import EpochTask, advantage_moments
-    from pong_mp.signals import Interrupted, check_stop
-    from pong_mp.tools.bench import env_failed, env_steps_per_sec
+    from pong_mp.signals import check_stop
+    from pong_mp.tools.bench import env_here, env_steps_per_sec
     from pong_mp.trainer import rollout_spec
 
     prepare_worker_process()
@@ -224,13 +223,8 @@ def measure_costs(
         for task in make_tasks(config.seed, 0, episodes, gradient=False):
             check_stop()
             start = time.perf_counter()
-            try:
+            with env_here(config.env, "as its episodes were measured"):
                 stats = worker.play(weights, task).stats
-            except (KeyboardInterrupt, Interrupted):
-                raise  # a stop
-            except BaseException as exc:  # the user's env, here in this process (sys.exit too)
-                tb = traceback.format_exc()
-                raise env_failed(config.env, "as its episodes were measured", exc, tb)  # noqa: B904
             played.append((task, stats, time.perf_counter() - start))
         moments = Moments()
         for _, stats, _ in played:
