@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import os
 import sys
 import time
@@ -22,6 +23,7 @@ from pong_mp.episode import EpisodeResult, EpisodeStats, Task, ZeroRows
 from pong_mp.frames import InputStream
 
 T = TypeVar("T")
+log = logging.getLogger("pong_mp")
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
 
@@ -251,6 +253,15 @@ class Retries(Generic[T]):
         self.max_retries = max_retries
         self.failures: dict[int, int] = {}  # by episode index
 
+    def count(self, task: Task, what: Callable[[int], str], tb: str | None = None) -> int:
+        """Count one more failure of `task`; returns its failure count. Past `max_retries`
+        it raises WorkerError(f"episode I {what(count)}"), caused by `tb`."""
+        count = self.failures[task.index] = self.failures.get(task.index, 0) + 1
+        if count > self.max_retries:
+            message = f"episode {task.index} {what(count)}"
+            raise worker_error(message, tb) if tb is not None else WorkerError(message)
+        return count
+
     def again(
         self,
         task: Task,
@@ -259,15 +270,20 @@ class Retries(Generic[T]):
         what: Callable[[int], str],
         tb: str | None = None,
     ) -> int:
-        """Count one more failure of `task` and put `item`, what plays it again, first in
-        `pending` (the same seed gives the same result); returns its failure count. Past
-        `max_retries` it raises WorkerError(f"episode I {what(count)}"), caused by `tb`."""
-        count = self.failures[task.index] = self.failures.get(task.index, 0) + 1
-        if count > self.max_retries:
-            message = f"episode {task.index} {what(count)}"
-            raise worker_error(message, tb) if tb is not None else WorkerError(message)
+        """`count` a failure of `task`, then put `item`, what plays it again, first in
+        `pending` (the same seed gives the same result); returns its failure count."""
+        count = self.count(task, what, tb)
         pending.appendleft(item)
         return count
+
+    def say_retry(self, task: Task, count: int, tb: str, where: str = "") -> None:
+        """Log that `task` raised `where` (" in worker 2"; "" in this process), with the last
+        line of its traceback `tb`, and is played again: its `count`th failure."""
+        last_line = tb.strip().splitlines()[-1]
+        log.warning(
+            f"episode {task.index} failed{where} ({last_line}); "
+            f"retrying ({count}/{self.max_retries})"
+        )
 
     def forget(self, index: int) -> None:
         """Episode `index` was played at last: its failures no longer count."""

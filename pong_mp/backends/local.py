@@ -451,11 +451,7 @@ class LocalBackend(BackendBase):
         count = self._retries.again(
             job.task, self._pending, job, lambda n: f"failed {n} times in a worker", tb
         )
-        last_line = tb.strip().splitlines()[-1]
-        log.warning(
-            f"episode {job.task.index} failed in worker {w.slot} ({last_line}); "
-            f"retrying ({count}/{self.spec.max_retries})"
-        )
+        self._retries.say_retry(job.task, count, tb, f" in worker {w.slot}")
         return None
 
     def _next_job(self, w: _Worker, now: float) -> None:

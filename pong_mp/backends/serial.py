@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import traceback
 from collections import OrderedDict, deque
 from collections.abc import Iterator
@@ -15,8 +14,6 @@ from pong_mp.backends.episode_worker import EpisodeWorker
 from pong_mp.episode import EpisodeResult, Task
 from pong_mp.policy import Weights32
 from pong_mp.signals import Interrupted, at_once
-
-log = logging.getLogger("pong_mp")
 
 
 class SerialBackend(EpisodeWorker, BackendBase):
@@ -31,7 +28,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
         # Found once: looking for the BLAS libraries reads /proc/self/maps (~1 ms), which
         # the actor-critic's many short tasks would pay each time.
         self._threads = ThreadpoolController()
-        self._retries: Retries[tuple[int, Task]] = Retries(spec.max_retries)
+        self._retries: Retries[None] = Retries(spec.max_retries)
 
     def start(self) -> None:
         """Create the env."""
@@ -67,18 +64,11 @@ class SerialBackend(EpisodeWorker, BackendBase):
                     result = self.play(self._versions[version], task)
             except (KeyboardInterrupt, Interrupted):
                 raise  # a stop
-            except BaseException:  # the user's env failed (sys.exit too): played again, as a
-                # worker's episode is
+            except BaseException:  # the env failed (sys.exit too): played again, as in a worker
                 tb = traceback.format_exc()
-                count = self._retries.again(
-                    task, deque(), self._queue[0], lambda n: f"failed {n} times", tb
-                )
-                last_line = tb.strip().splitlines()[-1]
-                log.warning(
-                    f"episode {task.index} failed ({last_line}); "
-                    f"retrying ({count}/{self.spec.max_retries})"
-                )
-                continue
+                count = self._retries.count(task, lambda n: f"failed {n} times", tb)
+                self._retries.say_retry(task, count, tb)
+                continue  # still first in the queue
             self._queue.popleft()  # only once played: a stop or an error leaves it queued
             self._retries.forget(task.index)
             yield result
