@@ -34,6 +34,15 @@ def binarize(frame: np.ndarray) -> np.ndarray:
     return keep.view(np.uint8).ravel()
 
 
+def _frame(obs: Any) -> np.ndarray:
+    """`obs`, if it is a frame of FRAME_SHAPE: the crop would take any frame at least 195 rows
+    tall and 2 wide, and learn from the wrong pixels without a word."""
+    shape = getattr(obs, "shape", None)
+    if shape != FRAME_SHAPE:
+        raise ValueError(f"the env gave a frame of shape {shape}, not Pong's {FRAME_SHAPE}")
+    return obs
+
+
 NO_PIXELS = np.zeros(0, dtype=np.int32)
 NO_VALUES = np.zeros(0, dtype=np.float32)
 
@@ -58,11 +67,11 @@ class BinaryInputs:
 
     def reset(self, obs: np.ndarray) -> None:
         """Remember the first frame."""
-        self._prev = binarize(obs)
+        self._prev = binarize(_frame(obs))
 
     def step(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The changed pixels and their signs."""
-        cur = binarize(obs)
+        cur = binarize(_frame(obs))
         # A bool mask: ~8x faster than on ints. int32, as sparse's functions take.
         changed = np.flatnonzero(cur != self._prev).astype(np.int32)
         self._prev = cur

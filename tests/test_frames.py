@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
+import pytest
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
-from pong_mp.frames import BinaryInputs
+from pong_mp.frames import FRAME_SHAPE, BinaryInputs
 
 
 def test_binary_inputs_are_the_dense_frame_differences() -> None:
@@ -28,3 +31,15 @@ def test_binary_inputs_are_the_dense_frame_differences() -> None:
         nonzero += len(idx)
         prev = cur
     assert nonzero > 400
+
+
+@pytest.mark.parametrize("shape", [(250, 160, 3), (196, 160, 3), (210, 162, 3), (210, 160)])
+def test_a_frame_of_another_shape_is_refused_not_cropped(shape: tuple[int, ...]) -> None:
+    # The crop takes rows 35-195 of every other row and column of any frame big enough:
+    # frames taller or wider than Pong's trained on the wrong pixels without a word.
+    inputs = BinaryInputs()
+    with pytest.raises(ValueError, match=re.escape(f"frame of shape {shape}, not Pong's")):
+        inputs.reset(np.zeros(shape, np.uint8))
+    inputs.reset(np.zeros(FRAME_SHAPE, np.uint8))
+    with pytest.raises(ValueError, match="frame of shape"):
+        inputs.step(np.zeros(shape, np.uint8))
