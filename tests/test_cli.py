@@ -32,7 +32,7 @@ def test_train_writes_the_run_directory(tmp_path: Path, clean_system) -> None:
     run_dir = tmp_path / "R"
     done = pong_mp(
         *"train --env FakePong-v0 --workers 2 --batch-size 4 --batches 3 --seed 1".split(),
-        "--run-dir",
+        *"--env-arg points_to_win=3 --run-dir".split(),  # short games: the defaults' net
         str(run_dir),
     )
     assert done.returncode == 0, done.stderr

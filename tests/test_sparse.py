@@ -237,8 +237,9 @@ def test_the_avx2_build_trains_to_the_same_bytes_as_the_portable_one(tmp_path) -
             )
             assert used.stdout.strip() == build
             done = pong_mp(
-                "train", "--env", "FakePong-v0", "--backend", "serial", "--batches", "2",
-                "--seed", "4", *options, "--run-dir", str(run_dir), env=env,
+                "train", "--env", "FakePong-v0", "--env-arg", "points_to_win=5", "--backend",
+                "serial", "--batches", "2", "--seed", "4", *options, "--run-dir", str(run_dir),
+                env=env,
             )
             assert done.returncode == 0, done.stderr
             weights.append(checkpoint_weights(run_dir))
