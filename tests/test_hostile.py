@@ -1094,15 +1094,17 @@ def odd_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str) -> list[s
 def odd_command(
     command: str, tmp_path: Path, model: Path, env: list[str], *train_args: str
 ) -> list[str]:
-    """`play` of one game with `model` (--json), or `train` of one small update into
-    tmp_path/R with `train_args`, on `env`."""
+    """`play` of one game with `model` (--json), `bench --compare-envs` of one round, or
+    `train` of one small update into tmp_path/R with `train_args`, on `env`."""
     if command == "play":
         return ["play", str(model), *env, "--episodes", "1", "--json"]
+    if command == "bench":  # which steps the env in its own process too
+        return ["bench", "--compare-envs", *env[:2], "--seconds", "1", "--rounds", "1"]
     return ["train", *env, *train_args, "--batches", "1", "--batch-size", "2", "--hidden", "8",
             "--channels", "4", "-q", "--run-dir", str(tmp_path / "R")]
 
 
-@pytest.mark.parametrize("command", ["play", "train"])
+@pytest.mark.parametrize("command", ["play", "train", "bench"])
 @pytest.mark.parametrize("where", ["import", "make", "step"])
 def test_an_env_that_hangs_in_this_process_ends_at_the_first_stop_signal(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path, command: str,

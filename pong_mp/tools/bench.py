@@ -31,16 +31,18 @@ from pong_mp.backends.worker_process import (
 )
 from pong_mp.config import TrainConfig, stored_option
 from pong_mp.envs import FAKE_PONG_ID, make_env
-from pong_mp.signals import Interrupted, check_stop, wait
+from pong_mp.signals import Interrupted, at_once, check_stop, wait
 from pong_mp.tools import markdown_table
 
 
 @contextlib.contextmanager
 def env_here(env_id: str, where: str) -> Iterator[None]:
     """Inside, env `env_id` runs in this process: what it raises, sys.exit too but not a stop,
-    is a WorkerError that says it failed `where`, with its traceback."""
+    is a WorkerError that says it failed `where`, with its traceback; a first stop signal ends
+    it at once (`at_once`: it may hang where no check comes, and a measurement saves nothing)."""
     try:
-        yield
+        with at_once():
+            yield
     except (KeyboardInterrupt, Interrupted):
         raise
     except BaseException as exc:
