@@ -35,7 +35,8 @@ class CrashingPong(FakePong):
     The episodes are counted per env instance (0 = the first reset of this instance), so a
     retried episode, played by a fresh or another worker, goes through. `mode` "raise"
     raises RuntimeError; "kill" kills the whole process with SIGKILL, like a segfault;
-    "hang" sleeps for an hour, like a stuck emulator; "exit" calls sys.exit(0).
+    "hang" sleeps for an hour, like a stuck emulator; "exit" calls sys.exit(0); "close" closes
+    every descriptor it did not open (a worker's pipe among them), then exits 7 a moment later.
     `start_seconds` makes the env that long to build, like an emulator loading on a busy
     machine. `close_fails` makes its close raise
     "everywhere", or "in_workers" only (processes that have a parent Python process).
@@ -53,8 +54,8 @@ class CrashingPong(FakePong):
         """See the class docstring; other arguments go to FakePong."""
         super().__init__(**kwargs)
         time.sleep(start_seconds)
-        if mode not in ("raise", "kill", "hang", "exit"):
-            raise ValueError("mode must be 'raise', 'kill', 'hang' or 'exit'")
+        if mode not in ("raise", "kill", "hang", "exit", "close"):
+            raise ValueError("mode must be 'raise', 'kill', 'hang', 'exit' or 'close'")
         self.crash_episodes = tuple(crash_episodes)
         self.crash_at_step = crash_at_step
         self.mode = mode
@@ -83,6 +84,10 @@ class CrashingPong(FakePong):
                 time.sleep(3600)
             if self.mode == "exit":  # as if all were well: the worst a step can say
                 sys.exit(0)
+            if self.mode == "close":
+                os.closerange(3, 4096)
+                time.sleep(0.5)
+                os._exit(7)
             raise RuntimeError(f"CrashingPong: planned failure in episode {self._resets - 1}")
         return super().step(action)
 

@@ -114,6 +114,16 @@ def test_a_hung_worker_is_replaced(reference, clean_system) -> None:
     assert play_batches("local", spec) == reference
 
 
+def test_a_worker_whose_pipe_closes_before_it_exits_is_named_by_its_exit_code(
+    clean_system,
+) -> None:
+    # Its pipe's end comes first: the death was named "exit code None" before it was over.
+    crash = {"crash_episodes": (0,), "mode": "close"}
+    spec = fake_spec(CRASHING_PONG, workers=1, max_retries=0, env_kwargs=crash)
+    with pytest.raises(WorkerError, match=r"lost its worker 1 times \(last: died \(exit code 7"):
+        play_batches("local", spec, batches=1, batch_size=1)
+
+
 def _slow_starting_spec() -> RolloutSpec:
     """One worker whose env takes 3 s to build and which hangs in its third episode; an
     episode may last 2 s (a 2-point game takes a fraction of that, even on a loaded

@@ -419,8 +419,9 @@ class LocalBackend(BackendBase):
         except (EOFError, OSError):
             message = None  # a message cut off by the worker's death
         if message is None:
-            code = w.process.exitcode if w.process.sentinel in ready else None
-            self._replace(w, f"died (exit code {code})")
+            w.process.join(timeout=1.0)  # its pipe may close a moment before it exits
+            code = w.process.exitcode
+            self._replace(w, "closed its pipe" if code is None else f"died (exit code {code})")
             return None
         if isinstance(message, Ready):
             # A replacement has built its env: its episode starts now, not when it was sent.
