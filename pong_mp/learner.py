@@ -9,6 +9,7 @@ takes its own settings, never the run's TrainConfig (`trainer.make_learner` buil
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,6 +51,14 @@ class Learner(Protocol):
 
 class NonFiniteError(RuntimeError):
     """An update would have produced non-finite numbers; it was not applied."""
+
+
+def gradient_not_finite(update: int, played: BatchSum) -> NonFiniteError:
+    """The error for update `update` whose summed gradient is not finite, naming the first
+    episode of `played` whose rewards do not sum to a finite number (the env's), if any."""
+    bad = [(i, r) for i, r in sorted(played.rewards.items()) if not math.isfinite(r)]
+    why = f" (episode {bad[0][0]}'s rewards sum to {bad[0][1]}: the env's)" if bad else ""
+    return NonFiniteError(f"update {update}: the summed gradient is not finite{why}")
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,14 @@ from pong_mp.episode import (
 )
 from pong_mp.frames import InputStream
 from pong_mp.gradient import EpisodeGradient
-from pong_mp.learner import Learning, NonFiniteError, Stats, l2_norm, next_state
+from pong_mp.learner import (
+    Learning,
+    NonFiniteError,
+    Stats,
+    gradient_not_finite,
+    l2_norm,
+    next_state,
+)
 from pong_mp.optim import MeanStep
 from pong_mp.signals import check_stop
 from pong_mp.state import TrainState, unit_counts, with_policy_lag
@@ -236,7 +243,7 @@ class PGLearner:
         # An overflow is no warning to print: the sums below tell, and the update is refused.
         with np.errstate(over="ignore", invalid="ignore"):
             if not np.isfinite(grad.sum()):  # NaN/inf iff some element is (or it overflows)
-                raise NonFiniteError(f"update {state.batch + 1}: the summed gradient is not finite")
+                raise gradient_not_finite(state.batch + 1, summed)
             # The rate at the env steps played before this batch: update 1 uses --lr itself.
             lr = self.settings.lr(state.steps)
         # The summed gradient itself (divisor and scale 1 are exact): Karpathy's step.

@@ -52,6 +52,7 @@ from pong_mp.learner import (
     NonFiniteError,
     Schedule,
     Stats,
+    gradient_not_finite,
     next_state,
     run_round,
     update_stats,
@@ -590,7 +591,7 @@ class PPOLearner:
                 divisor = max(1, summed.steps)  # the minibatch's mean
                 grad_norm = stepper.norm(summed.total, divisor)
                 if not math.isfinite(grad_norm):
-                    raise NonFiniteError(f"update {update}: the summed gradient is not finite")
+                    raise gradient_not_finite(update, played.summed)
                 scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
                 if not stepper.step(summed.total, divisor, scale, step, lr):
                     raise NonFiniteError(f"update {update}: the new weights would not be finite")

@@ -917,8 +917,9 @@ def test_an_env_that_breaks_as_play_plays_it_is_one_line(
 def test_an_env_with_infinite_rewards_fails_the_update_in_one_line_without_warnings(
     tmp_path: Path, breaking_env: str, preset: str, clean_system
 ) -> None:
-    # The workers' sums turn inf and nan: the coordinator's NonFiniteError says so, and
-    # numpy's RuntimeWarnings, from the workers or the coordinator, add nothing before it.
+    # The workers' sums turn inf and nan: the coordinator's NonFiniteError says so, names the
+    # rewards as the cause, and numpy's RuntimeWarnings, from the workers or the coordinator,
+    # add nothing before it.
     run_dir = tmp_path / "R"
     done = pong_mp(
         "train", "--env", breaking_env, "--env-arg", "how=inf", "--preset", preset,
@@ -926,7 +927,8 @@ def test_an_env_with_infinite_rewards_fails_the_update_in_one_line_without_warni
     )  # fmt: skip
     assert done.returncode == 1, done.stderr
     assert one_line(done.stderr).startswith(
-        "pong-mp: error: update 1: the summed gradient is not finite"
+        "pong-mp: error: update 1: the summed gradient is not finite (episode 0's rewards sum to"
+        " inf: the env's)"
     )
 
 
