@@ -476,6 +476,8 @@ def prepare_run(
                 "continue it, or choose another --run-dir"
             )
         if given.get("fork_from") is not None:
+            if not str(given["fork_from"]).strip():  # Path("") is the current directory
+                raise RunDirError("--fork-from must name a run directory")
             return _prepare_fork(Path(given["fork_from"]), given, build_env)
         try:
             config = TrainConfig(**given)

@@ -1008,6 +1008,23 @@ def test_an_empty_run_dir_is_refused_not_taken_for_the_current_directory(tmp_pat
         api.train(" ", env="FakePong-v0", progress=False)
 
 
+def test_an_empty_fork_from_is_refused_not_taken_for_the_current_directory(
+    tmp_path: Path, fake_checkpoint: Path
+) -> None:
+    # `--fork-from "$SRC"` with SRC unset: the same line wherever it runs (it was "--fork-from
+    # .: nothing to fork from" outside a run).
+    shutil.copytree(fake_checkpoint.parent, tmp_path / "a run")
+    (tmp_path / "no run").mkdir()
+    for here in ("a run", "no run"):
+        done = subprocess.run(
+            [sys.executable, "-m", "pong_mp", "train", "--fork-from", "", "--run-dir", "../F"],
+            capture_output=True, text=True, timeout=60, cwd=tmp_path / here,
+        )  # fmt: skip
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr) == "pong-mp: error: --fork-from must name a run directory"
+        assert not (tmp_path / "F").exists()
+
+
 
 def test_a_fork_into_its_own_source_run_is_refused(tmp_path: Path, fake_checkpoint) -> None:
     source = fake_checkpoint.parent
