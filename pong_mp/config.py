@@ -244,11 +244,8 @@ class TrainConfig:
                 )
         local_workers = max(64, 4 * default_workers())  # each worker costs ~100 MB
         checks = [
-            (self.run_dir.strip() != "", "--run-dir must name a directory"),
-            (
-                self.fork_from is None or self.fork_from.strip() != "",
-                "--fork-from must name a run directory",
-            ),
+            (self.run_dir.strip() != "", NO_RUN_DIR),
+            (self.fork_from is None or self.fork_from.strip() != "", NO_FORK_FROM),
             (
                 _strict_json(self.env_kwargs),
                 "--env-arg values must be JSON (numbers finite: no NaN or Infinity)",
@@ -355,6 +352,11 @@ class TrainConfig:
         config.validate()
         return config
 
+
+# An empty path's refusals: as a Path, it is the current directory, which no one means (a
+# variable left unset). Said by the options' checks, and by the run directory's before them.
+NO_RUN_DIR = "--run-dir must name a directory"
+NO_FORK_FROM = "--fork-from must name a run directory"
 
 MAX_BATCH_SIZE = 10_000
 """The most episodes in one update: 10,000 of real Pong take hours with no progress shown."""

@@ -476,8 +476,8 @@ def prepare_run(
                 "continue it, or choose another --run-dir"
             )
         if given.get("fork_from") is not None:
-            if not str(given["fork_from"]).strip():  # Path("") is the current directory
-                raise RunDirError("--fork-from must name a run directory")
+            if not str(given["fork_from"]).strip():
+                raise RunDirError(cfg.NO_FORK_FROM)
             return _prepare_fork(Path(given["fork_from"]), given, build_env)
         try:
             config = TrainConfig(**given)
@@ -656,8 +656,8 @@ def open_run(
     written it in between). A start that wrote nothing leaves no directory behind.
     """
     refuse_in_a_starting_worker()  # before anything: a worker running the user's script
-    if not str(run_dir).strip():  # Path("") is the current directory: never meant
-        raise RunDirError("--run-dir must name a directory")
+    if not str(run_dir).strip():
+        raise RunDirError(cfg.NO_RUN_DIR)
     run_dir = Path(run_dir)
     lock = RunLock(run_dir)
     lock.check_free()
