@@ -35,11 +35,13 @@ def binarize(frame: np.ndarray) -> np.ndarray:
 
 
 def _frame(obs: Any) -> np.ndarray:
-    """`obs`, if it is a frame of FRAME_SHAPE: the crop would take any frame at least 195 rows
-    tall and 2 wide, and learn from the wrong pixels without a word."""
-    shape = getattr(obs, "shape", None)
-    if shape != FRAME_SHAPE:
-        raise ValueError(f"the env gave a frame of shape {shape}, not Pong's {FRAME_SHAPE}")
+    """`obs`, if it is a uint8 frame of FRAME_SHAPE: the crop would take any frame at least
+    195 rows tall and 2 wide, and compare any numbers with the erased colours, and learn from
+    the wrong pixels without a word."""
+    shape, dtype = getattr(obs, "shape", None), getattr(obs, "dtype", None)
+    if shape != FRAME_SHAPE or dtype != np.uint8:
+        what = f"a {dtype} array of shape {shape}" if shape is not None else repr(obs)[:40]
+        raise ValueError(f"the env gave {what} for a frame, not a uint8 array of {FRAME_SHAPE}")
     return obs
 
 

@@ -33,13 +33,23 @@ def test_binary_inputs_are_the_dense_frame_differences() -> None:
     assert nonzero > 400
 
 
-@pytest.mark.parametrize("shape", [(250, 160, 3), (196, 160, 3), (210, 162, 3), (210, 160)])
-def test_a_frame_of_another_shape_is_refused_not_cropped(shape: tuple[int, ...]) -> None:
-    # The crop takes rows 35-195 of every other row and column of any frame big enough:
-    # frames taller or wider than Pong's trained on the wrong pixels without a word.
+@pytest.mark.parametrize(
+    ("shape", "dtype"),
+    [((250, 160, 3), "uint8"), ((196, 160, 3), "uint8"), ((210, 162, 3), "uint8"),
+     ((210, 160), "uint8"), (FRAME_SHAPE, "float32"), (FRAME_SHAPE, "int64")],
+)  # fmt: skip
+def test_a_frame_of_another_shape_or_type_is_refused_not_cropped(
+    shape: tuple[int, ...], dtype: str
+) -> None:
+    # The crop takes rows 35-195 of every other row and column of any frame big enough, and
+    # compares any numbers with the erased colours: frames taller or wider than Pong's, or
+    # of floats (0 to 1), trained on the wrong pixels without a word.
+    expected = re.escape(f"gave a {dtype} array of shape {shape} for a frame, not a uint8 array")
     inputs = BinaryInputs()
-    with pytest.raises(ValueError, match=re.escape(f"frame of shape {shape}, not Pong's")):
-        inputs.reset(np.zeros(shape, np.uint8))
+    with pytest.raises(ValueError, match=expected):
+        inputs.reset(np.zeros(shape, dtype))
     inputs.reset(np.zeros(FRAME_SHAPE, np.uint8))
-    with pytest.raises(ValueError, match="frame of shape"):
-        inputs.step(np.zeros(shape, np.uint8))
+    with pytest.raises(ValueError, match=expected):
+        inputs.step(np.zeros(shape, dtype))
+    with pytest.raises(ValueError, match="the env gave None for a frame, not a uint8 array"):
+        inputs.step(None)
