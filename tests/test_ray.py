@@ -39,9 +39,22 @@ pytestmark = pytest.mark.ray
 
 
 @pytest.mark.own_ray
-def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> None:
+def test_a_two_node_cluster_gives_the_same_bytes_and_sums_the_groups_on_its_nodes(
+    reference, clean_system
+) -> None:
     from ray.cluster_utils import Cluster
 
+    # Then three groups (30, 30 and 3 episodes) of one-point games, on the same two nodes.
+    count = 2 * GROUP + 3
+    spec = fake_spec(workers=2, env_kwargs={"points_to_win": 1})
+    tasks = make_tasks(3, 7, count)
+    params = policy.init_params(SPEC_SHAPE, 4)
+    local = make_backend("local", spec)
+    local.start()
+    try:
+        expected = play_batch(local, params, tasks)
+    finally:
+        local.close()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     cluster.add_node(num_cpus=1)
     try:
@@ -63,30 +76,6 @@ def test_a_two_node_cluster_gives_the_same_bytes(reference, clean_system) -> Non
         finally:
             backend.close()
         assert out == reference
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
-
-
-@pytest.mark.own_ray
-def test_groups_are_summed_on_the_cluster_with_the_same_bytes(clean_system) -> None:
-    from ray.cluster_utils import Cluster
-
-    # Three groups (30, 30 and 3 episodes) of one-point games, on two nodes.
-    count = 2 * GROUP + 3
-    spec = fake_spec(workers=2, env_kwargs={"points_to_win": 1})
-    tasks = make_tasks(3, 7, count)
-    params = policy.init_params(SPEC_SHAPE, 4)
-    local = make_backend("local", spec)
-    local.start()
-    try:
-        expected = play_batch(local, params, tasks)
-    finally:
-        local.close()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
-    cluster.add_node(num_cpus=1)
-    try:
-        ray.init(address=cluster.address, log_to_driver=False)
         backend = make_backend("ray", spec)
         backend.start()
         try:
