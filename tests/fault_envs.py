@@ -36,7 +36,7 @@ class CrashingPong(FakePong):
     retried episode, played by a fresh or another worker, goes through. `mode` "raise"
     raises RuntimeError; "kill" kills the whole process with SIGKILL, like a segfault;
     "hang" sleeps for an hour, like a stuck emulator; "exit" calls sys.exit(0); "close" closes
-    every descriptor it did not open (a worker's pipe among them), then exits 7 a moment later.
+    every descriptor it did not open (a worker's pipe among them), then exits 7 0.2 s later.
     `start_seconds` makes the env that long to build, like an emulator loading on a busy
     machine. `close_fails` makes its close raise
     "everywhere", or "in_workers" only (processes that have a parent Python process).
@@ -86,7 +86,7 @@ class CrashingPong(FakePong):
                 sys.exit(0)
             if self.mode == "close":
                 os.closerange(3, 4096)
-                time.sleep(0.5)
+                time.sleep(0.2)  # the coordinator sees the pipe's end first
                 os._exit(7)
             raise RuntimeError(f"CrashingPong: planned failure in episode {self._resets - 1}")
         return super().step(action)
