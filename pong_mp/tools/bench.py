@@ -34,6 +34,9 @@ from pong_mp.envs import FAKE_PONG_ID, make_env
 from pong_mp.signals import Interrupted, at_once, check_stop, wait
 from pong_mp.tools import markdown_table
 
+RAW_RUNS = "in the raw runs"
+"""Where an env that fails as its raw speed is measured failed, in the bench's line."""
+
 
 @contextlib.contextmanager
 def env_here(env_id: str, where: str) -> Iterator[None]:
@@ -46,8 +49,13 @@ def env_here(env_id: str, where: str) -> Iterator[None]:
     except (KeyboardInterrupt, Interrupted):
         raise
     except BaseException as exc:
-        message = f"{env_id} failed {where}: {type(exc).__name__}: {exc}"
+        message = f"{env_id} failed {where}: {_said(exc)}"
         raise worker_error(message, traceback.format_exc())  # noqa: B904 (its cause: that)
+
+
+def _said(exc: BaseException) -> str:
+    """An exception as a line: "Type: message"."""
+    return f"{type(exc).__name__}: {exc}"
 
 
 def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
@@ -75,7 +83,7 @@ def compare_envs(env_ids: tuple[str, ...], seconds: float, rounds: int) -> dict[
     rates: dict[str, list[float]] = {env_id: [] for env_id in env_ids}
     for r in range(rounds):
         for env_id in env_ids:
-            with env_here(env_id, "in the raw runs"):
+            with env_here(env_id, RAW_RUNS):
                 rates[env_id].append(env_steps_per_sec(env_id, seconds, seed=r))
     return rates
 
@@ -120,7 +128,7 @@ def _process_main(
     try:
         answer = _Returned(call(*args))
     except BaseException as exc:  # the env's, sys.exit too: this process ignores Ctrl-C
-        answer = _Raised(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        answer = _Raised(_said(exc), traceback.format_exc())
     conn.send(answer)
 
 
@@ -157,7 +165,7 @@ def _answers(started: list[tuple[BaseProcess, Connection]], env_id: str | None =
     """What each of `started`'s calls returned, in order, waited for where a stop signal ends
     the wait. One that raised, or whose process died, is a WorkerError: with `env_id`, one
     that says the env failed in the raw runs, with its traceback."""
-    what = f"{env_id} failed in the raw runs" if env_id else "a bench process failed"
+    what = f"{env_id} failed {RAW_RUNS}" if env_id else "a bench process failed"
     answers: dict[int, Any] = {}
     while len(answers) < len(started):
         waiting = [(i, p, c) for i, (p, c) in enumerate(started) if i not in answers]
