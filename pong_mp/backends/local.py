@@ -74,6 +74,7 @@ from pong_mp.backends.worker_process import (
     Stop,
     block_shapes,
     gradient_slots,
+    how_it_ended,
     start_process,
     worker_main,
 )
@@ -419,9 +420,7 @@ class LocalBackend(BackendBase):
         except (EOFError, OSError):
             message = None  # a message cut off by the worker's death
         if message is None:
-            w.process.join(timeout=1.0)  # its pipe may close a moment before it exits
-            code = w.process.exitcode
-            self._replace(w, "closed its pipe" if code is None else f"died (exit code {code})")
+            self._replace(w, how_it_ended(w.process))
             return None
         if isinstance(message, Ready):
             # A replacement has built its env: its episode starts now, not when it was sent.

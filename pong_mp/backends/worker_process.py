@@ -101,6 +101,14 @@ def start_process(
     return process, ours
 
 
+def how_it_ended(process: BaseProcess) -> str:
+    """What ended `process`'s pipe: "died (exit code N)", waited for up to a second (a pipe
+    closes a moment before its process exits), or "closed its pipe" where it lives on."""
+    process.join(timeout=1.0)
+    code = process.exitcode
+    return "closed its pipe" if code is None else f"died (exit code {code})"
+
+
 def ignore_in_worker() -> None:
     """In a worker: ignore what the coordinator handles (dropping any pending), unblocked."""
     for s in WORKER_IGNORES:

@@ -25,6 +25,7 @@ from pong_mp import policy
 from pong_mp.backends.base import WorkerError, worker_error
 from pong_mp.backends.worker_process import (
     exit_with_parent,
+    how_it_ended,
     ignore_in_worker,
     start_process,
     stdout_to_stderr,
@@ -180,8 +181,7 @@ def _answers(started: list[tuple[BaseProcess, Connection]], env_id: str | None =
             if isinstance(answer, _Raised):
                 raise worker_error(f"{what}: {answer.error}", answer.traceback)
             if not isinstance(answer, _Returned):
-                process.join()  # a pipe closes as a process dies: its exit code, once it has
-                raise WorkerError(f"{what}: its process died (exit code {process.exitcode})")
+                raise WorkerError(f"{what}: its process {how_it_ended(process)}")
             answers[i] = answer.value
     return [answers[i] for i in range(len(started))]
 
