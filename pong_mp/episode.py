@@ -112,6 +112,15 @@ def make_tasks(
     ]
 
 
+def _ended(terminated: object, truncated: object) -> bool:
+    """Whether a step ended the game. A flag that is not a bool (or an int, as some envs
+    give) is refused: None would never end the game, and a string would end it at once."""
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, (bool, int, np.bool_, np.integer)):
+            raise TypeError(f"the env gave {repr(flag)[:40]} for {name}, not a bool")
+    return bool(terminated or truncated)
+
+
 def run_episode(
     env: gym.Env,
     inputs: InputStream,
@@ -137,5 +146,5 @@ def run_episode(
         action = policy.choose_action(p, uniform, greedy)
         obs, reward, terminated, truncated, _ = env.step(action)
         on_step(action, p, reward)
-        done = terminated or truncated
+        done = _ended(terminated, truncated)
         idx, vals = inputs.step(obs)

@@ -3,12 +3,13 @@ episodes' gradients against the dense reference."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
 from pong_mp import policy
 from pong_mp.envs import make_training_env
-from pong_mp.episode import EpisodeTask, episode_seed, make_tasks
+from pong_mp.episode import EpisodeTask, episode_seed, make_tasks, run_episode
 from pong_mp.gradient import EpisodeGradient, Moments
 from pong_mp.pg import play_episode
 from tests.fault_envs import CRASHING_PONG
@@ -54,6 +55,45 @@ def test_result_is_a_finite_gradient_of_the_right_size() -> None:
     assert np.all(np.isfinite(result.grad)) and np.any(result.grad != 0)
     assert result.stats.steps > 10 and result.stats.reward_sum in {-2.0, -1.0, 0.0, 1.0, 2.0}
     assert result.stats.seconds > 0
+
+
+class _Flags(gym.Wrapper):
+    """FakePong whose steps give `as_flag(terminated)` for their terminated flag."""
+
+    def __init__(self, env: gym.Env, as_flag) -> None:
+        super().__init__(env)
+        self.as_flag = as_flag
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, reward, self.as_flag(terminated), truncated, info
+
+
+def _steps_with_flags(as_flag) -> int:
+    env, inputs = make_training_env("FakePong-v0", points_to_win=2)
+    steps = []
+    run_episode(_Flags(env, as_flag), inputs, 5, lambda i, v: 0.5, lambda *a: steps.append(a))
+    return len(steps)
+
+
+def test_an_episode_ends_on_flags_of_any_bool_or_int_kind() -> None:
+    steps = _steps_with_flags(bool)
+    assert steps > 10
+    assert _steps_with_flags(np.bool_) == _steps_with_flags(int) == steps
+
+
+@pytest.mark.parametrize(
+    ("as_flag", "shown"),
+    [
+        (lambda t: None, "None"),  # would never end the game
+        (lambda t: str(t), "'False'"),  # would end it at the first step
+        (lambda t: np.array([t, t]), "array([False, False])"),
+    ],
+)
+def test_a_flag_that_is_not_a_bool_is_refused(as_flag, shown: str) -> None:
+    with pytest.raises(TypeError) as caught:
+        _steps_with_flags(as_flag)
+    assert str(caught.value) == f"the env gave {shown} for terminated, not a bool"
 
 
 class _Recording(EpisodeGradient):

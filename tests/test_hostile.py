@@ -875,6 +875,8 @@ class Breaks(FakePong):
             sys.exit(0)
         if self.how == "none":
             obs = None
+        if self.how == "unended":
+            terminated = None
         if self.how == "inf" and reward:
             reward = float("inf")
         return obs, reward, terminated, truncated, info
@@ -898,6 +900,7 @@ def breaking_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
         ("raise", "RuntimeError: the paddle fell off"),
         ("exit", "it called sys.exit(0)"),
         ("none", "ValueError: the env gave None for a frame, not a uint8 array of (210, 160, 3)"),
+        ("unended", "TypeError: the env gave None for terminated, not a bool"),  # played forever
     ],
 )
 def test_an_env_that_breaks_as_play_plays_it_is_one_line(
