@@ -166,6 +166,7 @@ def read_arrays(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np
     except (
         OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError,
         NotImplementedError, RuntimeError,  # zipfile's: a compression it lacks, encryption
+        TypeError, OverflowError,  # numpy's, from a header it took that the check did not
     ) as exc:  # fmt: skip
         problem = str(exc)
     raise CheckpointError(f"{path}: damaged checkpoint ({problem})")
@@ -180,9 +181,11 @@ def claims_problem(fh: BinaryIO) -> str | None:
     total, names = 0, set()
     with zipfile.ZipFile(fh) as archive:
         for member in archive.infolist():
-            if member.filename in names:  # numpy would take the last, other readers the first
-                return f"it holds {member.filename} twice"
-            names.add(member.filename)
+            # numpy names "W1" and "W1.npy" both W1 and takes the last, other readers the first
+            name = member.filename.removesuffix(".npy")
+            if name in names:
+                return f"it holds {name} twice"
+            names.add(name)
             with archive.open(member) as data:
                 try:
                     version = np.lib.format.read_magic(data)
@@ -194,6 +197,8 @@ def claims_problem(fh: BinaryIO) -> str | None:
                     shape, _, dtype = np.lib.format.read_array_header_2_0(data)
                 else:  # 3.0 is for field names beyond latin-1, which pong-mp never writes
                     return f"{member.filename} is in .npy format {version}, not 1.0 or 2.0"
+                if any(type(n) is not int for n in shape):  # numpy lets True through
+                    return f"{member.filename} claims a shape of {shape}"
                 claimed = math.prod(shape) * dtype.itemsize
                 held = member.file_size - data.tell()
             what = f"{member.filename} claims {dtype} {shape}, {claimed:,} bytes"
@@ -201,7 +206,8 @@ def claims_problem(fh: BinaryIO) -> str | None:
                 return f"{what}, more than the {held:,} it holds"
             if claimed > MAX_ARRAY_BYTES:
                 return f"{what}, more than any array of a pong-mp policy ({MAX_ARRAY_BYTES:,})"
-            if max(shape, default=0) * dtype.itemsize > MAX_ARRAY_BYTES:  # beside a 0
+            # Beside a 0, or of a dtype of 0 bytes: numpy's reshape would overflow.
+            if max(shape, default=0) * max(dtype.itemsize, 1) > MAX_ARRAY_BYTES:
                 return f"{member.filename} claims {dtype} {shape}: no pong-mp array is that long"
             total += claimed
     if total > MAX_FILE_BYTES:
@@ -280,6 +286,9 @@ def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
             raise CheckpointError(f"{key} holds {data[key].dtype} values, not floats")
         if not np.all(np.isfinite(data[key])):
             raise CheckpointError(f"{key} holds non-finite values")
+        # Workers play float32 copies: a float64 1e300 would play as inf.
+        if data[key].size and np.max(np.abs(data[key])) > np.finfo(np.float32).max:
+            raise CheckpointError(f"{key} holds values beyond float32's range")
 
 
 def _check_format(data: dict[str, np.ndarray]) -> None:
@@ -328,6 +337,8 @@ def _validate(data: dict[str, np.ndarray]) -> tuple[TrainState, dict]:
         running = float(data["running_reward"])
     except (ValueError, TypeError) as exc:
         raise CheckpointError(f"bad counters or config ({exc})") from None
+    if np.isinf(running):  # NaN is none yet
+        raise CheckpointError(f"running_reward must be finite, not {running}")
     for key, value in scalars.items():
         if not isinstance(value, int | float) or not np.isfinite(value) or value < 0:
             raise CheckpointError(f"{key} must be a number >= 0, not {value!r}")

@@ -121,6 +121,9 @@ def _save_raw(path: Path, **overrides: object) -> None:
         ({"rmsprop_W2": np.zeros(HIDDEN + 1)}, "rmsprop_W2 has shape"),
         ({"W1": np.zeros((HIDDEN, 6400), dtype=np.float32)}, "dtype float32"),
         ({"W2": np.array([np.inf] * HIDDEN)}, "W2 holds non-finite"),
+        # Finite in float64, but the workers' float32 copy would play it as inf.
+        ({"W2": np.array([1e300] * HIDDEN)}, "W2 holds values beyond float32's range"),
+        ({"running_reward": np.float64(np.inf)}, "running_reward must be finite, not inf"),
         ({"config": np.str_(json.dumps({"hidden": 99}))}, "does not match its weights"),
         ({"config": np.str_("{not json")}, "bad counters or config"),
         (
@@ -174,6 +177,48 @@ def test_array_headers_are_held_to_what_a_policy_can_need(
     monkeypatch.setattr(checkpoint, "MAX_ARRAY_BYTES", w1)
     monkeypatch.setattr(checkpoint, "MAX_FILE_BYTES", 2 * w1)  # W1 and its RMSProp cache only
     with pytest.raises(CheckpointError, match=r"its arrays claim 4\d\d,\d{3} bytes, more than a "):
+        checkpoint.load(path)
+
+
+def _with_member(path: Path, name: str, header: str, body: bytes = b"") -> None:
+    """Adds member `name` to the .npz at `path`: a .npy of format 1.0 with `header`."""
+    header_bytes = header.encode("latin1")
+    header_bytes += b" " * (-(10 + len(header_bytes) + 1) % 64) + b"\n"
+    npy = b"\x93NUMPY\x01\x00" + len(header_bytes).to_bytes(2, "little") + header_bytes + body
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr(name, npy)
+
+
+@pytest.mark.parametrize(
+    ("name", "header", "problem"),
+    [
+        # numpy reads a shape of True, then its reshape fails with a TypeError.
+        ("W1.npy", "{'descr': '<f8', 'fortran_order': False, 'shape': (True, 6400), }",
+         r"W1.npy claims a shape of \(True, 6400\)"),
+        # 0 bytes a value, so any count claims 0 bytes; the reshape overflows.
+        ("W1.npy", "{'descr': '<U0', 'fortran_order': False, 'shape': (1180591620717411303424,), }",
+         r"W1.npy claims <U0 \(1180591620717411303424,\): no pong-mp array is that long"),
+    ],
+)  # fmt: skip
+def test_a_header_numpy_would_choke_on_is_named(
+    tmp_path: Path, name: str, header: str, problem: str
+) -> None:
+    path = tmp_path / "c.npz"
+    _save_raw(path, W1=None)
+    _with_member(path, name, header)
+    with pytest.raises(CheckpointError, match=problem):
+        checkpoint.load(path)
+    with pytest.raises(CheckpointError, match=problem):
+        checkpoint.load_policy(path)
+
+
+def test_a_member_named_with_and_without_npy_is_named_twice(tmp_path: Path) -> None:
+    # numpy reads both as W1 and keeps the last; other zip readers take the first.
+    path = tmp_path / "c.npz"
+    _save_raw(path)
+    with zipfile.ZipFile(path, "a") as archive:
+        archive.writestr("W1", archive.read("W1.npy"))
+    with pytest.raises(CheckpointError, match=r"damaged checkpoint \(it holds W1 twice\)$"):
         checkpoint.load(path)
 
 
