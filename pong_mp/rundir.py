@@ -438,10 +438,12 @@ def prepare_run(
     given = {**given, **cfg.drop_options(given), "run_dir": str(run_dir)}
     if resume:
         config_path, ckpt_path = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
-        if not config_path.exists():  # one that is no regular file is named as it is read
-            what = "no checkpoint.npz" if not ckpt_path.exists() else f"no {CONFIG_FILE}"
+        # lexists: a link that leads nowhere (or in a loop) is named as it is read, not
+        # taken for a file never written, and the run started again over its records.
+        if not os.path.lexists(config_path):  # one that is no regular file: as it is read
+            what = "no checkpoint.npz" if not os.path.lexists(ckpt_path) else f"no {CONFIG_FILE}"
             raise RunDirError(f"{run_dir}: nothing to resume ({what})")
-        if (run_dir / PACKED_METRICS_FILE).exists():
+        if os.path.lexists(run_dir / PACKED_METRICS_FILE):
             # A committed record keeps no weights: resumed from its start, it would be
             # trained again over its own files (config.json rewritten).
             raise RunDirError(
@@ -452,7 +454,7 @@ def prepare_run(
         stored = cfg.read_config(config_path)
         config = cfg.merge_for_resume(stored, given)
         _validate(config, build_env)
-        if ckpt_path.exists():
+        if os.path.lexists(ckpt_path):
             state = _load_checkpoint(ckpt_path, stored)
         elif stored.fork_from is not None:
             # A fork writes its first checkpoint as it starts: a new run's weights are not
@@ -466,10 +468,10 @@ def prepare_run(
         # Damaged lines are no reason to stop: the log is a record, the checkpoint is the
         # state. They are moved aside once the run has started (keep_metrics_until); a file
         # that cannot be read is a FileError now.
-        if (run_dir / METRICS_FILE).exists():
+        if os.path.lexists(run_dir / METRICS_FILE):
             metrics_bytes(run_dir / METRICS_FILE)
     else:
-        existing = [name for name in RUN_FILES if (run_dir / name).exists()]
+        existing = [name for name in RUN_FILES if os.path.lexists(run_dir / name)]
         if existing:
             raise RunDirError(
                 f"{run_dir} already holds a run ({', '.join(existing)}): pass --resume to "
@@ -497,7 +499,7 @@ def _prepare_fork(
     if not source.is_dir():
         what = "a file, not a run directory" if source.exists() else "no such run directory"
         raise RunDirError(f"--fork-from {source}: {what}")
-    missing = [path.name for path in (config_path, ckpt_path) if not path.exists()]
+    missing = [path.name for path in (config_path, ckpt_path) if not os.path.lexists(path)]
     if missing:
         raise RunDirError(f"--fork-from {source}: nothing to fork from (no {missing[0]})")
     stored = cfg.read_config(config_path)
@@ -515,10 +517,12 @@ def _prepare_fork(
     except TypeError as exc:
         raise ConfigError(str(exc)) from None
     # realpath, not resolve(): a symlink loop on the way is for the write to name
-    if Path(os.path.realpath(config.run_dir)).is_relative_to(os.path.realpath(source)):
-        # its files would sit inside the run it reads, and go with it when that one is removed
+    fork, run = Path(os.path.realpath(config.run_dir)), Path(os.path.realpath(source))
+    # Either inside the other: removing the one would remove the other with it.
+    if fork.is_relative_to(run) or run.is_relative_to(fork):
+        where = "inside" if fork.is_relative_to(run) else "around"
         raise RunDirError(
-            f"--run-dir {config.run_dir} is inside the run it forks from, {source}: choose a "
+            f"--run-dir {config.run_dir} is {where} the run it forks from, {source}: choose a "
             "directory outside it"
         )
     _validate(config, build_env)  # names an --hidden out of range before it is compared
@@ -597,6 +601,7 @@ def _load_checkpoint(path: Path, stored: TrainConfig) -> TrainState:
     # agree on what shapes them (policy, channels, algo's value head) and on the run's seeds.
     pairs = [(name, ckpt_config.get(name), getattr(stored, name))
              for name in ("env", "hidden", "seed", "batch_size")]  # fmt: skip
+    pairs += [("env_kwargs", ckpt_config.get("env_kwargs", {}), stored.env_kwargs)]
     pairs += [(name, cfg.stored_option(ckpt_config, name), getattr(stored, name))
               for name in ("policy", "algo")]  # fmt: skip
     pairs += [("channels", cfg.stored_conv_channels(ckpt_config), stored.conv_channels)]

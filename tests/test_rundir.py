@@ -67,7 +67,11 @@ def _run_files(directory: Path) -> list[str]:
 
 
 def _snapshot(directory: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+    # A link by where it leads: it may lead nowhere.
+    return {
+        p.name: os.readlink(p).encode() if p.is_symlink() else p.read_bytes()
+        for p in sorted(directory.iterdir())
+    }
 
 
 # -- one trainer per run directory ------------------------------------------------------------
@@ -697,6 +701,8 @@ def test_a_policy_lag_change_keeps_the_newest_weights_in_flight() -> None:
     [
         ({"algo": "ppo"}, "algo 'pg', config.json says 'ppo'"),
         ({"algo": "ppo", "policy": "conv", "channels": 2}, "policy 'mlp', config.json says 'conv'"),
+        # Trained on 2-point games: resumed on the default's 21 without a word.
+        ({"env_kwargs": {}}, "env_kwargs {'points_to_win': 2}, config.json says {}"),
     ],
 )
 def test_a_checkpoint_whose_network_is_not_the_configs_is_refused(
@@ -714,3 +720,34 @@ def test_a_checkpoint_whose_network_is_not_the_configs_is_refused(
         with pytest.raises(CheckpointError, match=f"belongs to another run \\({mismatch}\\)"):
             prepare_run(target, resume, given, build_env=False)
     assert _snapshot(run_dir) == before and not (tmp_path / "fork").exists()
+
+
+@pytest.mark.parametrize("link", ["gone.npz", "checkpoint.npz"])  # dangling; a loop
+def test_a_checkpoint_link_that_leads_nowhere_is_no_start_again(
+    tmp_path: Path, fake_checkpoint: Path, link: str
+) -> None:
+    # Taken for "stopped before its first checkpoint", the run was trained again from its
+    # start over its records, its checkpoint written through the link.
+    run_dir = tmp_path / "R"
+    shutil.copytree(fake_checkpoint.parent, run_dir)
+    (run_dir / "checkpoint.npz").unlink()
+    (run_dir / "checkpoint.npz").symlink_to(link)
+    before = _snapshot(run_dir)
+    done = pong_mp_here("train", "--run-dir", str(run_dir), "--resume", "--batches", "3")
+    _one_line_error(done, 2, "checkpoint.npz: a symbolic link that leads to no file")
+    assert _snapshot(run_dir) == before and not (run_dir / "gone.npz").exists()
+    # Nor is a directory that holds only such a link free for a new run.
+    (tmp_path / "N").mkdir()
+    (tmp_path / "N" / "checkpoint.npz").symlink_to(link)
+    _one_line_error(_refused(tmp_path / "N"), 2, "already holds a run (checkpoint.npz)")
+
+
+def test_a_fork_around_the_run_it_forks_from_is_refused(
+    tmp_path: Path, fake_checkpoint: Path
+) -> None:
+    # Removing the fork would remove its source with it, as for a fork inside its source.
+    source = tmp_path / "outer" / "R"
+    shutil.copytree(fake_checkpoint.parent, source)
+    done = pong_mp_here("train", "--fork-from", str(source), "--run-dir", str(tmp_path / "outer"))
+    _one_line_error(done, 2, f"is around the run it forks from, {source}")
+    assert sorted(p.name for p in (tmp_path / "outer").iterdir()) == ["R"]
