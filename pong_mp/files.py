@@ -44,6 +44,21 @@ def path_too_long(exc: OSError) -> FileError:
                      exc.errno)  # fmt: skip
 
 
+def on_disk(path: Path) -> bool:
+    """Whether something is at `path`, a link that leads nowhere or in a loop included (it is
+    named as it is read, not taken for a file never written). A path too long raises, as for
+    Path.exists."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # a loop on the way to it: nothing there to name
+            return False
+        raise
+    return True
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process with this pid exists in this pid namespace."""
     try:

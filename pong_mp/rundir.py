@@ -31,6 +31,7 @@ from pong_mp.files import (
     FileError,
     file_error,
     file_io,
+    on_disk,
     pid_alive,
     read_file,
     write_text_atomic,
@@ -438,12 +439,12 @@ def prepare_run(
     given = {**given, **cfg.drop_options(given), "run_dir": str(run_dir)}
     if resume:
         config_path, ckpt_path = run_dir / CONFIG_FILE, run_dir / CHECKPOINT_FILE
-        # lexists: a link that leads nowhere (or in a loop) is named as it is read, not
-        # taken for a file never written, and the run started again over its records.
-        if not os.path.lexists(config_path):  # one that is no regular file: as it is read
-            what = "no checkpoint.npz" if not os.path.lexists(ckpt_path) else f"no {CONFIG_FILE}"
+        # on_disk: a checkpoint link that leads nowhere is no run stopped before its first
+        # checkpoint, to be trained again from its start over its records.
+        if not on_disk(config_path):  # one that is no regular file: as it is read
+            what = "no checkpoint.npz" if not on_disk(ckpt_path) else f"no {CONFIG_FILE}"
             raise RunDirError(f"{run_dir}: nothing to resume ({what})")
-        if os.path.lexists(run_dir / PACKED_METRICS_FILE):
+        if on_disk(run_dir / PACKED_METRICS_FILE):
             # A committed record keeps no weights: resumed from its start, it would be
             # trained again over its own files (config.json rewritten).
             raise RunDirError(
@@ -454,7 +455,7 @@ def prepare_run(
         stored = cfg.read_config(config_path)
         config = cfg.merge_for_resume(stored, given)
         _validate(config, build_env)
-        if os.path.lexists(ckpt_path):
+        if on_disk(ckpt_path):
             state = _load_checkpoint(ckpt_path, stored)
         elif stored.fork_from is not None:
             # A fork writes its first checkpoint as it starts: a new run's weights are not
@@ -468,10 +469,10 @@ def prepare_run(
         # Damaged lines are no reason to stop: the log is a record, the checkpoint is the
         # state. They are moved aside once the run has started (keep_metrics_until); a file
         # that cannot be read is a FileError now.
-        if os.path.lexists(run_dir / METRICS_FILE):
+        if on_disk(run_dir / METRICS_FILE):
             metrics_bytes(run_dir / METRICS_FILE)
     else:
-        existing = [name for name in RUN_FILES if os.path.lexists(run_dir / name)]
+        existing = [name for name in RUN_FILES if on_disk(run_dir / name)]
         if existing:
             raise RunDirError(
                 f"{run_dir} already holds a run ({', '.join(existing)}): pass --resume to "
@@ -499,7 +500,7 @@ def _prepare_fork(
     if not source.is_dir():
         what = "a file, not a run directory" if source.exists() else "no such run directory"
         raise RunDirError(f"--fork-from {source}: {what}")
-    missing = [path.name for path in (config_path, ckpt_path) if not os.path.lexists(path)]
+    missing = [path.name for path in (config_path, ckpt_path) if not on_disk(path)]
     if missing:
         raise RunDirError(f"--fork-from {source}: nothing to fork from (no {missing[0]})")
     stored = cfg.read_config(config_path)
