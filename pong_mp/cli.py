@@ -29,7 +29,16 @@ import click
 from pong_mp import config, signals
 from pong_mp.backends import BackendUnavailable, WorkerError
 from pong_mp.checkpoint import CheckpointError, export_model, load_policy, stored_shape
-from pong_mp.envs import FAKE_PONG_ID, SUPPORTED, UnknownEnvError, check_env
+from pong_mp.envs import (
+    FAKE_PONG_ID,
+    SUPPORTED,
+    UnknownEnvError,
+    check_env,
+    exception_line,
+    exit_call,
+    first_line,
+    pass_stops,
+)
 from pong_mp.files import DISK_FULL, FileError, path_too_long
 from pong_mp.learner import NonFiniteError
 from pong_mp.progress import (
@@ -269,6 +278,7 @@ class _OneLineErrors(click.Group):
         # point ends a command that succeeded as any stop does.
         if sys.stdout is None:  # started with it closed (`>&-`): as a pipe whose reader left
             sys.stdout = _GoneOutput()
+        signals.keep_ignored()  # as they came in: an env module imported later may ignore them
         signals.raise_stop_signals()
         repeat = None
         try:
@@ -682,18 +692,17 @@ def play_command(
                 on_game=on_game,
             )
             played_all = True
-    except (Exception, SystemExit) as exc:  # a stop (Interrupted, KeyboardInterrupt) passes
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except BaseException as exc:  # the env's code may raise anything
+        if isinstance(exc, KeyboardInterrupt | signals.Interrupted):
+            raise  # a stop, ended by _stoppable
         if played_all or isinstance(exc, _RecordingFailed):
             # A frame the recording could not write (a full disk, ffmpeg), or its close.
-            _fail(f"recording to {record} failed: {first}", EXIT_ERROR)
+            _fail(f"recording to {record} failed: {first_line(exc) or type(exc).__name__}",
+                  EXIT_ERROR)
+        pass_stops(exc)  # the env's print to a closed standard output
         # What the env gave (or raised, or exited with) broke the game, as a worker's env
         # breaks a training run (exit 1); the env was made and checked before.
-        what = (
-            f"it called sys.exit({exc.code!r})"
-            if isinstance(exc, SystemExit)
-            else f"{type(exc).__name__}: {first}"
-        )
+        what = f"it called {exit_call(exc)}" if isinstance(exc, SystemExit) else exception_line(exc)
         _fail(f"{env_id} failed while playing: {what}", EXIT_ERROR)
     recorded = {} if recorder is None else {"recorded_frames": recorder.frames}
     if as_json:

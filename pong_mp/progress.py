@@ -27,8 +27,11 @@ class Reporter(Protocol):
 
 
 def output_gone(exc: OSError) -> bool:
-    """Whether a failed write means the output is gone: its reader, or a hung-up terminal."""
-    return isinstance(exc, BrokenPipeError | ConnectionResetError) or exc.errno == errno.EIO
+    """Whether a failed write means the output is gone: its reader, a hung-up terminal, or a
+    descriptor not open for writing (`1</dev/null`, or closed under pong-mp): nothing written
+    to it can arrive."""
+    gone = isinstance(exc, BrokenPipeError | ConnectionResetError) or exc.errno == errno.EIO
+    return gone or (exc.errno == errno.EBADF and exc.filename is None)
 
 
 def output_full(exc: OSError) -> bool:

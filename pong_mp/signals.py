@@ -7,7 +7,8 @@ what no fd wakes (Ray) waits in POLL_SECONDS slices. A repeat REPEAT_SECONDS aft
 stop raises in its handler, to cut a hanging save short (a sooner one is the same stop:
 `timeout` signals the run, then its group), as does a first stop inside `at_once` (the user's
 env code, which may hang where no safe point comes). A signal ignored on the way in (`nohup`'s
-SIGHUP, a background job's SIGINT) stays ignored."""
+SIGHUP, a background job's SIGINT) stays ignored; on the command line, one an env module
+ignores does not (`keep_ignored`)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ POLL_SECONDS = 0.25  # how long a wait that no signal wakes goes on before it ch
 _stop: Interrupted | None = None  # recorded, not raised yet
 _since: float | None = None  # when the stop came (None: none since the handlers went in)
 _at_once = False  # inside at_once()
+_kept: set[int] | None = None  # the signals ignored on the way in (None: those ignored now)
 _pipe = os.pipe()  # the wakeup fd's read and write ends
 for _end in _pipe:
     os.set_blocking(_end, False)
@@ -84,10 +86,18 @@ def wait(objects: list[connection.Connection | int], timeout: float | None) -> l
     return [ready_one for ready_one in ready if ready_one != _pipe[0]]
 
 
+def keep_ignored() -> None:
+    """Keep ignored the stop signals ignored now, and only those: called as the command line
+    starts, before an env module is imported, which must not make a run deaf by ignoring one."""
+    global _kept
+    _kept = {s for s in STOP_SIGNALS if signal.getsignal(s) == signal.SIG_IGN}
+
+
 def raise_stop_signals() -> tuple[dict[signal.Signals, Any], int]:
     """From now on stop signals raise Interrupted at safe points: the handlers (of the signals
-    not ignored) and the wakeup fd replaced."""
-    taken = [s for s in STOP_SIGNALS if signal.getsignal(s) != signal.SIG_IGN]
+    not ignored on the way in) and the wakeup fd replaced."""
+    now = {s for s in STOP_SIGNALS if signal.getsignal(s) == signal.SIG_IGN}
+    taken = [s for s in STOP_SIGNALS if s not in (now if _kept is None else _kept)]
     previous = {s: signal.signal(s, _record) for s in taken}
     return previous, signal.set_wakeup_fd(_pipe[1], warn_on_full_buffer=False)
 

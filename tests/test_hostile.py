@@ -375,23 +375,36 @@ def test_a_full_stdout_ends_any_command_in_one_line_with_exit_code_1(
     assert not (tmp_path / "R").exists()
 
 
-@pytest.mark.parametrize("command", ["--version", "play", "train"])
+def _read_only_stdout() -> None:
+    # `pong-mp ... 1</dev/null`: open, but every write fails with EBADF.
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 1)
+    os.close(null)
+
+
+@pytest.mark.parametrize("command", ["--version", "export", "play", "train"])
+@pytest.mark.parametrize("how", ["closed", "read-only"])
 def test_a_stdout_closed_from_the_start_is_one_whose_reader_left(
-    tmp_path: Path, fake_checkpoint, command: str
+    tmp_path: Path, fake_checkpoint, command: str, how: str
 ) -> None:
     # `pong-mp train >&-`: Python starts with no sys.stdout; train ended in a traceback, and
-    # the other commands printed nowhere and exited 0.
+    # the other commands printed nowhere and exited 0. `1</dev/null` (read-only): a traceback
+    # (OSError: Bad file descriptor), and play blamed its env.
     args = {
         "--version": ["--version"],
+        "export": ["export", str(fake_checkpoint), str(tmp_path / "m.npz")],
         "play": ["play", str(fake_checkpoint), "--episodes", "1"],
         "train": ["train", *RUN, "--run-dir", str(tmp_path / "R")],
     }[command]
     done = subprocess.run(
         [sys.executable, "-m", "pong_mp", *args], stderr=subprocess.PIPE, text=True,
-        timeout=60, preexec_fn=lambda: os.close(1),
+        timeout=60, preexec_fn=(lambda: os.close(1)) if how == "closed" else _read_only_stdout,
     )  # fmt: skip
     assert done.returncode == 141, done.stderr
-    said = {"--version": "", "play": "pong-mp: stopped by SIGPIPE (standard output closed)\n"}
+    if command == "export":  # written whole before its line
+        assert checkpoint.load_policy(tmp_path / "m.npz")[1]["hidden"] == 8
+    said = {"--version": "", "export": "",
+            "play": "pong-mp: stopped by SIGPIPE (standard output closed)\n"}  # fmt: skip
     assert done.stderr == said.get(command, (
         f"pong-mp: stopped by SIGPIPE (standard output closed); nothing was written in "
         f"{tmp_path / 'R'}\n"
@@ -744,9 +757,9 @@ def test_a_file_that_holds_an_array_twice_is_one_line(tmp_path: Path, fake_check
     done = pong_mp_here("play", str(model))
     assert done.returncode == 2, done.stderr
     assert one_line(done.stderr) == (
-        f"pong-mp: error: {model}: damaged checkpoint (it holds W2.npy twice)"
+        f"pong-mp: error: {model}: damaged checkpoint (it holds W2 twice)"
     )
-    with pytest.raises(checkpoint.CheckpointError, match=re.escape("it holds W2.npy twice")):
+    with pytest.raises(checkpoint.CheckpointError, match=re.escape("it holds W2 twice")):
         api.Agent.load(model)
     assert model.read_bytes() == before
 
@@ -823,8 +836,17 @@ gym.register(id="Quits-v0", entry_point=Quits)
         ("import sys\nsys.exit(0)\n", "Pong-v0",
          "env id '{m}:Pong-v0': importing {m} called sys.exit(0)"),
         (QUITS, "Quits-v0", "{m}:Quits-v0 cannot be made with no --env-arg: it called sys.exit(0)"),
+        ("class Odd(BaseException):\n    pass\nraise Odd('not an Exception')\n", "Pong-v0",
+         "env id '{m}:Pong-v0': cannot import {m} (Odd: not an Exception)"),
+        ("raise GeneratorExit('g')\n", "Pong-v0",
+         "env id '{m}:Pong-v0': cannot import {m} (GeneratorExit: g)"),
+        ("class Mute(Exception):\n    def __str__(self):\n        raise RuntimeError\nraise Mute\n",
+         "Pong-v0", "env id '{m}:Pong-v0': cannot import {m} (Mute)"),
+        (QUITS.replace("sys.exit(0)", "raise GeneratorExit('no game')").replace("Quits", "Ends"),
+         "Ends-v0", "{m}:Ends-v0 cannot be made with no --env-arg: no game"),
     ],
-    ids=["raises", "syntax_error", "sys_exit", "constructor_sys_exit"],
+    ids=["raises", "syntax_error", "sys_exit", "constructor_sys_exit", "base_exception",
+         "generator_exit", "unprintable", "constructor_base_exception"],
 )  # fmt: skip
 def test_an_env_module_that_fails_is_one_line_before_any_worker(
     tmp_path: Path,
@@ -850,6 +872,66 @@ def test_an_env_module_that_fails_is_one_line_before_any_worker(
     with pytest.raises(ConfigError, match=re.escape(message)):
         api.train(run_dir, env=f"{module}:{env}", progress=False)
     assert [p.name for p in tmp_path.iterdir() if p.name != "__pycache__"] == [f"{module}.py"]
+
+
+MEANINGS = """\
+import pathlib
+import sys
+
+import gymnasium as gym
+
+from pong_mp.envs.fake_pong import FakePong
+
+
+class Named(FakePong):
+    def __init__(self, how="raise", **kwargs):
+        super().__init__(**kwargs)
+        self.how = how
+
+    def get_action_meanings(self):
+        if self.how == "raise":
+            raise RuntimeError("no names here")
+        if self.how == "exit":
+            sys.exit(0)
+        return None if self.how == "none" else ["NOOP"]
+
+    def close(self):
+        pathlib.Path(__file__).with_suffix(".closed").touch()
+
+
+gym.register(id="Named-v0", entry_point=Named, disable_env_checker=True)
+"""
+"""An env module whose env's get_action_meanings fails as its `how` argument says, and whose
+close leaves the file named_env.closed."""
+
+
+@pytest.mark.parametrize(
+    ("how", "said"),
+    [
+        ("raise", "failed: RuntimeError: no names here"),
+        ("exit", "failed: it called sys.exit(0)"),
+        ("none", "gave None, not a list of its actions' names"),
+        ("short", "gave ['NOOP'], not a list of its actions' names"),
+    ],
+)
+def test_an_env_whose_action_names_fail_is_one_line_and_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path, how: str, said: str
+) -> None:
+    # Read outside any handler: a traceback, exit 1, the env never closed; sys.exit(0) ended
+    # train and play with status 0 and nothing said.
+    env_module(tmp_path, monkeypatch, "named_env", MEANINGS)
+    closed = tmp_path / "named_env.closed"
+    run_dir = tmp_path / "R"
+    env = ["--env", "named_env:Named-v0", "--env-arg", f"how={how}"]
+    for args in (["train", *env, "--run-dir", str(run_dir)], ["play", str(fake_checkpoint), *env]):
+        done = pong_mp(*args)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr).startswith(
+            f"pong-mp: error: named_env:Named-v0's get_action_meanings() {said}"
+        ), done.stderr
+        assert closed.exists()
+        closed.unlink()
+    assert not run_dir.exists()
 
 
 # -- an env that breaks as it plays --------------------------------------------------------------
@@ -1201,6 +1283,78 @@ def test_what_an_env_module_prints_stays_out_of_the_commands_output(
         assert json.loads(done.stdout)["games"] == 1
         assert "imported" in done.stderr
     assert "stepped" in done.stderr and "stepped" not in done.stdout
+
+
+SPEAKS = """\
+import gymnasium as gym
+
+from pong_mp.envs.fake_pong import FakePong
+
+for line in range(10000):
+    print("imported", line)
+gym.register(id="Speaks-v0", entry_point=FakePong, disable_env_checker=True)
+"""
+"""An env module that prints more than a pipe's buffer as it is imported."""
+
+
+@pytest.mark.parametrize("command", ["play", "train"])
+def test_an_env_module_that_prints_to_a_closed_stdout_stops_as_sigpipe_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake_checkpoint: Path, command: str
+) -> None:
+    # `pong-mp train --env speaks:Speaks-v0 | head -1`: the module's print met the closed
+    # pipe, and its BrokenPipeError was taken for a module that cannot be imported (exit 2).
+    env_module(tmp_path, monkeypatch, "speaks", SPEAKS)
+    run_dir = tmp_path / "R"
+    args = {"play": ["play", str(fake_checkpoint), "--episodes", "1"],
+            "train": ["train", "--hidden", "8", "--batches", "1", "--run-dir", str(run_dir)]}
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the module prints
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "pong_mp", *args[command], "--env", "speaks:Speaks-v0"],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=60,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert done.returncode == 141, done.stderr
+    ending = f"; nothing was written in {run_dir}" if command == "train" else ""
+    assert one_line(done.stderr) == f"pong-mp: stopped by SIGPIPE (standard output closed){ending}"
+    assert not run_dir.exists()
+
+
+DEAF = """\
+import signal
+
+import gymnasium as gym
+
+from pong_mp.envs.fake_pong import FakePong
+
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+gym.register(id="Deaf-v0", entry_point=FakePong, disable_env_checker=True)
+"""
+"""An env module that ignores Ctrl-C and SIGTERM as it is imported."""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_an_env_module_that_ignores_the_stop_signals_leaves_the_run_stoppable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, clean_system
+) -> None:
+    # Ignored on the way in is judged as pong-mp starts: the module's SIG_IGN, set as the
+    # coordinator imported it, made the run deaf to kill and Ctrl-C.
+    env_module(tmp_path, monkeypatch, "deaf_env", DEAF)
+    run_dir = tmp_path / "R"
+    args = [*RUN, "--env", "deaf_env:Deaf-v0", "--batches", "1000", "--run-dir", str(run_dir)]
+    proc = start("train", *args)
+    wait_for(lambda: updates_logged(run_dir) >= 1, proc)
+    proc.send_signal(signum)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 128 + signum, err
+    reached = checkpoint.load(run_dir / "checkpoint.npz")[0].batch
+    assert one_line(err) == (
+        f"pong-mp: stopped by {signal.Signals(signum).name}; checkpoint saved at update "
+        f"{reached} in {run_dir}, continue with --resume"
+    )
 
 
 def test_an_env_that_fails_as_it_closes_is_one_line(

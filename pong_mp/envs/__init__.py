@@ -1,6 +1,7 @@
 """The envs: making them by id, for training and for checking options.
 
-    registry.py    ids: FakePong and ALE registered with gymnasium, check_env_id, make_env
+    registry.py    ids: FakePong and ALE registered with gymnasium, check_env_id, make_env;
+                   what the user's env code raised, said in one line (pass_stops, ...)
     atari.py       FastAtari: ALE Pong with v5's semantics, seeded sticky actions, fast resets
     fake_pong.py   FakePong-v0, a pure-numpy Pong for tests
 """
@@ -16,10 +17,15 @@ from pong_mp.envs.registry import (
     SUPPORTED,
     UnknownEnvError,
     check_env_id,
+    exception_line,
+    exit_call,
+    first_line,
     is_pong,
     make_env,
     most_points,
+    pass_stops,
     register_fake_pong,
+    shown,
 )
 from pong_mp.frames import FRAME_SHAPE, BinaryInputs, InputStream, input_stream
 from pong_mp.signals import at_once
@@ -31,11 +37,16 @@ __all__ = [
     "check_env",
     "check_env_id",
     "env_args_text",
+    "exception_line",
+    "exit_call",
+    "first_line",
     "is_pong",
     "make_env",
     "make_training_env",
     "most_points",
+    "pass_stops",
     "register_fake_pong",
+    "shown",
 ]
 
 def env_args_text(env_kwargs: dict[str, Any]) -> str:
@@ -58,28 +69,15 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
                 f"{env_id} is not Pong: pong-mp learns Pong from its frames; use {SUPPORTED}"
             )
         args = env_args_text(env_kwargs) or "no --env-arg"
+        env, inputs = _made(env_id, env_kwargs, args)
         try:
-            env, inputs = make_training_env(env_id, **env_kwargs)
-        except SystemExit as exc:  # it would end pong-mp, with a status that says nothing
-            raise UnknownEnvError(
-                f"{env_id} cannot be made with {args}: it called sys.exit({exc.code!r})"
-            ) from None
-        except Exception as exc:  # an env constructor may raise anything on bad arguments
-            message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            # gymnasium appends the whole kwargs dict; the arguments are named already.
-            message = message.split(" was raised from the environment creator")[0]
-            raise UnknownEnvError(f"{env_id} cannot be made with {args}: {message}") from None
-        actions = getattr(env.action_space, "n", 0)
-        # The stream that binarizes observations needs frames (FastAtari's reads the screen).
-        seen = getattr(env.observation_space, "shape", None)
-        frames = not isinstance(inputs, BinaryInputs) or seen == FRAME_SHAPE
-        names = getattr(env.unwrapped, "get_action_meanings", None)  # ALE's envs have them
-        moves = list(names())[2:4] if callable(names) else ["RIGHT", "LEFT"]
-        try:
-            env.close()
-        except (Exception, SystemExit) as exc:  # the user's env: it may raise anything
-            what = f"sys.exit({exc.code!r})" if isinstance(exc, SystemExit) else repr(exc)
-            raise UnknownEnvError(f"{env_id} failed as it was closed: {what}") from None
+            actions = getattr(env.action_space, "n", 0)
+            # The stream that binarizes observations needs frames (FastAtari's reads the screen).
+            seen = getattr(env.observation_space, "shape", None)
+            frames = not isinstance(inputs, BinaryInputs) or seen == FRAME_SHAPE
+            moves = _moves(env, env_id)
+        finally:  # closed however its checks end: the user's env may hold a process, a file
+            _close(env, env_id)
         if actions < 4:
             raise UnknownEnvError(
                 f"{env_id} has {actions} actions, not Pong's UP (2) and DOWN (3)"
@@ -94,6 +92,55 @@ def check_env(env_id: str, env_kwargs: dict[str, Any]) -> None:
                 f"{env_id} cannot be made with {args}: its actions 2 and 3 are {moves[0]} and "
                 f"{moves[1]}, not Pong's paddle moves up and down (RIGHT and LEFT)"
             )
+
+
+def _made(env_id: str, env_kwargs: dict[str, Any], args: str) -> tuple[gym.Env, InputStream]:
+    """The env made as training makes it, and its input stream: whatever its constructor
+    raises (sys.exit and other BaseExceptions included) is an UnknownEnvError naming it."""
+    try:
+        return make_training_env(env_id, **env_kwargs)
+    except BaseException as exc:  # an env constructor may raise anything on bad arguments
+        pass_stops(exc)
+        if isinstance(exc, SystemExit):  # it would end pong-mp, with a status that says nothing
+            message = f"it called {exit_call(exc)}"
+        else:
+            # gymnasium appends the whole kwargs dict; the arguments are named already.
+            message = first_line(exc).split(" was raised from the environment creator")[0]
+        raise UnknownEnvError(
+            f"{env_id} cannot be made with {args}: {message or type(exc).__name__}"
+        ) from None
+
+
+def _moves(env: gym.Env, env_id: str) -> list[str]:
+    """The names of the env's actions 2 and 3 by its get_action_meanings (ALE's envs have
+    it; without it the env is taken at its word). The user's code: whatever it raises, exits
+    with or gives that is not such names is an UnknownEnvError."""
+    try:
+        names = getattr(env.unwrapped, "get_action_meanings", None)
+        if not callable(names):
+            return ["RIGHT", "LEFT"]
+        given = names()
+    except BaseException as exc:
+        pass_stops(exc)
+        did = f"it called {exit_call(exc)}" if isinstance(exc, SystemExit) else exception_line(exc)
+        raise UnknownEnvError(f"{env_id}'s get_action_meanings() failed: {did}") from None
+    if not (isinstance(given, list | tuple) and len(given) >= 4
+            and all(isinstance(name, str) for name in given[2:4])):
+        raise UnknownEnvError(
+            f"{env_id}'s get_action_meanings() gave {shown(given)}, not a list of its actions' "
+            "names (Pong's 2 and 3 are RIGHT and LEFT)"
+        )
+    return list(given[2:4])
+
+
+def _close(env: gym.Env, env_id: str) -> None:
+    """Close the env made to check it; what its close raises is an UnknownEnvError."""
+    try:
+        env.close()
+    except BaseException as exc:  # the user's env: it may raise anything
+        pass_stops(exc)
+        what = exit_call(exc) if isinstance(exc, SystemExit) else shown(exc)
+        raise UnknownEnvError(f"{env_id} failed as it was closed: {what}") from None
 
 
 def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:

@@ -31,7 +31,7 @@ from pong_mp.backends.worker_process import (
     stdout_to_stderr,
 )
 from pong_mp.config import TrainConfig, stored_option
-from pong_mp.envs import FAKE_PONG_ID, make_env
+from pong_mp.envs import FAKE_PONG_ID, exception_line, make_env
 from pong_mp.signals import Interrupted, at_once, check_stop, wait
 from pong_mp.tools import markdown_table
 
@@ -50,13 +50,8 @@ def env_here(env_id: str, where: str) -> Iterator[None]:
     except (KeyboardInterrupt, Interrupted):
         raise
     except BaseException as exc:
-        message = f"{env_id} failed {where}: {_said(exc)}"
+        message = f"{env_id} failed {where}: {exception_line(exc)}"
         raise worker_error(message, traceback.format_exc())  # noqa: B904 (its cause: that)
-
-
-def _said(exc: BaseException) -> str:
-    """An exception as a line: "Type: message"."""
-    return f"{type(exc).__name__}: {exc}"
 
 
 def env_steps_per_sec(env_id: str, seconds: float, seed: int = 0) -> float:
@@ -129,7 +124,7 @@ def _process_main(
     try:
         answer = _Returned(call(*args))
     except BaseException as exc:  # the env's, sys.exit too: this process ignores Ctrl-C
-        answer = _Raised(_said(exc), traceback.format_exc())
+        answer = _Raised(exception_line(exc), traceback.format_exc())
     conn.send(answer)
 
 
