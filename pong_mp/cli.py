@@ -111,7 +111,8 @@ def _input_or_disk(exc: BaseException) -> int:
 def _echo_or_stop(text: str) -> None:
     """Print `text` on stdout; a closed stdout stops the command as SIGPIPE stops `train`."""
     try:
-        click.echo(text)
+        with signals.at_once():  # a reader that stopped reading must not make a stop wait
+            click.echo(text)
     except OSError as exc:
         stop = output_stop(exc)
         if stop is None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import IO, Any, Protocol
 
 from pong_mp.files import DISK_FULL
-from pong_mp.signals import Interrupted
+from pong_mp.signals import Interrupted, at_once
 
 
 class Reporter(Protocol):
@@ -171,7 +171,8 @@ class GuardedReporter:
         if self.closed:
             return
         try:
-            write()
+            with at_once():  # a reader that stopped reading must not make a stop wait on it
+                write()
         except OSError as exc:
             self._stop = output_stop(exc)
             if self._stop is None:

@@ -7,6 +7,7 @@ behind (no shared memory, no worker: the `clean_system` fixture)."""
 from __future__ import annotations
 
 import errno
+import fcntl
 import io
 import json
 import os
@@ -323,6 +324,55 @@ def test_a_closed_stdout_stops_play_as_it_stops_a_run(tmp_path: Path, fake_check
     assert proc.wait(timeout=60) == 141, err
     assert one_line(err) == "pong-mp: stopped by SIGPIPE (standard output closed)"
     assert list(tmp_path.iterdir()) == []
+
+
+def _blocked_writing(pid: int) -> bool:
+    """Whether process `pid` waits to write to a pipe (its kernel wait channel says so:
+    pipe_write, or anon_pipe_write in newer kernels)."""
+    try:
+        return "pipe_write" in Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("command", ["train", "play"])
+def test_a_stop_ends_a_command_whose_reader_stopped_reading(
+    tmp_path: Path, fake_checkpoint, command: str
+) -> None:
+    # pong-mp train | less, the pager paused: the write blocks, and a stop that waited for
+    # it to end would wait for ever (timeout's one SIGTERM, then its SIGKILL: the updates
+    # since the last checkpoint lost).
+    run_dir = tmp_path / "R"
+    args = {
+        "train": ["train", *RUN, "--batch-size", "1", "--checkpoint-every", "1000",
+                  "--no-tensorboard", "--run-dir", str(run_dir)],
+        "play": ["play", str(fake_checkpoint), "--episodes", "100000"],
+    }[command]  # fmt: skip
+    read_end, write_end = os.pipe()
+    try:
+        fcntl.fcntl(write_end, 1031, 4096)  # F_SETPIPE_SZ: full after a few dozen lines
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "pong_mp", *args], stdout=write_end, stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        os.close(write_end)
+        wait_for(lambda: _blocked_writing(proc.pid), proc)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        err = proc.stderr.read() if proc.stderr is not None else ""
+    finally:
+        os.close(read_end)
+    assert code == 143, err
+    if command == "train":
+        reached = checkpoint.load(run_dir / "checkpoint.npz")[0].batch
+        assert reached == updates_logged(run_dir) > 0
+        assert f"stopped by SIGTERM; checkpoint saved at update {reached}" in one_line(err)
+    else:
+        assert one_line(err) == "pong-mp: stopped by SIGTERM"
 
 
 def test_a_full_stdout_mid_run_stops_it_saved_with_exit_code_1(tmp_path: Path) -> None:
