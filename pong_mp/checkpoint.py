@@ -16,6 +16,7 @@ units' step counts start.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import json
 import math
 import os
@@ -26,7 +27,7 @@ from typing import BinaryIO
 import numpy as np
 
 from pong_mp import config, policy
-from pong_mp.files import write_atomic
+from pong_mp.files import path_too_long, write_atomic
 from pong_mp.state import TrainState
 
 CHECKPOINT_FILE = "checkpoint.npz"
@@ -125,6 +126,8 @@ def load(path: Path) -> tuple[TrainState, dict]:
     path = Path(path)
     data = read_arrays(path)
     try:
+        if "W1" in data and "rmsprop_W1" not in data and "config" in data:
+            raise CheckpointError("a model file, not a checkpoint: it has no optimizer state")
         return _validate(data)
     except CheckpointError as exc:
         raise CheckpointError(f"{path}: {exc}") from None
@@ -133,16 +136,12 @@ def load(path: Path) -> tuple[TrainState, dict]:
 def read_arrays(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
     """The arrays `keys` (None: all) of a checkpoint or model file, or of a run directory's
     checkpoint, read once; CheckpointError (a ValueError) if it is missing or damaged."""
-    if path.is_dir():  # a run directory stands for its checkpoint
-        if not os.path.lexists(path / CHECKPOINT_FILE):
-            raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
-        path = path / CHECKPOINT_FILE
-    if not path.is_file():
-        if path.exists():  # a FIFO, a device: a read could wait for ever
-            raise CheckpointError(f"{path}: not a regular file")
-        if path.is_symlink():
-            raise CheckpointError(f"{path}: a symbolic link that leads to no file")
-        raise CheckpointError(f"{path}: no such checkpoint")
+    try:
+        path = _checkpoint_file(path)
+    except OSError as exc:  # a path too long for the file system, a directory not searchable
+        too_long = exc.errno == errno.ENAMETOOLONG
+        said = str(path_too_long(exc)) if too_long else f"{path}: cannot read it ({exc.strerror})"
+        raise CheckpointError(said) from None
     try:
         with open(path, "rb") as fh:
             magic = fh.read(6)
@@ -170,6 +169,22 @@ def read_arrays(path: Path, keys: tuple[str, ...] | None = None) -> dict[str, np
     ) as exc:  # fmt: skip
         problem = str(exc)
     raise CheckpointError(f"{path}: damaged checkpoint ({problem})")
+
+
+def _checkpoint_file(path: Path) -> Path:
+    # The regular file that `path` names, or its directory's checkpoint; CheckpointError if
+    # there is none.
+    if path.is_dir():  # a run directory stands for its checkpoint
+        if not os.path.lexists(path / CHECKPOINT_FILE):
+            raise CheckpointError(f"{path}: a directory with no {CHECKPOINT_FILE} in it")
+        path = path / CHECKPOINT_FILE
+    if not path.is_file():
+        if path.exists():  # a FIFO, a device: a read could wait for ever
+            raise CheckpointError(f"{path}: not a regular file")
+        if path.is_symlink():
+            raise CheckpointError(f"{path}: a symbolic link that leads to no file")
+        raise CheckpointError(f"{path}: no such checkpoint")
+    return path
 
 
 def claims_problem(fh: BinaryIO) -> str | None:

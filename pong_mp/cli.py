@@ -75,9 +75,18 @@ def _say(line: str) -> None:
         click.echo(line, err=True)
 
 
+LINE_MOST = 2000
+"""The most characters of an error line: a value echoed in it may be megabytes long."""
+
+
 def _one_line(text: str) -> str:
-    """`text` on one line: a path may hold a newline (or a carriage return), shown escaped."""
-    return text.replace("\r", "\\r").replace("\n", "\\n")
+    """`text` on one line: a path may hold a newline (or a carriage return), shown escaped;
+    beyond LINE_MOST characters, its middle cut out."""
+    text = text.replace("\r", "\\r").replace("\n", "\\n")
+    if len(text) > LINE_MOST:
+        half = LINE_MOST // 2
+        text = f"{text[:half]} ...({len(text) - 2 * half:,} characters)... {text[-half:]}"
+    return text
 
 
 def _fail(message: str, code: int) -> None:
@@ -279,6 +288,8 @@ class _OneLineErrors(click.Group):
         # point ends a command that succeeded as any stop does.
         if sys.stdout is None:  # started with it closed (`>&-`): as a pipe whose reader left
             sys.stdout = _GoneOutput()
+        if isinstance(sys.stdout, io.TextIOWrapper):  # a path it cannot encode is escaped
+            sys.stdout.reconfigure(errors="backslashreplace")  # (PYTHONIOENCODING=ascii)
         signals.keep_ignored()  # as they came in: an env module imported later may ignore them
         signals.raise_stop_signals()
         repeat = None

@@ -396,3 +396,13 @@ def test_a_file_that_is_not_npz_is_named_in_one_short_line(tmp_path: Path) -> No
     not_npz = r"config.json: damaged checkpoint \(not an .npz file\)$"
     with pytest.raises(CheckpointError, match=not_npz):
         checkpoint.load_policy(path)
+
+
+def test_a_path_too_long_and_a_model_for_a_checkpoint_are_named(
+    tmp_path: Path, fake_checkpoint: Path
+) -> None:
+    with pytest.raises(CheckpointError, match=r"path too long for the file system \(3\d\d char"):
+        checkpoint.load_policy(tmp_path / ("x" * 300))  # was an OSError
+    model = checkpoint.export_model(fake_checkpoint, tmp_path / "model.npz")
+    with pytest.raises(CheckpointError, match="a model file, not a checkpoint: it has no optim"):
+        checkpoint.load(model)  # was "missing rmsprop_W1, rmsprop_W2, ..." of an Adam run

@@ -1464,3 +1464,29 @@ def test_a_fifo_in_a_run_directory_is_refused_not_waited_on(
     done = pong_mp("plot", str(run_dir), "-o", str(tmp_path / "p.png"), timeout=60)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_a_path_stdout_cannot_encode_is_escaped(tmp_path: Path) -> None:
+    # PYTHONIOENCODING=ascii (or a C locale's stdout) and a run directory named in Unicode:
+    # the banner was a UnicodeEncodeError traceback.
+    run_dir = tmp_path / "r\u00fcn"
+    done = pong_mp(
+        "train", *FAKE, "--workers", "1", "--batch-size", "1", "--batches", "1",
+        "--no-tensorboard", "--run-dir", str(run_dir),
+        env={**os.environ, "PYTHONIOENCODING": "ascii"},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "r\\xfcn" in done.stdout.splitlines()[0]
+    assert checkpoint.load(run_dir / "checkpoint.npz")[0].batch == 1
+
+
+def test_an_error_line_does_not_echo_megabytes(tmp_path: Path) -> None:
+    # The value is said back in the line: 100,000 digits were 100 kB of one line.
+    done = pong_mp_here(
+        "train", "--env", "FakePong-v0", "--env-arg", "points_to_win=" + "9" * 100_000,
+        "--run-dir", str(tmp_path / "R"),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    line = one_line(done.stderr)
+    assert line.startswith("pong-mp: error: FakePong-v0 cannot be made with points_to_win=")
+    assert len(line) < 2_100 and " characters)... " in line
