@@ -26,11 +26,15 @@ class Reporter(Protocol):
         """The run is over (whatever the reason)."""
 
 
+_GONE = frozenset({errno.EIO, errno.ENOTCONN, errno.ECONNREFUSED})
+"""A hung-up terminal's error; a socket's whose peer went (a datagram socket's)."""
+
+
 def output_gone(exc: OSError) -> bool:
-    """Whether a failed write means the output is gone: its reader, a hung-up terminal, or a
-    descriptor not open for writing (`1</dev/null`, or closed under pong-mp): nothing written
-    to it can arrive."""
-    gone = isinstance(exc, BrokenPipeError | ConnectionResetError) or exc.errno == errno.EIO
+    """Whether a failed write means the output is gone: its reader, a hung-up terminal, a
+    socket's peer, or a descriptor not open for writing (`1</dev/null`, or closed under
+    pong-mp): nothing written to it can arrive."""
+    gone = isinstance(exc, BrokenPipeError | ConnectionResetError) or exc.errno in _GONE
     return gone or (exc.errno == errno.EBADF and exc.filename is None)
 
 

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -432,8 +433,16 @@ def _read_only_stdout() -> None:
     os.close(null)
 
 
+def _peerless_socket_stdout() -> None:
+    # A datagram socket whose peer is gone: every write fails with ENOTCONN or ECONNREFUSED.
+    mine, peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    peer.close()
+    os.dup2(mine.fileno(), 1)
+    mine.close()
+
+
 @pytest.mark.parametrize("command", ["--version", "export", "play", "train"])
-@pytest.mark.parametrize("how", ["closed", "read-only"])
+@pytest.mark.parametrize("how", ["closed", "read-only", "peerless-socket"])
 def test_a_stdout_closed_from_the_start_is_one_whose_reader_left(
     tmp_path: Path, fake_checkpoint, command: str, how: str
 ) -> None:
@@ -448,7 +457,8 @@ def test_a_stdout_closed_from_the_start_is_one_whose_reader_left(
     }[command]
     done = subprocess.run(
         [sys.executable, "-m", "pong_mp", *args], stderr=subprocess.PIPE, text=True,
-        timeout=60, preexec_fn=(lambda: os.close(1)) if how == "closed" else _read_only_stdout,
+        timeout=60, preexec_fn={"closed": lambda: os.close(1), "read-only": _read_only_stdout,
+                                "peerless-socket": _peerless_socket_stdout}[how],
     )  # fmt: skip
     assert done.returncode == 141, done.stderr
     if command == "export":  # written whole before its line
