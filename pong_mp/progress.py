@@ -111,6 +111,33 @@ def bar_layout(total: int | None) -> str:
     return "{n_fmt}/{total_fmt} updates |{bar}| [{elapsed}<{remaining}{postfix}]"
 
 
+class _Watched:
+    """A stream that keeps the first error a write or flush raised (tqdm swallows EIO)."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        """Watch `stream`."""
+        self._stream = stream
+        self.failed: OSError | None = None
+
+    def write(self, text: str) -> int:
+        """Write `text`, keeping what failed."""
+        return self._kept(lambda: self._stream.write(text))
+
+    def flush(self) -> None:
+        """Flush, keeping what failed."""
+        self._kept(self._stream.flush)
+
+    def _kept(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except OSError as exc:
+            self.failed = self.failed or exc
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 class BarReporter:
     """One live status line (tqdm) with an ETA when the number of updates is known."""
 
@@ -124,7 +151,7 @@ class BarReporter:
         else:
             from tqdm import tqdm
 
-        self._stream = stream
+        self._stream = _Watched(stream)
         # A terminal that reports no size (script, some CI ptys) would hide tqdm's bar.
         try:
             size = os.get_terminal_size(stream.fileno())
@@ -135,7 +162,7 @@ class BarReporter:
         self._bar = tqdm(
             total=total,
             initial=start,
-            file=stream,
+            file=self._stream,
             dynamic_ncols=known,
             smoothing=0.1,
             leave=True,
@@ -151,6 +178,8 @@ class BarReporter:
         """Advance the bar and show the update's figures."""
         self._bar.set_postfix_str(format_postfix(record), refresh=False)
         self._bar.update(1)
+        if self._stream.failed is not None:  # tqdm goes quiet on a terminal gone (EIO)
+            raise self._stream.failed
 
     def close(self) -> None:
         """Leave the bar's last state on screen."""

@@ -11,7 +11,9 @@ import fcntl
 import io
 import json
 import os
+import pty
 import re
+import select
 import shutil
 import signal
 import socket
@@ -1500,3 +1502,29 @@ def test_an_error_line_does_not_echo_megabytes(tmp_path: Path) -> None:
     line = one_line(done.stderr)
     assert line.startswith("pong-mp: error: FakePong-v0 cannot be made with points_to_win=")
     assert len(line) < 2_100 and " characters)... " in line
+
+
+def test_a_terminal_gone_stops_a_run_that_shows_its_bar(tmp_path: Path) -> None:
+    # The terminal's window closed without a SIGHUP reaching the run: writes fail with EIO,
+    # which tqdm swallows. The run trained on to its end unseen, then exited 141 silently.
+    run_dir = tmp_path / "R"
+    master, terminal = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "pong_mp", "train", *RUN, "--batches", "200", "--run-dir",
+         str(run_dir)],
+        stdin=subprocess.DEVNULL, stdout=terminal, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    os.close(terminal)
+    shown = b""
+    try:
+        while b"pong-mp: FakePong-v0" not in shown:  # the banner, above the bar
+            assert select.select([master], [], [], 60)[0], shown
+            shown += os.read(master, 4096)
+    finally:
+        os.close(master)
+    code = proc.wait(timeout=120)
+    err = proc.stderr.read() if proc.stderr is not None else ""
+    assert code == 141, err
+    reached = checkpoint.load(run_dir / "checkpoint.npz")[0].batch
+    assert reached == updates_logged(run_dir) < 200
+    assert one_line(err).startswith("pong-mp: stopped by SIGPIPE (standard output closed)")
