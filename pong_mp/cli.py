@@ -555,6 +555,8 @@ def train_command(
     try:
         given = config.apply_preset(preset, given, explicit=set(given))
         with open_run(options["run_dir"], resume, given) as (cfg, state):
+            if sys.stdout is None:  # an env module's import set it so: as closed from the start
+                sys.stdout = _GoneOutput()
             reporter = make_reporter(quiet, state.batch, cfg.batches)
             try:
                 state = run(cfg, state, resumed=resume, reporter=reporter)

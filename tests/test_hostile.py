@@ -1528,3 +1528,30 @@ def test_a_terminal_gone_stops_a_run_that_shows_its_bar(tmp_path: Path) -> None:
     reached = checkpoint.load(run_dir / "checkpoint.npz")[0].batch
     assert reached == updates_logged(run_dir) < 200
     assert one_line(err).startswith("pong-mp: stopped by SIGPIPE (standard output closed)")
+
+
+UNSEEN = """\
+import sys
+
+import gymnasium as gym
+
+from pong_mp.envs.fake_pong import FakePong
+
+sys.stdout = None
+gym.register(id="Unseen-v0", entry_point=FakePong, disable_env_checker=True)
+"""
+"""An env module that sets sys.stdout to None as it is imported."""
+
+
+def test_an_env_module_that_sets_stdout_to_none_is_a_closed_stdout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The progress lines' reporter took None for a stream: an AttributeError traceback.
+    env_module(tmp_path, monkeypatch, "unseen", UNSEEN)
+    run_dir = tmp_path / "R"
+    done = pong_mp("train", "--env", "unseen:Unseen-v0", "--hidden", "8", "--batches", "1",
+                   "--run-dir", str(run_dir))  # fmt: skip
+    assert done.returncode == 141, done.stderr
+    assert one_line(done.stderr) == (
+        f"pong-mp: stopped by SIGPIPE (standard output closed); nothing was written in {run_dir}"
+    )
