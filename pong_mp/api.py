@@ -95,7 +95,7 @@ def train(
     if env_arg is not None:
         if not isinstance(env_arg, Mapping):
             raise ConfigError(f"env_arg must be a dict of env arguments, not {env_arg!r}")
-        given["env_kwargs"] = dict(env_arg)
+        given["env_kwargs"] = {key: _plain(value) for key, value in env_arg.items()}
     given = apply_preset(preset, given, explicit=set(given))
     try:
         with open_run(run_dir, resume, given) as (config, state):

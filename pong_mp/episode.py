@@ -112,6 +112,14 @@ def make_tasks(
     ]
 
 
+def _number(reward: object) -> float:
+    """A step's reward as a Python float: a wrapper's numpy float32 would reach the metrics'
+    JSON, which cannot say it. One that is not a number (a string, an array) is refused."""
+    if isinstance(reward, str | bytes) or getattr(reward, "ndim", 0) != 0:
+        raise TypeError(f"the env gave {repr(reward)[:40]} for a reward, not a number")
+    return float(reward)  # type: ignore[arg-type]
+
+
 def _ended(terminated: object, truncated: object) -> bool:
     """Whether a step ended the game. A flag that is not a bool (or an int, as some envs
     give) is refused: None would never end the game, and a string would end it at once."""
@@ -145,6 +153,6 @@ def run_episode(
         p = p_up(idx, vals)
         action = policy.choose_action(p, uniform, greedy)
         obs, reward, terminated, truncated, _ = env.step(action)
-        on_step(action, p, reward)
+        on_step(action, p, _number(reward))
         done = _ended(terminated, truncated)
         idx, vals = inputs.step(obs)

@@ -42,7 +42,8 @@ def _frame(obs: Any) -> np.ndarray:
     if shape != FRAME_SHAPE or dtype != np.uint8:
         what = f"a {dtype} array of shape {shape}" if shape is not None else repr(obs)[:40]
         raise ValueError(f"the env gave {what} for a frame, not a uint8 array of {FRAME_SHAPE}")
-    return obs
+    # A subclass's arithmetic is its own: a masked array's difference was a float64 array.
+    return obs if type(obs) is np.ndarray else np.asarray(obs)
 
 
 NO_PIXELS = np.zeros(0, dtype=np.int32)

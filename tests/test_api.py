@@ -92,6 +92,7 @@ def test_numpy_numbers_and_paths_are_the_plain_values_they_hold(tmp_path: Path) 
     serial = dict(SMALL, backend="serial", progress=False)
     plain = pong_mp.train(tmp_path / "A", batches=1, **serial)
     serial["batch_size"] = np.int64(2)
+    serial["env_arg"] = {"points_to_win": np.int64(2)}  # refused as "not JSON"
     typed = pong_mp.train(
         tmp_path / "B", batches=np.int32(1), lr=np.float64(1e-3),
         entropy_drop_at=np.array([1e9]), entropy_drop_to=(np.float64(0.0),), **serial,

@@ -96,6 +96,45 @@ def test_a_flag_that_is_not_a_bool_is_refused(as_flag, shown: str) -> None:
     assert str(caught.value) == f"the env gave {shown} for terminated, not a bool"
 
 
+class _Rewards(gym.Wrapper):
+    """FakePong whose steps give `as_reward(reward)` for their reward."""
+
+    def __init__(self, env: gym.Env, as_reward) -> None:
+        super().__init__(env)
+        self.as_reward = as_reward
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        return obs, self.as_reward(reward), terminated, truncated, info
+
+
+def _rewards_seen(as_reward) -> list:
+    env, inputs = make_training_env("FakePong-v0", points_to_win=2)
+    seen = []
+    run_episode(
+        _Rewards(env, as_reward), inputs, 5, lambda i, v: 0.5, lambda a, p, r: seen.append(r)
+    )
+    return seen
+
+
+@pytest.mark.parametrize("kind", [np.float32, np.float64, np.int64, np.array, int])
+def test_a_reward_of_any_number_kind_is_a_python_float(kind) -> None:
+    # A wrapper's numpy float32 reached the metrics' JSON, which cannot say it, and play's
+    # --json report: tracebacks.
+    seen = _rewards_seen(lambda r: kind(r))
+    assert {type(r) for r in seen} == {float}
+    assert seen == _rewards_seen(float)
+
+
+@pytest.mark.parametrize(
+    ("as_reward", "shown"), [(lambda r: str(r), "'0.0'"), (lambda r: np.array([r]), "array([0.])")]
+)
+def test_a_reward_that_is_not_a_number_is_refused(as_reward, shown: str) -> None:
+    with pytest.raises(TypeError) as caught:
+        _rewards_seen(as_reward)
+    assert str(caught.value) == f"the env gave {shown} for a reward, not a number"
+
+
 class _Recording(EpisodeGradient):
     """Keeps every step it is given, for comparison with the dense reference."""
 
