@@ -79,6 +79,11 @@ def file_io(path: Path, action: str) -> Iterator[None]:
         raise file_error(path, action, exc) from None
 
 
+MAX_READ_BYTES = 2**30
+"""The most bytes of a file pong-mp reads whole (a config, a metrics log, packed or not):
+a run's metrics.jsonl grows about 1 kB an update."""
+
+
 def read_file(path: Path) -> bytes:
     """The bytes of the regular file `path`. Anything else is an OSError: a FIFO would block
     the read until a writer comes, a device may never end, and a stop signal does not
@@ -90,6 +95,9 @@ def read_file(path: Path) -> bytes:
             raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         if not stat.S_ISREG(mode):
             raise OSError(errno.EINVAL, "not a regular file (a FIFO or a device)", str(path))
+        size = os.fstat(fd).st_size
+        if size > MAX_READ_BYTES:  # read whole, it would take the memory first
+            raise OSError(errno.EFBIG, f"{size:,} bytes, more than pong-mp writes", str(path))
         return fh.read()
 
 

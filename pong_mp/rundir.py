@@ -28,6 +28,7 @@ from pong_mp.checkpoint import CHECKPOINT_FILE, CheckpointError
 from pong_mp.config import ConfigError, TrainConfig, shown
 from pong_mp.envs import UnknownEnvError, check_env, most_points
 from pong_mp.files import (
+    MAX_READ_BYTES,
     FileError,
     file_error,
     file_io,
@@ -259,10 +260,15 @@ def metrics_bytes(path: Path, _links: int = 0) -> bytes:
         data = read_file(path)
     if not path.name.endswith(".xz"):
         return data
+    unpacking = lzma.LZMADecompressor()
     try:
-        data = lzma.decompress(data)
+        data = unpacking.decompress(data, max_length=MAX_READ_BYTES + 1)
     except lzma.LZMAError as exc:
         raise RunDirError(f"{path}: damaged xz file ({exc})") from None
+    if len(data) > MAX_READ_BYTES:  # a few kB may unpack to gigabytes
+        raise RunDirError(f"{path}: unpacks to more than {MAX_READ_BYTES:,} bytes")
+    if not unpacking.eof:
+        raise RunDirError(f"{path}: damaged xz file (it ends before its stream does)")
     first, _, rest = data.partition(b"\n")
     try:
         link = json.loads(first)

@@ -19,10 +19,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pong_mp import checkpoint, files
+from pong_mp import checkpoint, files, rundir
 from pong_mp.checkpoint import CheckpointError
 from pong_mp.config import REMOVED, ConfigError, RemovedOptionError, without_removed
-from pong_mp.files import FileError
+from pong_mp.files import MAX_READ_BYTES, FileError
 from pong_mp.rundir import (
     LOCK_FILE,
     METRICS_FILE,
@@ -619,6 +619,8 @@ def test_a_packed_record_reads_as_its_metrics_jsonl_with_the_lines_it_shares(
         (lzma.compress(b'{"lines_of": "../gone", "through_batch": 2}\n'), "which is missing"),
         (lzma.compress(b'{"lines_of": ".", "through_batch": 2}\n'), "references in a row"),
         (lzma.compress(b'{"lines_of": 3}\n'), "needs a directory and through_batch"),
+        # Cut short: the stream's end is missing.
+        (lzma.compress(b'{"batch": 1}\n' * 100)[:-20], "it ends before its stream does"),
     ],
 )
 def test_a_damaged_packed_record_is_named(tmp_path: Path, content: bytes, problem: str) -> None:
@@ -751,3 +753,37 @@ def test_a_fork_around_the_run_it_forks_from_is_refused(
     done = pong_mp_here("train", "--fork-from", str(source), "--run-dir", str(tmp_path / "outer"))
     _one_line_error(done, 2, f"is around the run it forks from, {source}")
     assert sorted(p.name for p in (tmp_path / "outer").iterdir()) == ["R"]
+
+
+def test_a_metrics_log_larger_than_any_run_writes_is_refused_unread(
+    tmp_path: Path, finished_run: Path
+) -> None:
+    # Read whole, 8 GB was a MemoryError traceback (or the machine's memory) for plot,
+    # --resume and --fork-from. A sparse file: no disk used.
+    run_dir = tmp_path / "R"
+    shutil.copytree(finished_run, run_dir)
+    os.truncate(run_dir / "metrics.jsonl", MAX_READ_BYTES + 1)
+    before = _snapshot_sizes(run_dir)
+    for args in (
+        ("plot", str(run_dir), "-o", str(tmp_path / "p.png")),
+        ("train", "--resume", "--run-dir", str(run_dir), "--batches", "3"),
+        ("train", "--fork-from", str(run_dir), "--run-dir", str(tmp_path / "F")),
+    ):
+        _one_line_error(pong_mp_here(*args), 2, "1,073,741,825 bytes, more than pong-mp writes")
+    assert _snapshot_sizes(run_dir) == before and not (tmp_path / "F").exists()
+
+
+def _snapshot_sizes(directory: Path) -> dict[str, int]:
+    return {p.name: p.stat().st_size for p in sorted(directory.iterdir())}
+
+
+def test_a_packed_record_that_unpacks_past_what_is_read_whole_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A few kB may unpack to gigabytes (a MemoryError): unpacked only as far as the limit.
+    monkeypatch.setattr(rundir, "MAX_READ_BYTES", 1000)
+    run_dir = tmp_path / "R"
+    run_dir.mkdir()
+    (run_dir / PACKED_METRICS_FILE).write_bytes(lzma.compress(b"\n" * 100_000))
+    with pytest.raises(RunDirError, match="unpacks to more than 1,000 bytes"):
+        read_metrics(metrics_file(run_dir))
