@@ -145,10 +145,16 @@ def write_text_atomic(path: Path, text: str) -> None:
 
 def check_writable(path: Path, wanted: str) -> None:
     """Raise FileError unless `path` can be written as a new or replaced file (`wanted` names
-    what it should be, e.g. "a .png file"): checked before any work."""
-    path = through_link(path)
+    what it should be, e.g. "a .png file"): checked before any work. A link is written
+    through only to a regular file of its own suffix: not onto a FIFO or a device (which a
+    rename would replace), nor a run's checkpoint.npz behind a link named x.png."""
+    named, path = Path(path), through_link(path)
     if path.is_dir():
         raise FileError(f"{path} is a directory; name {wanted}")
+    if path.exists() and not path.is_file():
+        raise FileError(f"{path} is not a regular file (a FIFO or a device); name {wanted}")
+    if path.suffix.lower() != named.suffix.lower():
+        raise FileError(f"{named} leads to {path}, which is not {wanted}: refusing to write it")
     if not path.parent.is_dir():
         raise FileError(f"{path}: no directory {path.parent}")
     if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):

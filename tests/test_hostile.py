@@ -17,6 +17,7 @@ import select
 import shutil
 import signal
 import socket
+import stat as stat_module
 import subprocess
 import sys
 import time
@@ -663,6 +664,33 @@ def test_a_loop_of_symbolic_links_to_write_through_is_one_line(
         assert one_line(done.stderr) == f"pong-mp: error: {message}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "a.npz", "b", "b.npz"]
     assert os.readlink(tmp_path / "a") == "b" and os.readlink(tmp_path / "a.npz") == "b.npz"
+
+
+def test_a_plot_or_recording_is_not_written_onto_a_fifo_or_a_run_file(
+    tmp_path: Path, fake_checkpoint
+) -> None:
+    # As root, the rename replaced a FIFO or a device node (/dev/full) with a file, and a
+    # link named x.png wrote a PNG over the run's checkpoint.npz it led to.
+    run = tmp_path / "run"
+    shutil.copytree(fake_checkpoint.parent, run)
+    os.mkfifo(tmp_path / "fifo.png")
+    (tmp_path / "evil.png").symlink_to(run / "checkpoint.npz")
+    (tmp_path / "evil.gif").symlink_to(run / "config.json")
+    before = {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()}
+    source = str(fake_checkpoint.parent)
+    for args, message in [
+        (["plot", source, "-o", str(tmp_path / "fifo.png")],
+         f"{tmp_path}/fifo.png is not a regular file (a FIFO or a device); name a .png file"),
+        (["plot", source, "-o", str(tmp_path / "evil.png")],
+         f"{tmp_path}/evil.png leads to {run}/checkpoint.npz, which is not a .png file: "),
+        (["play", source, "--record", str(tmp_path / "evil.gif")],
+         f"{tmp_path}/evil.gif leads to {run}/config.json, which is not a .gif or .mp4 file"),
+    ]:  # fmt: skip
+        done = pong_mp_here(*args)
+        assert done.returncode == 2, done.stderr
+        assert one_line(done.stderr).startswith(f"pong-mp: error: {message}")
+    assert {p.name: p.read_bytes() for p in run.iterdir() if p.is_file()} == before
+    assert stat_module.S_ISFIFO(os.lstat(tmp_path / "fifo.png").st_mode)
 
 
 # -- degenerate numbers --------------------------------------------------------------------------
