@@ -71,8 +71,10 @@ EXIT_OUTPUT_CLOSED = 128 + signal.SIGPIPE
 
 def _say(line: str) -> None:
     # A last line on stderr; a terminal that hung up must not turn an exit into a traceback.
-    with contextlib.suppress(OSError):
-        click.echo(line, err=True)
+    stream = sys.stderr or sys.__stderr__  # an env module may have set sys.stderr to None
+    if stream is not None:  # None: started with it closed
+        with contextlib.suppress(OSError):
+            click.echo(line, file=stream)
 
 
 LINE_MOST = 2000

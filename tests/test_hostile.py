@@ -1583,3 +1583,32 @@ def test_an_env_module_that_sets_stdout_to_none_is_a_closed_stdout(
     assert one_line(done.stderr) == (
         f"pong-mp: stopped by SIGPIPE (standard output closed); nothing was written in {run_dir}"
     )
+
+
+MUTED = """\
+import sys
+
+import gymnasium as gym
+
+sys.stderr = None
+
+
+def _refuse(**kwargs):
+    raise ValueError("no such table")
+
+
+gym.register(id="Muted-v0", entry_point=_refuse, disable_env_checker=True)
+"""
+"""An env module that sets sys.stderr to None as it is imported, and whose env cannot be made."""
+
+
+def test_an_env_module_that_sets_stderr_to_none_still_gets_its_error_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The error line went to None: exit 2 with nothing said.
+    env_module(tmp_path, monkeypatch, "muted", MUTED)
+    done = pong_mp("train", "--env", "muted:Muted-v0", "--batches", "1",
+                   "--run-dir", str(tmp_path / "R"))  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert one_line(done.stderr).startswith("pong-mp: error: muted:Muted-v0 cannot be made")
+    assert "no such table" in done.stderr
