@@ -95,7 +95,10 @@ def train(
     if env_arg is not None:
         if not isinstance(env_arg, Mapping):
             raise ConfigError(f"env_arg must be a dict of env arguments, not {env_arg!r}")
-        given["env_kwargs"] = {key: _plain(value) for key, value in env_arg.items()}
+        given["env_kwargs"] = {  # numpy's at the top: a value may nest (config checks how deep)
+            key: value.tolist() if isinstance(value, np.generic | np.ndarray) else value
+            for key, value in env_arg.items()
+        }
     given = apply_preset(preset, given, explicit=set(given))
     try:
         with open_run(run_dir, resume, given) as (config, state):
