@@ -57,23 +57,28 @@ def test_result_is_a_finite_gradient_of_the_right_size() -> None:
     assert result.stats.seconds > 0
 
 
-class _Flags(gym.Wrapper):
-    """FakePong whose steps give `as_flag(terminated)` for their terminated flag."""
+class _Changed(gym.Wrapper):
+    """FakePong whose steps' results go through `change(obs, reward, terminated, truncated,
+    info)`."""
 
-    def __init__(self, env: gym.Env, as_flag) -> None:
+    def __init__(self, env: gym.Env, change) -> None:
         super().__init__(env)
-        self.as_flag = as_flag
+        self.change = change
 
     def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, reward, self.as_flag(terminated), truncated, info
+        return self.change(*self.env.step(action))
+
+
+def _played(change) -> list[tuple]:
+    # (action, P(UP), reward) of each step of an episode of FakePong changed by `change`.
+    env, inputs = make_training_env("FakePong-v0", points_to_win=2)
+    steps: list[tuple] = []
+    run_episode(_Changed(env, change), inputs, 5, lambda i, v: 0.5, lambda *a: steps.append(a))
+    return steps
 
 
 def _steps_with_flags(as_flag) -> int:
-    env, inputs = make_training_env("FakePong-v0", points_to_win=2)
-    steps = []
-    run_episode(_Flags(env, as_flag), inputs, 5, lambda i, v: 0.5, lambda *a: steps.append(a))
-    return len(steps)
+    return len(_played(lambda o, r, t, u, i: (o, r, as_flag(t), u, i)))
 
 
 def test_an_episode_ends_on_flags_of_any_bool_or_int_kind() -> None:
@@ -96,25 +101,8 @@ def test_a_flag_that_is_not_a_bool_is_refused(as_flag, shown: str) -> None:
     assert str(caught.value) == f"the env gave {shown} for terminated, not a bool"
 
 
-class _Rewards(gym.Wrapper):
-    """FakePong whose steps give `as_reward(reward)` for their reward."""
-
-    def __init__(self, env: gym.Env, as_reward) -> None:
-        super().__init__(env)
-        self.as_reward = as_reward
-
-    def step(self, action):
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        return obs, self.as_reward(reward), terminated, truncated, info
-
-
 def _rewards_seen(as_reward) -> list:
-    env, inputs = make_training_env("FakePong-v0", points_to_win=2)
-    seen = []
-    run_episode(
-        _Rewards(env, as_reward), inputs, 5, lambda i, v: 0.5, lambda a, p, r: seen.append(r)
-    )
-    return seen
+    return [step[2] for step in _played(lambda o, r, t, u, i: (o, as_reward(r), t, u, i))]
 
 
 @pytest.mark.parametrize("kind", [np.float32, np.float64, np.int64, np.array, int])
