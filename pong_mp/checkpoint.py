@@ -309,8 +309,10 @@ def _check_finite(data: dict[str, np.ndarray], keys: tuple[str, ...]) -> None:
 def _check_format(data: dict[str, np.ndarray]) -> None:
     # Files from before the field are of the first format.
     field = data.get("format_version", np.int64(FORMAT_VERSION))
-    version = field.item() if field.size == 1 else None
-    if not isinstance(version, int) or not 1 <= version <= FORMAT_VERSION:
+    version = field.item() if field.shape == () else field.tolist()
+    if isinstance(version, bool) or not isinstance(version, int):  # True == 1
+        raise CheckpointError(f"format_version {version!r} is not a whole number")
+    if not 1 <= version <= FORMAT_VERSION:
         raise CheckpointError(
             f"format_version {version!r} is not one this pong-mp reads (1 to {FORMAT_VERSION};"
             " a newer pong-mp wrote it?)"

@@ -581,10 +581,15 @@ def train_command(
         _failed(exc, f"; {_kept(run_dir)}")
     running = "n/a" if state.running_reward is None else f"{state.running_reward:.2f}"
     reached = f"target {cfg.target_reward:g} reached; " if reached_target(cfg, state) else ""
-    click.echo(
-        f"pong-mp: done: {reached}{state.batch} updates, {state.episodes} episodes, "
+    done = (
+        f"done: {reached}{state.batch} updates, {state.episodes} episodes, "
         f"{state.steps:,} steps, running reward {running}, in {options['run_dir']}"
     )
+    try:
+        _echo_or_stop(f"pong-mp: {done}")
+    except signals.Interrupted as exc:  # -q's only line, to a closed stdout: said on stderr
+        signals.ignore_stop_signals()
+        _exit_stopped(f"pong-mp: stopped by {exc} at its last line; {done}", exc.exit_code)
 
 
 @main.command("play")

@@ -1612,3 +1612,18 @@ def test_an_env_module_that_sets_stderr_to_none_still_gets_its_error_said(
     assert done.returncode == 2, done.stderr
     assert one_line(done.stderr).startswith("pong-mp: error: muted:Muted-v0 cannot be made")
     assert "no such table" in done.stderr
+
+
+def test_a_quiet_run_whose_last_line_meets_a_closed_stdout_says_so(tmp_path: Path) -> None:
+    # -q writes one line, the summary, at the end: to a closed stdout, exit 141 in silence.
+    run_dir = tmp_path / "R"
+    done = subprocess.run(
+        [sys.executable, "-m", "pong_mp", "train", *RUN, "--batches", "2", "-q",
+         "--no-tensorboard", "--run-dir", str(run_dir)],
+        stderr=subprocess.PIPE, text=True, timeout=120, preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+    assert done.returncode == 141, done.stderr
+    assert one_line(done.stderr).startswith(
+        "pong-mp: stopped by SIGPIPE (standard output closed) at its last line; done: 2 updates"
+    )
+    assert checkpoint.load(run_dir / "checkpoint.npz")[0].batch == updates_logged(run_dir) == 2
