@@ -34,10 +34,9 @@ from pong_mp.envs import (
     SUPPORTED,
     UnknownEnvError,
     check_env,
-    exception_line,
-    exit_call,
     first_line,
     pass_stops,
+    what_it_did,
 )
 from pong_mp.files import DISK_FULL, FileError, path_too_long
 from pong_mp.learner import NonFiniteError
@@ -247,6 +246,13 @@ class _GoneOutput(io.TextIOBase):
         raise BrokenPipeError(errno.EPIPE, "standard output closed")
 
 
+def _closed_stdout_as_gone() -> None:
+    """A sys.stdout of None (closed): as a pipe whose reader left, whose writes stop the
+    command as SIGPIPE would."""
+    if sys.stdout is None:
+        sys.stdout = _GoneOutput()
+
+
 @contextlib.contextmanager
 def _output_closed_stops() -> Iterator[None]:
     # click's main ends a broken pipe with exit 1 and nothing said, and a KeyboardInterrupt
@@ -288,8 +294,7 @@ class _OneLineErrors(click.Group):
         # that came too late to be raised would kill the process without a word: the
         # signals are ignored first, and a stop that came after the command's last safe
         # point ends a command that succeeded as any stop does.
-        if sys.stdout is None:  # started with it closed (`>&-`): as a pipe whose reader left
-            sys.stdout = _GoneOutput()
+        _closed_stdout_as_gone()  # started with it closed (`>&-`)
         if isinstance(sys.stdout, io.TextIOWrapper):  # a path it cannot encode is escaped
             sys.stdout.reconfigure(errors="backslashreplace")  # (PYTHONIOENCODING=ascii)
         signals.keep_ignored()  # as they came in: an env module imported later may ignore them
@@ -557,8 +562,7 @@ def train_command(
     try:
         given = config.apply_preset(preset, given, explicit=set(given))
         with open_run(options["run_dir"], resume, given) as (cfg, state):
-            if sys.stdout is None:  # an env module's import set it so: as closed from the start
-                sys.stdout = _GoneOutput()
+            _closed_stdout_as_gone()  # an env module's import may have set it to None
             reporter = make_reporter(quiet, state.batch, cfg.batches)
             try:
                 state = run(cfg, state, resumed=resume, reporter=reporter)
@@ -723,8 +727,7 @@ def play_command(
         pass_stops(exc)  # the env's print to a closed standard output
         # What the env gave (or raised, or exited with) broke the game, as a worker's env
         # breaks a training run (exit 1); the env was made and checked before.
-        what = f"it called {exit_call(exc)}" if isinstance(exc, SystemExit) else exception_line(exc)
-        _fail(f"{env_id} failed while playing: {what}", EXIT_ERROR)
+        _fail(f"{env_id} failed while playing: {what_it_did(exc)}", EXIT_ERROR)
     recorded = {} if recorder is None else {"recorded_frames": recorder.frames}
     if as_json:
         report = {

@@ -26,6 +26,7 @@ from pong_mp.envs.registry import (
     pass_stops,
     register_fake_pong,
     shown,
+    what_it_did,
 )
 from pong_mp.frames import FRAME_SHAPE, BinaryInputs, InputStream, input_stream
 from pong_mp.signals import at_once
@@ -47,6 +48,7 @@ __all__ = [
     "pass_stops",
     "register_fake_pong",
     "shown",
+    "what_it_did",
 ]
 
 def env_args_text(env_kwargs: dict[str, Any]) -> str:
@@ -122,8 +124,9 @@ def _moves(env: gym.Env, env_id: str) -> list[str]:
         given = names()
     except BaseException as exc:
         pass_stops(exc)
-        did = f"it called {exit_call(exc)}" if isinstance(exc, SystemExit) else exception_line(exc)
-        raise UnknownEnvError(f"{env_id}'s get_action_meanings() failed: {did}") from None
+        raise UnknownEnvError(
+            f"{env_id}'s get_action_meanings() failed: {what_it_did(exc)}"
+        ) from None
     if not (isinstance(given, list | tuple) and len(given) >= 4
             and all(isinstance(name, str) for name in given[2:4])):
         raise UnknownEnvError(

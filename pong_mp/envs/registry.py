@@ -105,6 +105,12 @@ def exception_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
+def what_it_did(exc: BaseException) -> str:
+    """What the user's code did, as one line: "it called sys.exit(CODE)" for a SystemExit,
+    else `exception_line`."""
+    return f"it called {exit_call(exc)}" if isinstance(exc, SystemExit) else exception_line(exc)
+
+
 def exit_call(exc: SystemExit) -> str:
     """The call that raised `exc`, as "sys.exit(CODE)": its code (the user's) shown short."""
     return f"sys.exit({shown(exc.code)})"
