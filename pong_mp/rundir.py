@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import itertools
 import json
 import lzma
 import math
@@ -132,7 +133,12 @@ class RunLock:
     def acquire(self) -> RunLock:
         """Create the directory if needed and take the lock; RunDirError if another trainer
         holds it, FileError if the directory cannot be made or written."""
-        self._created = self._make_dirs()
+        chain = (self.run_dir, *self.run_dir.parents)  # deepest first
+        created = list(itertools.takewhile(lambda directory: not directory.exists(), chain))
+        check_run_dir(self.run_dir)
+        with file_io(self.run_dir, "create"):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._created = created
         path = self.run_dir / LOCK_FILE
         while True:
             with file_io(path, "create"):
@@ -160,19 +166,6 @@ class RunLock:
             raise
         self._fd = fd
         return self
-
-    def _make_dirs(self) -> list[Path]:
-        missing = []
-        for directory in (self.run_dir, *self.run_dir.parents):
-            if directory.exists():
-                break
-            missing.append(directory)
-        problem = run_dir_problem(self.run_dir)
-        if problem is not None:
-            raise RunDirError(problem)
-        with file_io(self.run_dir, "create"):
-            self.run_dir.mkdir(parents=True, exist_ok=True)
-        return missing
 
     def release(self, remove_if_unused: bool = False) -> None:
         """Drop the lock and remove its file, and with `remove_if_unused` the directories this
@@ -322,7 +315,6 @@ def _scan_metrics(data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, by
     for number, raw in enumerate(lines, 1):
         if not raw.strip():
             continue
-        cut_off = number == len(lines)
         try:
             record = cfg.parse_json(raw.decode("utf-8"), finite=False)  # as written
             problem = _check_record(record)
@@ -332,11 +324,10 @@ def _scan_metrics(data: bytes) -> tuple[list[dict[str, Any]], list[tuple[int, by
             problem = "not UTF-8 JSON"
         if problem is None and records and record["batch"] <= records[-1]["batch"]:
             problem = f"update {record['batch']} after update {records[-1]['batch']}"
-        if problem is not None:
-            if not cut_off:
-                damaged.append((number, raw, problem))
-            continue
-        records.append(record)
+        if problem is None:
+            records.append(record)
+        elif number < len(lines):  # a last line is cut off, not damaged
+            damaged.append((number, raw, problem))
     return records, damaged
 
 
@@ -349,10 +340,7 @@ def keep_metrics_until(path: Path, last_batch: int) -> str | None:
     record (None when all is well).
     """
     path = Path(path)
-    data = b""
-    if path.exists():
-        with file_io(path, "read"):
-            data = read_file(path)
+    data = metrics_bytes(path) if path.exists() else b""
     records, damaged = _scan_metrics(data)
     kept = [r for r in records if r["batch"] <= last_batch]
     missing = sorted(set(range(1, last_batch + 1)) - {r["batch"] for r in kept})
@@ -382,17 +370,10 @@ def keep_metrics_until(path: Path, last_batch: int) -> str | None:
 
 
 def _ranges(numbers: list[int]) -> str:
-    # "3, 7 to 9" for [3, 7, 8, 9].
-    parts: list[str] = []
-    start = prev = numbers[0]
-    for n in [*numbers[1:], None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        parts.append(str(start) if start == prev else f"{start} to {prev}")
-        if n is not None:
-            start = prev = n
-    return ", ".join(parts)
+    # "3, 7 to 9" for [3, 7, 8, 9] (increasing): consecutive numbers share number - index.
+    runs = itertools.groupby(enumerate(numbers), key=lambda pair: pair[1] - pair[0])
+    spans = [[n for _, n in run] for _, run in runs]
+    return ", ".join(str(s[0]) if len(s) == 1 else f"{s[0]} to {s[-1]}" for s in spans)
 
 
 class MetricsLog:
@@ -412,8 +393,7 @@ class MetricsLog:
         line = (json.dumps(record) + "\n").encode()
         start = self._fh.seek(0, os.SEEK_END)
         try:
-            written = self._fh.write(line)
-            if written != len(line):
+            if self._fh.write(line) != len(line):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -564,12 +544,10 @@ def _refuse_a_value_its_drop_hides(config: TrainConfig, given: dict[str, Any], s
         if value in given and at not in given and to not in given and reached:
             flag, at_flag, to_flag = map(cfg.option_flag, (value, at, to))
             in_effect = dropped(given[value], steps, points, values)
-            keep = (
-                f" (or {at_flag} {shown(points[reached:])} {to_flag} {shown(values[reached:])} "
-                "to keep the points still ahead)"
-                if reached < len(points)
-                else ""
-            )
+            keep = ""
+            if reached < len(points):
+                ahead = f"{at_flag} {shown(points[reached:])} {to_flag} {shown(values[reached:])}"
+                keep = f" (or {ahead} to keep the points still ahead)"
             raise ConfigError(
                 f"{flag} {shown((given[value],))} would never apply: the run forked from has "
                 f"{at_flag} {shown(points)}, so from its checkpoint's {steps:,} env steps on it "
@@ -628,9 +606,7 @@ def _validate(config: TrainConfig, build_env: bool) -> None:
     config.validate()
     if config.ray_address and config.backend != "ray":
         config.backend = "ray"  # --ray-address implies the ray backend
-    problem = run_dir_problem(Path(config.run_dir))
-    if problem is not None:
-        raise RunDirError(problem)
+    check_run_dir(Path(config.run_dir))
     try:
         if build_env:
             check_env(config.env, config.env_kwargs)
@@ -645,16 +621,14 @@ def _validate(config: TrainConfig, build_env: bool) -> None:
         )
 
 
-def run_dir_problem(run_dir: Path) -> str | None:
-    """Why `run_dir` can never be a run directory (a file, or a path below one), or None."""
+def check_run_dir(run_dir: Path) -> None:
+    """Raise RunDirError if `run_dir` can never be a run directory (a file, or a path below
+    one)."""
     if run_dir.exists() and not run_dir.is_dir():
-        return f"--run-dir {run_dir} is a file, not a directory"
-    for parent in run_dir.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                return f"--run-dir {run_dir}: {parent} is a file, not a directory"
-            break
-    return None
+        raise RunDirError(f"--run-dir {run_dir} is a file, not a directory")
+    parent = next((parent for parent in run_dir.parents if parent.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise RunDirError(f"--run-dir {run_dir}: {parent} is a file, not a directory")
 
 
 @contextlib.contextmanager
@@ -699,7 +673,11 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
         config_path = Path(run_dir) / CONFIG_FILE
         if not config_path.exists():
             return f"nothing was written in {run_dir}", False
-        if _forked(config_path):  # as prepare_run says to a --resume of it
+        try:  # read as prepare_run reads it (where it cannot be, --resume names why)
+            forked = cfg.read_config(config_path).fork_from is not None
+        except ConfigError:
+            forked = False
+        if forked:  # as prepare_run says to a --resume of it
             return (
                 f"no checkpoint in {run_dir} yet, and a fork resumes only from its first one: "
                 "remove the directory and fork again",
@@ -716,15 +694,6 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
         "played again)",
         True,
     )
-
-
-def _forked(config_path: Path) -> bool:
-    # Whether the config.json at `config_path` is a fork's, read as prepare_run reads it
-    # (False where it cannot be: --resume then names what is wrong with it).
-    try:
-        return cfg.read_config(config_path).fork_from is not None
-    except ConfigError:
-        return False
 
 
 def write_config(run_dir: Path, config: TrainConfig) -> None:
