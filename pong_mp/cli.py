@@ -40,19 +40,8 @@ from pong_mp.envs import (
 )
 from pong_mp.files import DISK_FULL, FileError, path_too_long
 from pong_mp.learner import NonFiniteError
-from pong_mp.progress import (
-    make_reporter,
-    output_full,
-    output_gone,
-    output_stop,
-    refused_output,
-)
-from pong_mp.rundir import (
-    RunDirError,
-    checkpoint_on_disk,
-    open_run,
-    where_it_stands,
-)
+from pong_mp.progress import make_reporter, output_full, output_gone, output_stop, refused_output
+from pong_mp.rundir import RunDirError, checkpoint_on_disk, open_run, where_it_stands
 from pong_mp.tools import bench, plot
 from pong_mp.tools.bench import format_bench, run_bench
 from pong_mp.tools.play import GameScore, evaluation, play_games, summary
@@ -357,7 +346,7 @@ def _removed(exc: click.UsageError) -> str | None:
 @click.group(
     cls=_OneLineErrors,
     no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
+    context_settings={"help_option_names": ["-h", "--help"], "show_default": True},
 )
 @click.version_option(package_name="pong-mp")
 def main() -> None:
@@ -413,10 +402,6 @@ class _FileToWrite(click.Path):
     """A file to write: a path that ends with a slash means a directory (as to `cp`), and
     would lose the slash in a Path, so it is refused."""
 
-    def __init__(self) -> None:
-        """click's Path, as a pathlib.Path."""
-        super().__init__(path_type=Path)
-
     def convert(self, value: Any, param: Any, ctx: Any) -> Any:
         """The path; fails on a trailing slash."""
         if isinstance(value, str) and value.endswith(os.sep):
@@ -438,12 +423,11 @@ class _GroupedCommand(click.Command):
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each group's options under its heading; --help with the first group's."""
-        first = config.OPTION_GROUPS[0]
         records: dict[str, list[tuple[str, str]]] = {group: [] for group in config.OPTION_GROUPS}
         for param in self.get_params(ctx):
             record = param.get_help_record(ctx)
             if record is not None:
-                records[getattr(param, "group", first)].append(record)
+                records[getattr(param, "group", config.OPTION_GROUPS[0])].append(record)
         for group, rows in records.items():
             if rows:
                 with formatter.section(f"{group.capitalize()} options"):
@@ -482,19 +466,15 @@ def _field_option(f: dataclasses.Field) -> Callable[[Callable[..., Any]], Any]:
         kwargs.update(multiple=True, metavar=meta.pop("metavar"))
     elif f.type == "bool":
         decls = [f"{decls[0]}/--no-{name}"]
-        kwargs.update(default=f.default, show_default=True)
+        kwargs["default"] = f.default
     else:
         kind = str(f.type).removesuffix(" | None")
         choices = meta.pop("choices", None)
         kwargs["type"] = click.Choice(choices) if choices else kinds[kind]
-        if f.default is not dataclasses.MISSING:
-            kwargs["default"] = f.default
-            kwargs["show_default"] = f.default is not None
-            if isinstance(f.default, tuple):  # a drop's: given and shown as it is typed
-                kwargs["default"] = config.shown(f.default)
-        else:  # a default made per run (the CPU count): shown in words
-            kwargs["default"] = f.default_factory
-            kwargs["show_default"] = meta.pop("show_default")
+        # A drop's default is given and shown as it is typed; one made per run (the CPU
+        # count) is shown in words, by its field's show_default.
+        default = f.default_factory if f.default is dataclasses.MISSING else f.default
+        kwargs["default"] = config.shown(default) if isinstance(default, tuple) else default
         kwargs.update(meta)
     return click.option(*decls, **kwargs)
 
@@ -512,7 +492,6 @@ def _field_option(f: dataclasses.Field) -> Callable[[Callable[..., Any]], Any]:
     cls=_GroupedOption,
     group="run",
     type=click.Choice(sorted(config.PRESETS)),
-    default=None,
     help="A named set of algorithm options; options given beside it win. karpathy: "
     "pg-pong exactly (RMSProp, lr 1e-4, batch 10, H 200, the MLP); pg: the same at lr 1e-3 "
     "(the defaults before the actor-critic); ppo: the actor-critic on the MLP (Adam, lr "
@@ -601,16 +580,10 @@ def train_command(
     "checkpoint_path", metavar="CHECKPOINT|MODEL|RUN_DIR", type=click.Path(path_type=Path)
 )
 @click.option(
-    "--env",
-    default=None,
-    help=f"Env to play: {SUPPORTED} (default: the one the policy was trained on).",
+    "--env", help=f"Env to play: {SUPPORTED} (default: the one the policy was trained on)."
 )
-@click.option(
-    "--episodes", type=click.IntRange(min=1), default=3, show_default=True, help="Games to play."
-)
-@click.option(
-    "--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the games."
-)
+@click.option("--episodes", type=click.IntRange(min=1), default=3, help="Games to play.")
+@click.option("--seed", type=click.IntRange(min=0), default=0, help="Seed of the games.")
 @click.option(
     "--env-arg",
     "env_args",
@@ -622,8 +595,7 @@ def train_command(
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (for scripts).")
 @click.option(
     "--record",
-    type=_FileToWrite(),
-    default=None,
+    type=_FileToWrite(path_type=Path),
     metavar="FILE.gif|FILE.mp4",
     help="Write the games as a video.",
 )
@@ -631,7 +603,6 @@ def train_command(
     "--scale",
     type=click.IntRange(min=1, max=8),
     default=3,
-    show_default=True,
     help="Upscaling of the recorded frames.",
 )
 @click.option(
@@ -639,13 +610,11 @@ def train_command(
     # A GIF holds a frame at most 655 s (a 16-bit count of 10 ms): 1,000 steps are 67 s.
     type=click.IntRange(min=1, max=1000),
     default=1,
-    show_default=True,
     help="Record one frame in this many (the video still plays at the game's speed).",
 )
 @click.option(
     "--max-frames",
     type=click.IntRange(min=1),
-    default=None,
     help="End the clip after this many recorded frames (the games are still played out).",
 )
 @_stoppable
@@ -784,7 +753,7 @@ def _recording(recorder: VideoRecorder | None) -> Iterator[Callable[[Any], None]
 
 @main.command("export")
 @click.argument("checkpoint_path", metavar="CHECKPOINT|RUN_DIR", type=click.Path(path_type=Path))
-@click.argument("out", metavar="MODEL.npz", type=_FileToWrite())
+@click.argument("out", metavar="MODEL.npz", type=_FileToWrite(path_type=Path))
 @_stoppable
 def export_command(checkpoint_path: Path, out: Path) -> None:
     """Write a checkpoint's (or run directory's) policy as a float32 model file for play."""
@@ -802,8 +771,7 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 @click.option(
     "-o",
     "--output",
-    type=_FileToWrite(),
-    default=None,
+    type=_FileToWrite(path_type=Path),
     help="PNG to write (default: RUN_DIR/learning.png for one run, compare.png for several).",
 )
 @click.option(
@@ -818,7 +786,6 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 @click.option(
     "--rate",
     type=_FiniteRange(min=1, max=1e8),  # a table of 300-digit minutes helps nobody
-    default=None,
     metavar="STEPS_PER_SEC",
     help="With --milestones, also convert env steps to wall time at this training rate "
     "(steps/s, as `pong-mp bench` measures it).",
@@ -826,7 +793,6 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 @click.option(
     "--min-steps",
     type=_FiniteRange(min=0),
-    default=None,
     metavar="STEPS",
     help="Draw only the updates from this many env steps on (e.g. 21e6: after a fork); "
     "--milestones adds a table of them (the milestones still cover whole runs).",
@@ -834,14 +800,12 @@ def export_command(checkpoint_path: Path, out: Path) -> None:
 @click.option(
     "--max-steps",
     type=_FiniteRange(min=0, min_open=True),
-    default=None,
     metavar="STEPS",
     help="Draw only the updates up to this many env steps.",
 )
 @click.option(
     "--after-update",
     type=click.IntRange(min=0),
-    default=None,
     metavar="N",
     help="Draw only the updates after update N (e.g. the forks' checkpoint); --milestones "
     "adds a table of them, as with --min-steps.",
@@ -920,10 +884,9 @@ def plot_command(
     "--seconds",
     type=_FiniteRange(min=1, max=86400),
     default=10.0,
-    show_default=True,
     help="Length of each measurement (the whole bench takes about 6x this).",
 )
-@click.option("--env", default="ALE/Pong-v5", show_default=True, help="Env id to measure.")
+@click.option("--env", default="ALE/Pong-v5", help="Env id to measure.")
 @click.option(
     "--scaling",
     is_flag=True,
@@ -932,7 +895,6 @@ def plot_command(
 @click.option(
     "--simulate",
     type=_FiniteRange(min=0.0005, max=0.1),
-    default=None,
     metavar="STEP_SECONDS",
     help="Instead: training on FakePong-v0 whose every step takes STEP_SECONDS more, slept "
     "(no CPU), "
@@ -959,16 +921,11 @@ def plot_command(
     "--seconds each, in one process.",
 )
 @click.option(
-    "--rounds",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    help="Rounds per env of --compare-envs.",
+    "--rounds", type=click.IntRange(min=1), default=3, help="Rounds per env of --compare-envs."
 )
 @click.option(
     "--preset",
     type=click.Choice(sorted(config.PRESETS)),
-    default=None,
     help="The training runs' --preset: its options where the training options below are not "
     "given (pg: the learner of the 1.00x figures).",
 )

@@ -344,8 +344,7 @@ class TrainConfig:
         if not isinstance(data, dict):
             raise ConfigError(f"a config is a JSON object, not {type(data).__name__}")
         data = {k: v for k, v in without_removed(data).items() if k not in RECORD_KEYS}
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - names)
+        unknown = sorted(set(data) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
             raise ConfigError(f"unknown config keys: {', '.join(unknown)}")
         config = cls(**{**OLDER_RUN_DEFAULTS, **data})
@@ -467,9 +466,9 @@ DROPS: dict[str, tuple[str, str]] = {
 
 def _is_number(value: object) -> bool:
     # A float, or a whole number a float holds (JSON's integers have no bound).
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, float) or (isinstance(value, int) and abs(value) < 2**1024)
+    return not isinstance(value, bool) and (
+        isinstance(value, float) or (isinstance(value, int) and abs(value) < 2**1024)
+    )
 
 
 def drop_options(data: dict[str, Any]) -> dict[str, tuple[float, ...]]:
@@ -508,9 +507,8 @@ def _typed(number: float) -> str:
 def option_flag(name: str) -> str:
     """The command-line flag of TrainConfig field `name` (lr_drop_at: --lr-drop-at;
     env_kwargs: --env-arg)."""
-    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
-    flag = fields[name].metadata.get("flag") if name in fields else None
-    return flag or "--" + name.replace("_", "-")
+    flags = {f.name: f.metadata.get("flag") for f in dataclasses.fields(TrainConfig)}
+    return flags.get(name) or "--" + name.replace("_", "-")
 
 
 _KINDS: dict[str, tuple[str, Callable[[object], bool]]] = {
@@ -547,9 +545,7 @@ def _host_port(address: str) -> bool:
 def check_types(data: dict[str, Any]) -> None:
     """Raise ConfigError naming the first TrainConfig field in `data` of the wrong type (a
     float where a whole number belongs included); other keys are ignored."""
-    for f in dataclasses.fields(TrainConfig):
-        if f.name not in data:
-            continue
+    for f in (f for f in dataclasses.fields(TrainConfig) if f.name in data):
         value = data[f.name]
         kind = str(f.type)
         optional = kind.endswith(" | None")
@@ -640,12 +636,8 @@ def merge_for_resume(stored: TrainConfig, given: dict[str, Any]) -> TrainConfig:
         given = {**given, "fork_from": stored.fork_from}
     for name in ALGORITHM_FIELDS:
         if name in given and given[name] != getattr(stored, name):
-            flag, was = option_flag(name), getattr(stored, name)
-            how = (
-                f"without {flag}"
-                if was is None
-                else f"with {flag} {shown(was)}, not {shown(given[name])}"
-            )
+            flag, was, now = option_flag(name), getattr(stored, name), shown(given[name])
+            how = f"without {flag}" if was is None else f"with {flag} {shown(was)}, not {now}"
             raise ConfigError(
                 f"this run was trained {how}: omit {flag} to resume it, or start a new --run-dir"
             )
@@ -704,12 +696,9 @@ def parse_json(text: str | bytes, finite: bool = True) -> Any:
     before a RecursionError in the parser or in the code that walks it; and, if `finite`,
     Python's NaN and Infinity and numbers past a float's range (ValueError)."""
     too_deep = JSONTooDeep(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    hooks = {"parse_constant": _not_json, "parse_float": _finite} if finite else {}
     try:
-        value = (
-            json.loads(text, parse_constant=_not_json, parse_float=_finite)
-            if finite
-            else json.loads(text)
-        )
+        value = json.loads(text, **hooks)
     except RecursionError:
         raise too_deep from None
     if _deeper_than(value, MAX_JSON_DEPTH):
