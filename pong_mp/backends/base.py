@@ -8,11 +8,9 @@ import ctypes
 import logging
 import os
 import sys
-import time
-from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -22,7 +20,6 @@ from pong_mp.batch_sum import GroupSum
 from pong_mp.episode import EpisodeResult, EpisodeStats, Task, ZeroRows
 from pong_mp.frames import InputStream
 
-T = TypeVar("T")
 log = logging.getLogger("pong_mp")
 
 _M_MMAP_THRESHOLD = -3  # mallopt's parameter number in glibc's malloc.h
@@ -169,8 +166,8 @@ class Backend(Protocol):
 
 
 class BackendBase:
-    """What the backends share: their start (`__init__`), `with backend:`, and the check for
-    hung workers' clocks. Subclasses implement the rest of `Backend`."""
+    """What the backends share: their start (`__init__`) and `with backend:`. Subclasses
+    implement the rest of `Backend`."""
 
     def __init__(self, spec: RolloutSpec) -> None:
         """Remember the spec; the workers are made by `start`."""
@@ -179,14 +176,6 @@ class BackendBase:
         self.spec = spec
         self.replacements = 0
         """How many workers were replaced after dying or hanging (for tests and logs)."""
-        self._checked = time.monotonic()  # when the workers were last checked for hangs
-
-    def _stall_skipped(self, clocks: Iterable[Clocked]) -> float:
-        # The time of this check for hung workers, with a stall since the last one taken off.
-        now = time.monotonic()
-        skip_stall(clocks, self._checked, now)
-        self._checked = now
-        return now
 
     def __enter__(self) -> Any:
         self.start()
@@ -245,7 +234,7 @@ def worker_error(message: str, tb: str) -> WorkerError:
     return error
 
 
-class Retries(Generic[T]):
+class Retries:
     """Failed episodes: how often each failed, and when to give up."""
 
     def __init__(self, max_retries: int) -> None:
@@ -260,20 +249,6 @@ class Retries(Generic[T]):
         if count > self.max_retries:
             message = f"episode {task.index} {what(count)}"
             raise worker_error(message, tb) if tb is not None else WorkerError(message)
-        return count
-
-    def again(
-        self,
-        task: Task,
-        pending: deque[T],
-        item: T,
-        what: Callable[[int], str],
-        tb: str | None = None,
-    ) -> int:
-        """`count` a failure of `task`, then put `item`, what plays it again, first in
-        `pending` (the same seed gives the same result); returns its failure count."""
-        count = self.count(task, what, tb)
-        pending.appendleft(item)
         return count
 
     def say_retry(self, task: Task, count: int, tb: str, where: str = "") -> None:

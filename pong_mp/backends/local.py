@@ -53,6 +53,7 @@ from pong_mp.backends.base import (
     RolloutSpec,
     WorkerError,
     main_guard_error,
+    skip_stall,
     worker_error,
 )
 from pong_mp.backends.kept import KeptData
@@ -118,9 +119,10 @@ class LocalBackend(BackendBase):
         self._grads: list[SharedGradient] = []
         self._workers: list[_Worker] = []
         self._pending: deque[Play] = deque()  # submitted, not yet sent to a worker
-        self._retries: Retries[Play] = Retries(spec.max_retries)
+        self._retries = Retries(spec.max_retries)
         self._slots = gradient_slots(spec)
         self._by_position = False  # one block, a slot per position of the batch (see above)
+        self._checked = time.monotonic()  # when the workers were last checked for hangs
         # For `pong-mp bench`, summed over workers: the time spent playing the episodes whose
         # results came back, and where the rest went: done with their part of a batch while
         # others played its last episodes (barrier); from the batch's last result (or their
@@ -171,8 +173,7 @@ class LocalBackend(BackendBase):
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.ENOMEM):
                     # The room was there a moment ago, or a limit other than the size bit.
-                    room = self._room(slots, by_position)
-                    raise room_error(*room, free_bytes()) from exc
+                    raise room_error(*self._room(slots, by_position), free_bytes()) from exc
                 raise BackendUnavailable(
                     f"cannot create shared memory in /dev/shm: {exc.strerror or exc}"
                 ) from exc
@@ -188,9 +189,8 @@ class LocalBackend(BackendBase):
         slot per position of the batch, or each worker a block of its own)."""
         own = [(slots, False) for slots in range(gradient_slots(self.spec), 0, -1)]
         batch = self.spec.batch_size
-        if self.spec.value_head and batch and batch <= max(
-            POSITION_BLOCK_EPISODES, 4 * self.spec.workers
-        ):
+        most = max(POSITION_BLOCK_EPISODES, 4 * self.spec.workers)
+        if self.spec.value_head and batch and batch <= most:
             return [(batch, True), *own]
         return own
 
@@ -211,9 +211,8 @@ class LocalBackend(BackendBase):
         while waiting:
             # A stop signal ends the wait (raised there); a wake with nothing ready is no
             # timeout until the deadline.
-            if not wait(list(waiting), timeout=max(0.0, deadline - time.monotonic())) and (
-                time.monotonic() >= deadline
-            ):
+            ready = wait(list(waiting), timeout=max(0.0, deadline - time.monotonic()))
+            if not ready and time.monotonic() >= deadline:
                 raise WorkerError(f"workers did not start within {_START_SECONDS:.0f} s")
             for conn in [c for c in waiting if c.poll()]:
                 w = waiting.pop(conn)
@@ -322,8 +321,7 @@ class LocalBackend(BackendBase):
         # order, a pass to a worker that does not keep it (which gets it whole) rather than
         # waiting for the one that does.
         for w in idle:
-            job = self._kept_job(w) if self._pending and len(w.kept) else None
-            if job is not None:
+            if (job := self._kept_job(w)) is not None:
                 self._send(w, job)
         for w in idle:
             if w.job is None and self._pending:
@@ -332,10 +330,9 @@ class LocalBackend(BackendBase):
         # as soon as it is done, into its other gradient slot: no round trip of the pipe and
         # the coordinator between the passes of a round.
         for w in self._workers:
-            if w.job is not None and w.queued is None and w.ready and self._pending:
-                job = self._kept_job(w) if self._slots > 1 and len(w.kept) else None
-                if job is not None:
-                    self._send(w, job)
+            can_queue = w.job is not None and w.queued is None and w.ready and self._slots > 1
+            if can_queue and (job := self._kept_job(w)) is not None:
+                self._send(w, job)
 
     def _kept_job(self, w: _Worker) -> Play | None:
         """Take from the pending jobs the first pass whose episode's data `w` keeps, if any."""
@@ -364,16 +361,15 @@ class LocalBackend(BackendBase):
         while self._pending or any(w.job is not None for w in self._workers):
             self._dispatch()
             busy = [w for w in self._workers if w.job is not None]
-            ready = wait(
-                [w.conn for w in busy] + [w.process.sentinel for w in busy],
-                timeout=_POLL_SECONDS,
-            )
+            ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], _POLL_SECONDS)
             for w in busy:
                 if w.conn in ready or w.process.sentinel in ready:
                     result = self._collect(w, ready)
                     if result is not None:
                         yield result
-            now = self._stall_skipped(self._workers)
+            now = time.monotonic()  # with a stall since the last check taken off the clocks
+            skip_stall(self._workers, self._checked, now)
+            self._checked = now
             for w in busy:
                 if w.job is None:
                     continue
@@ -448,9 +444,8 @@ class LocalBackend(BackendBase):
         self._next_job(w, time.perf_counter())
         if isinstance(job.task, PassTask):
             w.kept.forget(job.task.index)  # its retry goes whole, wherever it goes
-        count = self._retries.again(
-            job.task, self._pending, job, lambda n: f"failed {n} times in a worker", tb
-        )
+        count = self._retries.count(job.task, lambda n: f"failed {n} times in a worker", tb)
+        self._pending.appendleft(job)  # played again first: the same seed gives the same result
         self._retries.say_retry(job.task, count, tb, f" in worker {w.slot}")
         return None
 
@@ -472,13 +467,11 @@ class LocalBackend(BackendBase):
         if w.queued is not None:  # never started: back in line, no failure counted
             self._pending.appendleft(w.queued)
         if job is not None:
-            self._retries.again(
-                job.task, self._pending, job, lambda n: f"lost its worker {n} times (last: {why})"
-            )
+            self._retries.count(job.task, lambda n: f"lost its worker {n} times (last: {why})")
+            self._pending.appendleft(job)  # before its queued pass: played again first
         replay = f"; episode {job.task.index} will be played again" if job is not None else ""
         log.warning(f"worker {w.slot} {why}: replaced{replay}")
-        fresh = self._spawn(w.slot)
-        self._workers[self._workers.index(w)] = fresh
+        self._workers[self._workers.index(w)] = self._spawn(w.slot)
         self.replacements += 1
 
 

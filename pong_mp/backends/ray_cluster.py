@@ -186,10 +186,7 @@ class NodeLeader:
             return block.slots[group.number] if block is not None else np.empty(self._size)
 
         owner = {task.index: n for n, group in enumerate(groups) for task in group.tasks}
-        sums = [
-            BatchSum(group.tasks[0].index, len(group.tasks), total(group), self._ranges)
-            for group in groups
-        ]
+        sums = [BatchSum(g.tasks[0].index, len(g.tasks), total(g), self._ranges) for g in groups]
         stats: list[EpisodeStats] = []
         try:
             self.pool.submit(version, tasks)
@@ -228,10 +225,8 @@ class NodeLeader:
             return self._sums
         self._close_sums()
         spec = self.pool.spec
-        try:
+        with contextlib.suppress(OSError):
             self._sums = SharedSums.create(BlockShape(spec.shape, need, spec.value_head))
-        except OSError:
-            return None
         return self._sums
 
     def _close_sums(self) -> None:
@@ -317,14 +312,6 @@ def _get(refs: Any, timeout: float) -> Any:
 
 def _alarm(signum: int, frame: FrameType | None) -> None:
     raise TimeoutError
-
-
-def _loopback_host(address: str) -> str | None:
-    host = address.rsplit(":", 1)[0]
-    with contextlib.suppress(ValueError):
-        if ipaddress.ip_address(host).is_loopback:
-            return host
-    return None
 
 
 def _use_token_if_available() -> None:
@@ -413,19 +400,18 @@ def _keeping_sigterm() -> Iterator[None]:
 
 def _descendants(root: int) -> set[tuple[int, str]]:
     """The descendants of process `root` as (pid, start time), from /proc (none elsewhere)."""
-    parents: dict[int, int] = {}
-    starts: dict[int, str] = {}
+    procs: dict[int, tuple[int, str]] = {}  # pid -> its parent's pid, its start time
     with contextlib.suppress(OSError):
         for entry in os.scandir("/proc"):
             with contextlib.suppress(OSError, ValueError, IndexError):
                 fields = Path(entry.path, "stat").read_text().rsplit(")", 1)[1].split()
-                parents[int(entry.name)], starts[int(entry.name)] = int(fields[1]), fields[19]
+                procs[int(entry.name)] = int(fields[1]), fields[19]
     found: set[tuple[int, str]] = set()
     todo = [root]
     while todo:
         parent = todo.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent]
-        found.update((pid, starts[pid]) for pid in children)
+        children = [pid for pid, (ppid, _) in procs.items() if ppid == parent]
+        found.update((pid, procs[pid][1]) for pid in children)
         todo += children
     return found
 
@@ -506,15 +492,17 @@ def connect(address: str | None, num_cpus: int) -> bool:
         _start_reaper(_descendants(os.getpid()) - before)
         return True
     _use_token_if_available()
-    problem = _handshake_problem(address)
-    if problem is not None:
+    if (problem := _handshake_problem(address)) is not None:
         raise BackendUnavailable(problem)
     # Ray retries a failed handshake for minutes; an alarm bounds the wait.
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(int(CONNECT_SECONDS))
     try:
-        loopback = _loopback_host(address)
-        extra = {"_node_ip_address": loopback} if loopback else {}
+        extra: dict[str, Any] = {}
+        host = address.rsplit(":", 1)[0]
+        with contextlib.suppress(ValueError):
+            if ipaddress.ip_address(host).is_loopback:
+                extra["_node_ip_address"] = host
         with _keeping_sigterm():
             ray.init(address=address, **quiet, **extra)
     except TimeoutError:
@@ -548,14 +536,6 @@ def plan_nodes(workers: int, cpus: dict[str, int]) -> dict[str, int]:
     return plan
 
 
-def _cluster_cpus() -> dict[str, int]:
-    return {
-        node["NodeID"]: int(node.get("Resources", {}).get("CPU", 0))
-        for node in ray.nodes()
-        if node.get("Alive")
-    }
-
-
 class RayBackend(BackendBase):
     """The local pool on each node of a Ray cluster (a local Ray instance, or a cluster at
     `address`), driven through one leader actor a node."""
@@ -582,7 +562,9 @@ class RayBackend(BackendBase):
         WorkerError if one cannot start."""
         self._owns_ray = connect(self.address, self.spec.workers)
         try:
-            plan = plan_nodes(self.spec.workers, _cluster_cpus())
+            nodes = [node for node in ray.nodes() if node.get("Alive")]
+            cpus = {node["NodeID"]: int(node.get("Resources", {}).get("CPU", 0)) for node in nodes}
+            plan = plan_nodes(self.spec.workers, cpus)
             self._leaders = [
                 _Leader(self._new_actor(node, count), node, count) for node, count in plan.items()
             ]
@@ -758,9 +740,7 @@ class RayBackend(BackendBase):
             raise worker_error(report.error, report.traceback)
         self.replacements += report.replaced
         self._leaders[call.leader].pids = report.pids
-        for stats in report.stats:
-            if stats.data is not None:
-                self._holder[stats.index] = call.leader
+        self._holder.update({s.index: call.leader for s in report.stats if s.data is not None})
         self.group_sums += len(report.sums) + len(report.in_block)
         self._ready.extend(report.stats)
         self._ready.extend(report.sums)
@@ -808,11 +788,9 @@ class RayBackend(BackendBase):
             kept.close()
         self.replacements += 1
         self._holder = {i: n for i, n in self._holder.items() if n != call.leader}
-        again = sorted([c for c in self._calls if c.leader == call.leader] + [call],
-                       key=lambda c: c.seq)  # fmt: skip
-        for other in again:
-            if other in self._calls:
-                self._calls.remove(other)
+        again = [c for c in self._calls if c.leader == call.leader]
+        self._calls = [c for c in self._calls if c.leader != call.leader]
+        for other in sorted([*again, call], key=lambda c: c.seq):
             self._call(other)
 
 

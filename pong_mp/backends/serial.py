@@ -28,7 +28,7 @@ class SerialBackend(EpisodeWorker, BackendBase):
         # Found once: looking for the BLAS libraries reads /proc/self/maps (~1 ms), which
         # the actor-critic's many short tasks would pay each time.
         self._threads = ThreadpoolController()
-        self._retries: Retries[None] = Retries(spec.max_retries)
+        self._retries = Retries(spec.max_retries)
 
     def start(self) -> None:
         """Create the env."""

@@ -46,18 +46,10 @@ def pid_namespace() -> str:
         return ""
 
 
-def block_name() -> str:
-    """A new block's name: the prefix, the creator's pid and pid namespace, a random part."""
-    namespace = pid_namespace() or "0"
-    return f"{NAME_PREFIX}{os.getpid()}-{namespace}-{secrets.token_hex(4)}"
-
-
 def block_creator(name: str) -> tuple[int, str] | None:
     """The pid and pid namespace in a block's name; None for a name not written so."""
-    if not name.startswith(NAME_PREFIX):
-        return None
     parts = name.removeprefix(NAME_PREFIX).split("-")
-    if len(parts) != 3 or not parts[0].isdigit():
+    if not name.startswith(NAME_PREFIX) or len(parts) != 3 or not parts[0].isdigit():
         return None
     return int(parts[0]), parts[1]
 
@@ -152,7 +144,6 @@ class _Block:
     def __init__(self, shm: shared_memory.SharedMemory, shape: BlockShape, owner: bool) -> None:
         """Wrap an open block; use `create` or `attach` instead of calling this."""
         self._shm = shm
-        self._owner = owner
         self.shape = shape
 
     @staticmethod
@@ -170,7 +161,9 @@ class _Block:
         """A new block, owned (and unlinked) by the caller, its memory reserved in full.
         Raises OSError (ENOSPC where /dev/shm has no room), leaving no block."""
         size = cls.size(shape)
-        shm = shared_memory.SharedMemory(name=block_name(), create=True, size=size)
+        # Named by the prefix, the creator's pid and pid namespace, and a random part.
+        name = f"{NAME_PREFIX}{os.getpid()}-{pid_namespace() or '0'}-{secrets.token_hex(4)}"
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
         reserve = getattr(os, "posix_fallocate", None)  # Linux; elsewhere sized only
         if reserve is not None:
             try:
@@ -220,30 +213,22 @@ class SharedWeights(_Block):
         """Map each slot's version and weights (read-only unless this process owns them)."""
         super().__init__(shm, shape, owner)
         net, value = shape.net, shape.value
-        slots = []
+        self._views: list[tuple[np.ndarray, np.ndarray, policy.Weights32]] = []
         for slot in range(shape.width):
             offset = slot * self.slot_size(net, value)
             version = np.ndarray((1,), dtype=np.int64, buffer=shm.buf, offset=offset)
-            flat = np.ndarray(
-                (net.size(value),),
-                dtype=np.float32,
-                buffer=shm.buf,
-                offset=offset + HEADER_BYTES,
-            )
+            flat = np.ndarray((net.size(value),), np.float32, shm.buf, offset + HEADER_BYTES)
             if owner:
                 version[0] = _NO_VERSION
             else:
                 flat.flags.writeable = False
-            weights = policy.Weights32.from_flat32(flat, net)
-            slots.append((version, flat, weights))
-        self._views = slots
+            self._views.append((version, flat, policy.Weights32.from_flat32(flat, net)))
         self._written = 0  # versions written so far: the next goes in slot _written % width
 
     @staticmethod
     def slot_size(net: policy.NetShape, value: bool = False) -> int:
         """Bytes of one slot: the header, then the float32 weights, rounded up to 64."""
-        floats = net.size(value)
-        return -(-(HEADER_BYTES + 4 * floats) // 64) * 64
+        return -(-(HEADER_BYTES + 4 * net.size(value)) // 64) * 64
 
     @staticmethod
     def size(shape: BlockShape) -> int:
@@ -295,15 +280,11 @@ class SharedGradient(_Block):
         """Map the flat gradients and their flags."""
         super().__init__(shm, shape, owner)
         flat = np.ndarray((self.length(shape),), dtype=self.DTYPE, buffer=shm.buf)
-        self._views = _slots(flat, shape)
+        self._views = list(flat.reshape(shape.width, -1))  # a slot a row
         self._zeroed: list[ZeroRows | None] = [None] * shape.width
-        if self.FLAGS:
-            rows = shape.net.rows
-            flags = np.ndarray((rows * shape.width,), np.uint8, buffer=shm.buf, offset=flat.nbytes)
-            self._zeroed = [
-                ZeroRows(flags[i * rows : (i + 1) * rows], shape.net.hidden)
-                for i in range(shape.width)
-            ]
+        if self.FLAGS:  # a slot's flags a row
+            flags = np.ndarray((shape.width, shape.net.rows), np.uint8, shm.buf, flat.nbytes)
+            self._zeroed = [ZeroRows(row, shape.net.hidden) for row in flags]
 
     @staticmethod
     def length(shape: BlockShape) -> int:
@@ -326,12 +307,6 @@ class SharedGradient(_Block):
         return self._zeroed[slot]
 
 
-def _slots(flat: np.ndarray, shape: BlockShape) -> list[np.ndarray]:
-    """`flat` cut into `shape.width` gradients."""
-    length = shape.net.size(shape.value)
-    return [flat[i * length : (i + 1) * length] for i in range(shape.width)]
-
-
 class SharedSums(SharedGradient):
     """A Ray node leader's float64 group sums, a slot per group of a batch, which the driver
     on the same machine reads in place (not through Ray's object store)."""
@@ -344,5 +319,5 @@ def map_sums(name: str, shape: BlockShape) -> list[np.ndarray]:
     """Read-only views of the slots of a SharedSums block that another process made (a Ray
     driver reading its node leader's), mapped apart from it: they stay valid while they are
     held, after the block is removed too, and no resource tracker hears of them."""
-    length = SharedSums.length(shape)
-    return _slots(np.memmap(SHM_DIR / name, SharedSums.DTYPE, "r", shape=(length,)), shape)
+    flat = np.memmap(SHM_DIR / name, SharedSums.DTYPE, "r", shape=(SharedSums.length(shape),))
+    return list(flat.reshape(shape.width, -1))

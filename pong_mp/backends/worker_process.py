@@ -32,12 +32,7 @@ from typing import Any, NamedTuple
 
 from pong_mp.backends.base import RolloutSpec, prepare_worker_process
 from pong_mp.backends.episode_worker import EpisodeWorker
-from pong_mp.backends.shm import (
-    BlockShape,
-    SharedGradient,
-    SharedWeights,
-    start_resource_tracker,
-)
+from pong_mp.backends.shm import BlockShape, SharedGradient, SharedWeights, start_resource_tracker
 from pong_mp.episode import EpisodeStats, Task
 
 WORKER_IGNORES = (signal.SIGINT, signal.SIGHUP)
@@ -186,10 +181,7 @@ def block_shapes(spec: RolloutSpec, slots: int = 1) -> tuple[BlockShape, BlockSh
     """The shapes of the weights block and of each worker's gradient block (`slots` slots),
     for the coordinator that creates them and the workers that attach."""
     value = spec.value_head
-    return (
-        BlockShape(spec.shape, spec.lag + 1, value),
-        BlockShape(spec.shape, slots, value),
-    )
+    return BlockShape(spec.shape, spec.lag + 1, value), BlockShape(spec.shape, slots, value)
 
 
 def worker_main(
@@ -245,8 +237,7 @@ def worker_main(
             line = f"pong-mp: warning: {name}'s env failed as it was closed: {exc!r}\n"
             with contextlib.suppress(OSError):
                 os.write(2, line.encode())  # in one write: other workers write theirs too
-        if weights is not None:
-            weights.close()
-        if grad is not None:
-            grad.close()
+        for block in (weights, grad):
+            if block is not None:
+                block.close()
         conn.close()
