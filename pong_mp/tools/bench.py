@@ -307,11 +307,8 @@ def training_config(
     params = None  # new weights, drawn once the config says their shape
     if setup.model is not None:
         params, stored = load_policy(setup.model)
-        options.update(
-            hidden=int(stored["hidden"]),
-            policy=stored_option(stored, "policy"),
-            channels=stored_option(stored, "channels"),
-        )
+        options.update({name: stored_option(stored, name) for name in ("policy", "channels")})
+        options["hidden"] = int(stored["hidden"])
     config = TrainConfig(env=env_id, workers=workers, env_kwargs=env_kwargs or {}, **options)
     config.validate()
     if params is None:
@@ -330,17 +327,14 @@ def training_rate(
     """Train as `setup` says on the local backend for about `seconds` after one warm-up."""
     setup = setup or TrainingSetup()  # train's defaults, new weights
     from pong_mp.backends.local import LocalBackend
-    from pong_mp.state import TrainState
+    from pong_mp.state import initial_state
     from pong_mp.trainer import rollout_spec, updates
 
     config, params = training_config(env_id, workers, setup, env_kwargs)
-    backend = LocalBackend(rollout_spec(config))
-    backend.start()
-    try:
+    with LocalBackend(rollout_spec(config)) as backend:
         records = []
-        momentum = np.zeros_like(params) if config.optimizer == "adam" else None
-        start_state = TrainState(params=params, cache=np.zeros_like(params), momentum=momentum)
-        stream = updates(config, start_state, backend)
+        # A new run's state (the optimizer's at zero), from `setup`'s weights.
+        stream = updates(config, dataclasses.replace(initial_state(config), params=params), backend)
         next(stream)  # warm-up: first touches of memory and caches
         counters = (
             "busy_seconds", "barrier_seconds", "coordinator_seconds", "pipe_seconds",
@@ -357,8 +351,6 @@ def training_rate(
         spent = {name: getattr(backend, name) - before[name] for name in counters}
         passes = spent["light_passes"] + spent["whole_passes"]
         rss = [_rss_mb(pid) for pid in backend.worker_pids()]
-    finally:
-        backend.close()
     wall = sum(r["seconds"] for r in records)
     played = sum(r["play_seconds"] for r in records)
     # From each batch's last result until the new weights and the next episodes are out.
@@ -499,17 +491,13 @@ def where_measured() -> dict[str, Any]:
     }
 
 
-def _passes(r: dict[str, Any]) -> str:
-    # The actor-critic's passes over each batch; older results and pg's runs have none.
-    if r.get("epochs") is None:
-        return ""
-    return f"{r['epochs']} passes of {r['minibatches']} minibatches, "
-
-
 def format_bench(r: dict[str, Any]) -> str:
     """The bench's results as readable lines."""
     rss = r["peak_worker_rss_mb"]
     before, after = r["raw_steps_per_sec_before_after"]
+    # The actor-critic's passes over each batch; older results and pg's runs have none.
+    epochs = r.get("epochs")
+    passes = "" if epochs is None else f"{epochs} passes of {r['minibatches']} minibatches, "
     lines = [
         f"raw {r['env']}, {r['workers']} process{'es' * (r['workers'] != 1)}: "
         f"{r['raw_steps_per_sec']:,.0f} steps/s (before training {before:,.0f}, "
@@ -517,7 +505,7 @@ def format_bench(r: dict[str, Any]) -> str:
         f"pong-mp train, {r['workers']} local worker{'s' * (r['workers'] != 1)}: "
         f"{r['train_steps_per_sec']:,.0f} steps/s = {r['train_ratio']:.2f}x raw "
         f"({r['train_updates']} updates of {r.get('batch_size', 10)} episodes, "
-        f"{r.get('algo', 'pg')} with {r.get('optimizer', 'rmsprop')}, {_passes(r)}policy lag "
+        f"{r.get('algo', 'pg')} with {r.get('optimizer', 'rmsprop')}, {passes}policy lag "
         f"{r.get('policy_lag', 0)}, entropy bonus {r.get('entropy_bonus', 0):g}, "
         f"{'from ' + r['model'] if r.get('model') else 'new weights'}); "
         f"workers busy {100 * r.get('workers_busy', float('nan')):.0f}% of the time",
@@ -573,10 +561,8 @@ def run_scaling(
 
 def worker_counts(max_workers: int) -> list[int]:
     """The worker counts `--scaling` and `--simulate` measure: 1, 2, 4, ... and `max_workers`."""
-    counts = [1]
-    while counts[-1] * 2 < max_workers:
-        counts.append(counts[-1] * 2)
-    return sorted({*counts, max_workers})
+    powers = (2**i for i in range(max_workers.bit_length()) if 2**i < max_workers)
+    return sorted({1, *powers, max_workers})
 
 
 def simulated_env(step_seconds: float) -> dict[str, Any]:

@@ -65,15 +65,13 @@ class GifStream:
         from PIL import GifImagePlugin, Image
 
         index = self._indices(frame)
-        if self._previous is None:
-            top, bottom, left, right = 0, index.shape[0], 0, index.shape[1]
-        else:
-            changed = index != self._previous
-            rows, cols = np.flatnonzero(changed.any(axis=1)), np.flatnonzero(changed.any(axis=0))
-            if len(rows):
-                top, bottom, left, right = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
-            else:  # nothing moved: a 1-pixel frame that repeats what is there
-                top, bottom, left, right = 0, 1, 0, 1
+        # The first frame whole, each later one's rectangle that changed.
+        changed = np.ones(index.shape, bool) if self._previous is None else index != self._previous
+        rows, cols = np.flatnonzero(changed.any(axis=1)), np.flatnonzero(changed.any(axis=0))
+        if len(rows):
+            top, bottom, left, right = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+        else:  # nothing moved: a 1-pixel frame that repeats what is there
+            top, bottom, left, right = 0, 1, 0, 1
         self._previous = index
         s = self._scale
         patch = index[top:bottom, left:right].repeat(s, axis=0).repeat(s, axis=1)

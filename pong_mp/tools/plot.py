@@ -49,11 +49,8 @@ def check_output(out: Path) -> None:
 
 
 def _running(records: list[dict[str, Any]]) -> np.ndarray:
-    # null (no episode yet) is drawn as a gap
-    return np.array(
-        [np.nan if r["running_reward"] is None else r["running_reward"] for r in records],
-        dtype=float,
-    )
+    # null (no episode yet) is drawn as a gap: as a float, None is nan
+    return np.array([r["running_reward"] for r in records], dtype=float)
 
 
 def read_config(run_dir: Path) -> dict[str, Any]:
@@ -93,14 +90,15 @@ def _pyplot() -> Any:
     return plt
 
 
-def _save(fig: Any, out: Path) -> None:
-    # Atomically (never half a file); the figure is closed whatever happens. Numbers near
-    # the float's limits (a metrics file edited by hand, an env's rewards) overflow
+def _save(fig: Any, out: Path) -> Path:
+    # Atomically (never half a file), returning `out`; the figure is closed whatever happens.
+    # Numbers near the float's limits (a metrics file edited by hand, an env's rewards) overflow
     # matplotlib's axis arithmetic as it draws: a PlotError, not its warnings and traceback.
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore", RuntimeWarning)
             write_atomic(out, lambda fh: fig.savefig(fh, dpi=100, format="png"))
+        return out
     except (ValueError, OverflowError) as exc:
         raise PlotError(
             f"cannot draw these metrics: numbers too large for a plot ({exc})"
@@ -167,8 +165,7 @@ def plot_run(run_dir: Path, out: Path, records: list[dict[str, Any]] | None = No
     bottom.set_ylim(bottom=0)
     bottom.grid(alpha=0.3)
     fig.suptitle(_title(Path(run_dir), records))
-    _save(fig, Path(out))
-    return Path(out)
+    return _save(fig, Path(out))
 
 
 NOT_ALGORITHM = frozenset(
@@ -279,8 +276,7 @@ def plot_runs(runs: list[tuple[Path, list[dict[str, Any]]]], out: Path) -> Path:
             list(entries.values()), list(entries), loc="outside lower center", fontsize="small"
         )
     fig.suptitle(f"{len(runs)} runs in {len(groups)} setting{'s' * (len(groups) != 1)}")
-    _save(fig, Path(out))
-    return Path(out)
+    return _save(fig, Path(out))
 
 
 THRESHOLDS = (-20.0, -15.0, -10.0, -5.0, 0.0, 5.0, 10.0, 15.0, 18.0, 20.0)
@@ -340,11 +336,8 @@ def range_table(runs: list[tuple[Path, list[dict[str, Any]]]]) -> str:
     lines = []
     for run_dir, records in runs:
         rewards = np.array([r["reward_mean"] for r in records], dtype=float)
-        half = len(records) // 2
-        halves = [
-            f"{rewards[part].mean():+.2f}" if len(rewards[part]) else ""
-            for part in (slice(0, half), slice(half, None))
-        ]
+        parts = np.split(rewards, [len(rewards) // 2])
+        halves = [f"{part.mean():+.2f}" if len(part) else "" for part in parts]
         played = records[-1]["total_steps"] - records[0]["total_steps"] + records[0]["steps"]
         steps = np.array([r["total_steps"] for r in records], dtype=float) / 1e6
         climb = f"{np.polyfit(steps, rewards, 1)[0]:+.2f}" if np.ptp(steps) > 0 else ""
@@ -371,10 +364,8 @@ FORK_FIELDS = ("batch", "episodes", "total_steps", "reward_mean", "running_rewar
 
 def fork_origin(records: list[dict[str, Any]], update: int) -> dict[str, Any] | None:
     """The fields of FORK_FIELDS in the run's record of `update`; None if it has none."""
-    for r in records:
-        if r["batch"] == update:
-            return {name: r.get(name) for name in FORK_FIELDS}
-    return None
+    found = next((r for r in records if r["batch"] == update), None)
+    return None if found is None else {name: found.get(name) for name in FORK_FIELDS}
 
 
 def paired_table(

@@ -79,9 +79,8 @@ class VideoRecorder:
         if (self.seen - 1) % self.stride or full:
             return
         if self._gif_file is not None:
-            if self._gif is None:
-                height, width = frame.shape[:2]
-                self._gif = GifStream(self._gif_file, height, width, self.scale, self._delay_ms)
+            if self._gif is None:  # its size is the first frame's
+                self._gif = GifStream(self._gif_file, *frame.shape[:2], self.scale, self._delay_ms)
             self._gif.add(frame)
         else:
             self._writer.append_data(frame.repeat(self.scale, axis=0).repeat(self.scale, axis=1))
@@ -122,7 +121,4 @@ class VideoRecorder:
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if kind is None:
-            self.close()
-        else:
-            self.abort()
+        self._finish(keep=kind is None)  # close, or abort on an exception
