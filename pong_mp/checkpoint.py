@@ -85,30 +85,39 @@ def save(path: Path, state: TrainState, shape: policy.NetShape, config_json: str
         if not np.all(np.isfinite(flat)):
             raise CheckpointError(f"refusing to save non-finite {name} to {path}")
     arrays: dict[str, np.ndarray] = {}
-    for prefix, flat in flats.items():
+
+    def put(prefix: str) -> None:
         # Internally W1 is kept transposed (see policy.py); files hold it as H x 6400.
-        w1t, w2 = policy.split(flat, shape)
+        w1t, w2 = policy.split(flats[prefix], shape)
         arrays[prefix + "W1"], arrays[prefix + "W2"] = np.ascontiguousarray(w1t.T), w2
-        # ppo's value head and --policy conv's filters (neither has a policy lag)
-        for key, part in (("value", policy.value_head), ("conv", policy.conv_kernel)):
-            if part(state.params, shape) is not None:
-                arrays[prefix + key] = part(flat, shape)
+
+    put("")
+    put("rmsprop_")
     arrays.update(
         batch=np.int64(state.batch),
         episodes=np.int64(state.episodes),
         steps=np.int64(state.steps),
         elapsed=np.float64(state.elapsed),
         optimizer_steps=np.int64(state.optimizer_steps),
-        running_reward=np.float64(np.nan if state.running_reward is None else state.running_reward),
+        running_reward=np.float64(
+            np.nan if state.running_reward is None else state.running_reward
+        ),
         config=np.str_(config_json),
         format_version=np.int64(2 if state.late_units else 1),
     )
     if state.late_units:
         arrays["late_units"] = np.array(state.late_units, np.int64)
+    if state.momentum is not None:
+        put("adam_m_")
     if state.lagged:
         views = [policy.split(flat, shape) for flat in state.lagged]
         arrays["lag_W1"] = np.stack([w1t.T for w1t, _ in views])
         arrays["lag_W2"] = np.stack([w2 for _, w2 in views])
+    # ppo's value head and --policy conv's filters (neither has a policy lag)
+    for key, part in (("value", policy.value_head), ("conv", policy.conv_kernel)):
+        if part(state.params, shape) is not None:
+            for prefix, flat in flats.items():
+                arrays[prefix + key] = part(flat, shape)
     write_atomic(Path(path), lambda fh: np.savez(fh, **arrays))
 
 

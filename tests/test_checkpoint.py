@@ -51,6 +51,24 @@ def test_round_trip_is_exact_and_plain_numpy(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["checkpoint.npz"]  # no temp file left
 
 
+def test_the_members_of_a_checkpoint_come_in_one_order(tmp_path: Path) -> None:
+    # Their order is part of the file's bytes: the actor-critic's state (conv filters, value
+    # head, Adam's moments) saves to the same bytes from one version of pong-mp to the next.
+    shape = policy.NetShape(HIDDEN, channels=2)
+    params = policy.init_params(shape, 0, value=True)
+    state = _state()
+    state.params, state.cache, state.momentum = params, np.abs(params) / 7, params / 3
+    checkpoint.save(tmp_path / "c.npz", state, shape, CONFIG)
+    with zipfile.ZipFile(tmp_path / "c.npz") as npz:
+        names = [name.removesuffix(".npy") for name in npz.namelist()]
+    counters = ["batch", "episodes", "steps", "elapsed", "optimizer_steps", "running_reward"]
+    assert names == [
+        "W1", "W2", "rmsprop_W1", "rmsprop_W2", *counters, "config", "format_version",
+        "adam_m_W1", "adam_m_W2", "value", "rmsprop_value", "adam_m_value", "conv",
+        "rmsprop_conv", "adam_m_conv",
+    ]
+
+
 def test_running_reward_none_survives(tmp_path: Path) -> None:
     state = _state()
     state.running_reward = None
