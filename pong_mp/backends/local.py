@@ -321,7 +321,8 @@ class LocalBackend(BackendBase):
         # order, a pass to a worker that does not keep it (which gets it whole) rather than
         # waiting for the one that does.
         for w in idle:
-            if (job := self._kept_job(w)) is not None:
+            job = self._kept_job(w) if self._pending and len(w.kept) else None
+            if job is not None:
                 self._send(w, job)
         for w in idle:
             if w.job is None and self._pending:
@@ -330,9 +331,10 @@ class LocalBackend(BackendBase):
         # as soon as it is done, into its other gradient slot: no round trip of the pipe and
         # the coordinator between the passes of a round.
         for w in self._workers:
-            can_queue = w.job is not None and w.queued is None and w.ready and self._slots > 1
-            if can_queue and (job := self._kept_job(w)) is not None:
-                self._send(w, job)
+            if w.job is not None and w.queued is None and w.ready and self._pending:
+                job = self._kept_job(w) if self._slots > 1 and len(w.kept) else None
+                if job is not None:
+                    self._send(w, job)
 
     def _kept_job(self, w: _Worker) -> Play | None:
         """Take from the pending jobs the first pass whose episode's data `w` keeps, if any."""

@@ -788,9 +788,11 @@ class RayBackend(BackendBase):
             kept.close()
         self.replacements += 1
         self._holder = {i: n for i, n in self._holder.items() if n != call.leader}
-        again = [c for c in self._calls if c.leader == call.leader]
-        self._calls = [c for c in self._calls if c.leader != call.leader]
-        for other in sorted([*again, call], key=lambda c: c.seq):
+        again = sorted([c for c in self._calls if c.leader == call.leader] + [call],
+                       key=lambda c: c.seq)  # fmt: skip
+        for other in again:
+            if other in self._calls:
+                self._calls.remove(other)
             self._call(other)
 
 
