@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -42,10 +43,7 @@ class PassTask:
     """The data its play left (EpisodeStats.data); None on its way to a worker that keeps
     it (`backends/kept.py`), which puts it back before the pass."""
 
-    @property
-    def gradient(self) -> bool:
-        """A pass gives a gradient."""
-        return True
+    gradient: ClassVar[bool] = True  # a pass gives a gradient
 
 
 @dataclass(frozen=True)

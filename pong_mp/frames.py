@@ -108,24 +108,18 @@ class PaletteInputs:
         step overwrites)."""
         cur = np.ascontiguousarray(obs).reshape(-1)
         n = sparse.palette_diff(cur, self._prev, self._change, self._idx, self._vals)
-        if n < 0:
-            self._learn(cur)
+        if n < 0:  # a change not in the table yet: learn those of the pixels that moved
+            moved = np.flatnonzero(cur != self._prev)
+            before, now = self._prev[moved], cur[moved]
+            # The previous colours were looked up (and learned) when they were on screen.
+            binary = self._env.binary
+            self._change[before, now] = binary(now).astype(np.int8) - binary(before)
             n = sparse.palette_diff(cur, self._prev, self._change, self._idx, self._vals)
         self._prev = cur
         return self._idx[:n], self._vals[:n]
-
-    def _learn(self, cur: np.ndarray) -> None:
-        moved = np.flatnonzero(cur != self._prev)
-        before, now = self._prev[moved], cur[moved]
-        # The previous colours were looked up (and learned) when they were on screen.
-        self._change[before, now] = self._env.binary(now).astype(np.int8) - self._env.binary(
-            before
-        )
 
 
 def input_stream(env: gym.Env) -> InputStream:
     """The cheapest input stream for this env."""
     unwrapped = env.unwrapped
-    if hasattr(unwrapped, "binary"):
-        return PaletteInputs(unwrapped)
-    return BinaryInputs()
+    return PaletteInputs(unwrapped) if hasattr(unwrapped, "binary") else BinaryInputs()

@@ -74,8 +74,9 @@ def format_update(record: dict[str, Any]) -> str:
     )
 
 
-class LineReporter:
-    """Plain lines, one per update: for logs, pipes and CI (no control characters)."""
+class LineReporter(Reporter):
+    """Plain lines, one per update: for logs, pipes and CI (no control characters); its close
+    (Reporter's) has nothing to finish."""
 
     def __init__(self, write: Callable[[str], None] = print) -> None:
         """Print through `write`."""
@@ -88,9 +89,6 @@ class LineReporter:
     def update(self, record: dict[str, Any]) -> None:
         """Print the update's line."""
         self._write(format_update(record))
-
-    def close(self) -> None:
-        """Nothing to finish."""
 
 
 class QuietReporter(Reporter):
@@ -154,8 +152,7 @@ class BarReporter:
         self._stream = _Watched(stream)
         # A terminal that reports no size (script, some CI ptys) would hide tqdm's bar.
         try:
-            size = os.get_terminal_size(stream.fileno())
-            known = size.columns > 0 and size.lines > 0
+            known = min(os.get_terminal_size(stream.fileno())) > 0  # columns and lines
         except (OSError, ValueError, AttributeError):
             known = False
         fallback = {} if known or notebook else {"ncols": 100, "nrows": 24}

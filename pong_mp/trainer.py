@@ -73,36 +73,26 @@ def rollout_spec(config: TrainConfig) -> RolloutSpec:
 
 def make_learner(config: TrainConfig) -> Learner:
     """The run's learner, with its settings taken from the run's config."""
-    lr = Schedule(config.lr, config.lr_drop_at, config.lr_drop_to)
+    shared: dict[str, Any] = {  # learner.Learning's fields, which every learner has
+        "seed": config.seed,
+        "batch_size": config.batch_size,
+        "optimizer": config.optimizer,
+        "lr": Schedule(config.lr, config.lr_drop_at, config.lr_drop_to),
+        "shape": config.shape,
+        "decay_rate": config.decay_rate,
+    }
     if config.algo == "ppo":
+        entropy = Schedule(config.entropy_bonus, config.entropy_drop_at, config.entropy_drop_to)
         return PPOLearner(
             PPOLearning(
-                seed=config.seed,
-                batch_size=config.batch_size,
+                **shared,
                 epochs=config.epochs,
                 minibatches=config.minibatches,
-                optimizer=config.optimizer,
-                lr=lr,
-                shape=config.shape,
-                entropy=Schedule(
-                    config.entropy_bonus, config.entropy_drop_at, config.entropy_drop_to
-                ),
-                decay_rate=config.decay_rate,
+                entropy=entropy,
                 step_threads=step_threads(),
             )
         )
-    return PGLearner(
-        PGLearning(
-            seed=config.seed,
-            batch_size=config.batch_size,
-            optimizer=config.optimizer,
-            lr=lr,
-            shape=config.shape,
-            decay_rate=config.decay_rate,
-            lag=config.policy_lag,
-            batches=config.batches,
-        )
-    )
+    return PGLearner(PGLearning(**shared, lag=config.policy_lag, batches=config.batches))
 
 
 def run(

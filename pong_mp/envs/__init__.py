@@ -149,7 +149,6 @@ def _close(env: gym.Env, env_id: str) -> None:
 def make_training_env(env_id: str, **kwargs: Any) -> tuple[gym.Env, InputStream]:
     """An env for training and the input stream that reads it: FastAtari for ALE ids, unless
     `kwargs` has fast=False, which keeps gymnasium's own env."""
-    kwargs = dict(kwargs)
     fast = kwargs.pop("fast", True)
     if not isinstance(fast, bool):
         raise ValueError(f"fast must be true or false, not {fast!r}")

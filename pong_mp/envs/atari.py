@@ -44,8 +44,7 @@ class FastAtari(gym.Env):
             env_id, frameskip=1, repeat_action_probability=0.0, obs_type="ram", **kwargs
         )
         self._inner.reset(seed=0)  # loads the ROM, once
-        ale = self._inner.unwrapped.ale
-        self._ale = ale
+        self._ale = self._inner.unwrapped.ale
         self._actions = list(self._inner.unwrapped._action_set)
         self.frameskip = frameskip
         self.sticky = repeat_action_probability

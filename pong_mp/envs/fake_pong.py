@@ -105,8 +105,7 @@ class FakePong(gym.Env):
     ) -> tuple[np.ndarray, dict[str, Any]]:
         """Start a new game; the same seed gives the same game for the same actions."""
         super().reset(seed=seed)
-        self.agent_y = (TOP + BOTTOM - self.paddle_h) // 2
-        self.opponent_y = self.agent_y
+        self.agent_y = self.opponent_y = (TOP + BOTTOM - self.paddle_h) // 2
         self.score = [0, 0]  # agent, opponent
         self.steps = 0
         self._serve(towards_agent=bool(self.np_random.integers(2)))

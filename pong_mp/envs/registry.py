@@ -34,46 +34,37 @@ def register_fake_pong() -> None:
         )
 
 
-def _register_ale() -> None:
-    import ale_py  # imported lazily: it loads the emulator library
-
-    # Without this every worker prints ALE's banner to stderr when its env is made.
-    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
-    gym.register_envs(ale_py)
-
-
 def check_env_id(env_id: str) -> None:
     """Raise UnknownEnvError, with a short message, if `env_id` is not a known env.
 
     An id may name the module that registers its env ("module:EnvId"), imported here as
-    gymnasium.make does (`import_env_module`).
+    gymnasium.make does: whatever its import raises (sys.exit and other BaseExceptions
+    included) is an UnknownEnvError in the coordinator, so a module that fails never reaches
+    the workers. A stop passes (`pass_stops`).
     """
     module, _, name = env_id.rpartition(":")
     if module:
-        import_env_module(env_id, module)
+        try:
+            importlib.import_module(module)
+        except BaseException as exc:  # the user's module may raise anything at import
+            pass_stops(exc)
+            if isinstance(exc, SystemExit):
+                # It would end pong-mp itself, with a status that says nothing (often 0).
+                raise UnknownEnvError(
+                    f"env id {env_id!r}: importing {module} called {exit_call(exc)}"
+                ) from None
+            what = first_line(exc) if isinstance(exc, ImportError) else ""
+            raise UnknownEnvError(
+                f"env id {env_id!r}: cannot import {module} ({what or exception_line(exc)})"
+            ) from None
     if name.startswith("ALE/"):
-        _register_ale()
+        import ale_py  # imported lazily: it loads the emulator library
+
+        # Without this every worker prints ALE's banner to stderr when its env is made.
+        ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
+        gym.register_envs(ale_py)
     if name not in gym.registry:
         raise UnknownEnvError(f"unknown env id {env_id!r}; use {SUPPORTED}")
-
-
-def import_env_module(env_id: str, module: str) -> None:
-    """Import `module`, named by `env_id`: whatever its import raises (sys.exit and other
-    BaseExceptions included) is an UnknownEnvError in the coordinator, so a module that fails
-    never reaches the workers. A stop passes (`pass_stops`)."""
-    try:
-        importlib.import_module(module)
-    except BaseException as exc:  # the user's module may raise anything at import
-        pass_stops(exc)
-        if isinstance(exc, SystemExit):
-            # It would end pong-mp itself, with a status that says nothing (often 0).
-            raise UnknownEnvError(
-                f"env id {env_id!r}: importing {module} called {exit_call(exc)}"
-            ) from None
-        what = first_line(exc) if isinstance(exc, ImportError) else ""
-        raise UnknownEnvError(
-            f"env id {env_id!r}: cannot import {module} ({what or exception_line(exc)})"
-        ) from None
 
 
 def pass_stops(exc: BaseException) -> None:
