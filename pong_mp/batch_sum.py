@@ -69,7 +69,7 @@ def sum_group(
     return total
 
 
-Ranges = Callable[[Callable[[int, int], object]], None]
+Ranges = Callable[[Callable[[int, int], object]], object]
 """Runs a function of an element range (start, stop) over all the parameters' ranges, on
 threads (`optim.MeanStep.ranges`)."""
 
@@ -87,13 +87,11 @@ def sum_in_blocks(
 
     def part(start: int, stop: int) -> None:
         out = total[start:stop]
-        for group in range(group_count(len(grads))):
-            members = [g[start:stop] for g in grads[group * GROUP : (group + 1) * GROUP]]
-            flags = zeroed[group * GROUP : (group + 1) * GROUP]
-            if group:
-                _add(out, sum_group(members, None, flags, start), first=False)
-            else:  # group 0 is summed straight into the total, whose first term it is anyway
-                sum_group(members, out, flags, start)
+        for first in range(0, len(grads), GROUP):
+            members = [g[start:stop] for g in grads[first : first + GROUP]]
+            # Group 0 is summed straight into the total, whose first term it is anyway.
+            group = sum_group(members, None if first else out, zeroed[first : first + GROUP], start)
+            _add(out, group, first=first == 0)
 
     if ranges is None:
         part(0, len(total))
@@ -124,10 +122,7 @@ def _compiled_add(total: np.ndarray, grad: np.ndarray) -> bool:
         total.dtype == np.float64
         and grad.dtype == np.float32
         and total.ndim == grad.ndim == 1
-        and total.flags.c_contiguous
-        and grad.flags.c_contiguous
-        and total.flags.aligned
-        and grad.flags.aligned
+        and all(array.flags.c_contiguous and array.flags.aligned for array in (total, grad))
         and total.flags.writeable
         and not np.may_share_memory(total, grad)
     )
@@ -163,9 +158,11 @@ class BatchSum:
         self._first = first_index
         self._groups = group_count(batch_size) if out is not None else 0
         self._batch_size = batch_size
-        self._next_group = 0
-        self._ready: dict[int, np.ndarray] = {}  # group sums waiting for earlier groups
-        self._open: dict[int, _OpenGroup] = {}
+        # The group sums into the total. One that waits for earlier groups is its own array
+        # (made here or by a backend), or a Ray leader's slot, written again only in a later
+        # round: it can wait as it is.
+        self._sums = _InOrder(0, self._groups, out, copy=False)
+        self._open: dict[int, _InOrder] = {}
 
     @property
     def episode_rewards(self) -> list[float]:
@@ -181,14 +178,14 @@ class BatchSum:
     @property
     def complete(self) -> bool:
         """Whether every episode and every group is in the total."""
-        return self.count == self._batch_size and self._next_group == self._groups
+        return self.count == self._batch_size and self._sums.done
 
     def add(self, item: EpisodeResult | EpisodeStats | GroupSum) -> None:
         """Take whatever a backend yielded: an episode with its gradient, an episode's
         statistics alone (its gradient comes in a group's sum, or it gives none), or a group's
         sum (made by `sum_group` where its episodes played)."""
         if isinstance(item, GroupSum):
-            self._group_done(item.group, item.grad)
+            self._sums.add(item.group, item.grad)
             return
         stats, grad = (item.stats, item.grad) if isinstance(item, EpisodeResult) else (item, None)
         if grad is not None and self._groups == 0:
@@ -209,18 +206,19 @@ class BatchSum:
             raise ValueError("a batch's gradients either all stay or none does")
         group = position // GROUP
         if group not in self._open:
-            size = min(GROUP, self._batch_size - group * GROUP)
+            end = min(self._batch_size, (group + 1) * GROUP)
             # Group 0 is summed straight into the total, whose first term it is anyway.
-            self._open[group] = _OpenGroup(group * GROUP, size, self.total if group == 0 else None)
+            out = self.total if group == 0 else None
+            self._open[group] = _InOrder(group * GROUP, end, out, copy=True)
         pending = self._open[group]
         pending.add(position, grad)
         if pending.done:
             del self._open[group]
             assert pending.total is not None
-            self._group_done(group, pending.total)
+            self._sums.add(group, pending.total)
 
     def _stay(self, position: int, grad: np.ndarray, zeroed: ZeroRows | None) -> None:
-        if self._open or self._next_group:
+        if self._open or self._sums.next:
             raise ValueError("a batch's gradients either all stay or none does")
         self._staying[position] = grad, zeroed
         if len(self._staying) == self._batch_size:
@@ -228,44 +226,31 @@ class BatchSum:
             grads, flags = zip(*(self._staying[p] for p in range(self._batch_size)), strict=True)
             sum_in_blocks(self.total, list(grads), self._ranges, flags)
             self._staying.clear()
-            self._next_group = self._groups
-
-    def _group_done(self, group: int, grad: np.ndarray) -> None:
-        if group != self._next_group:
-            # A group's sum is its own array (made here or by a backend), or a Ray leader's
-            # slot, written again only in a later round: it can wait as it is.
-            self._ready[group] = grad
-            return
-        self._fold(grad)
-        while self._next_group in self._ready:
-            self._fold(self._ready.pop(self._next_group))
-
-    def _fold(self, grad: np.ndarray) -> None:
-        _add(self.total, grad, first=self._next_group == 0)
-        self._next_group += 1
+            self._sums.next = self._groups
 
 
-class _OpenGroup:
-    """A group whose episodes are still arriving: `sum_group`'s additions, in order."""
+class _InOrder:
+    """Terms at positions first .. end - 1 added into `total` in position order (`_add`'s
+    steps) as they arrive in any order: a group's episodes (`sum_group`'s additions), or the
+    batch's group sums. A term that comes early waits, a copy where `copy` says so."""
 
-    def __init__(self, first: int, size: int, out: np.ndarray | None) -> None:
+    def __init__(self, first: int, end: int, out: np.ndarray | None, copy: bool) -> None:
         self.total = out
-        self._first = first
-        self._next = first
-        self._end = first + size
+        self._first = self.next = first
+        self._end = end
+        self._copy = copy
         self._waiting: dict[int, np.ndarray] = {}
 
     @property
     def done(self) -> bool:
-        return self._next == self._end
+        return self.next == self._end
 
-    def add(self, position: int, grad: np.ndarray) -> None:
-        if position != self._next:
-            self._waiting[position] = np.array(grad, copy=True)
+    def add(self, position: int, term: np.ndarray) -> None:
+        if position != self.next:
+            self._waiting[position] = np.array(term, copy=True) if self._copy else term
             return
-        while True:
-            self.total = _add(self.total, grad, first=self._next == self._first)
-            self._next += 1
-            if self._next not in self._waiting:
-                return
-            grad = self._waiting.pop(self._next)
+        following: np.ndarray | None = term
+        while following is not None:
+            self.total = _add(self.total, following, first=self.next == self._first)
+            self.next += 1
+            following = self._waiting.pop(self.next, None)

@@ -167,8 +167,7 @@ class EpisodeGradient:
             self._e *= self._entropy_bonus / scale
             self._a += self._e
             self._e[:] = 0.0
-        n = policy.param_count(self._shape)
-        sparse.finish(self._a, self._b, self._touched, mu, scale, out[:n])
+        sparse.finish(self._a, self._b, self._touched, mu, scale, out[: self.size])
         return out
 
     def _fold(self, final: bool) -> None:
@@ -185,7 +184,10 @@ class EpisodeGradient:
             r, lag = float(rewards[end]), end + 1
             self._carry *= r * self._gamma**lag  # in place: no 10 MB temporary
             self._a += self._carry
-            self._moments_of_rally(r, lag, self._carried)
+            # The carried steps' returns: r * gamma^(lag + k) for k = 0 .. carried - 1.
+            for first in range(0, self._carried, self._block):
+                k = np.arange(first, min(first + self._block, self._carried))
+                self._moments.add(r * self._gamma ** (lag + k))
             self._carried = 0
         count = buffered if final else done
         returns = np.zeros(count)
@@ -193,24 +195,33 @@ class EpisodeGradient:
         self._moments.add(returns[:done])
         if final:
             self._moments.add_zeros(count - done + self._carried)
-        dlogps = self._dlogps[:count]
-        self._accumulate(count, dlogps * returns, dlogps, self._a, self._b)
-        self._drop(count)
+        self._fold_steps(count, self._dlogps[:count] * returns, self._a)
 
     def _fold_into_carry(self) -> None:
         count = self._buffered
-        dlogps = self._dlogps[:count]
         decay = self._gamma ** np.arange(count - 1, -1, -1)  # gamma^(t_c - s)
         if self._carried:
             self._carry *= self._gamma**count
         else:
             self._carry[:] = 0.0
-        self._accumulate(count, dlogps * decay, dlogps, self._carry, self._b)
+        self._fold_steps(count, self._dlogps[:count] * decay, self._carry)
         self._carried += count
-        self._drop(count)
 
-    def _drop(self, count: int) -> None:
-        # The steps after the folded ones (a rally in progress) move to the buffer's front.
+    def _fold_steps(self, count: int, coef_a: np.ndarray, out_a: np.ndarray) -> None:
+        # The buffer's first `count` steps folded in: sum_t coef_a[t] * g_t into `out_a`,
+        # sum_t g_t into B (and the bonus's E); the steps after them (a rally in progress)
+        # move to the buffer's front.
+        assert self._weights is not None, "start() was not called"
+        if count:
+            sums = [(coef_a, self._dlogps[:count], out_a, self._b)]
+            if self._e is not None:
+                # The kernel fills two sums a call; E goes alone, as both, its second share 0.
+                sums.append((self._slopes, self._no_slopes, self._e, self._e))
+            for coefs_and_outs in sums:
+                sparse.accumulate(
+                    self._idx, self._vals, self._indptr, self._hs, self._weights.w2, count,
+                    *coefs_and_outs, self._touched,
+                )
         rest = self._buffered - count
         if rest:
             first, last = int(self._indptr[count]), int(self._indptr[self._buffered])
@@ -221,26 +232,3 @@ class EpisodeGradient:
                 array[:rest] = array[count : self._buffered]
         self._indptr[0] = 0
         self._buffered = rest
-
-    def _moments_of_rally(self, r: float, lag: int, count: int) -> None:
-        # The carried steps' returns: r * gamma^(lag + k) for k = 0 .. count - 1.
-        for first in range(0, count, self._block):
-            k = np.arange(first, min(first + self._block, count))
-            self._moments.add(r * self._gamma ** (lag + k))
-
-    def _accumulate(
-        self, count: int, coef_a: np.ndarray, coef_b: np.ndarray, out_a: np.ndarray,
-        out_b: np.ndarray,
-    ) -> None:
-        assert self._weights is not None, "start() was not called"
-        if count:
-            sparse.accumulate(
-                self._idx, self._vals, self._indptr, self._hs, self._weights.w2, count,
-                coef_a, coef_b, out_a, out_b, self._touched,
-            )
-        if count and self._e is not None:
-            # The kernel fills two sums a call; E goes alone, as both, its second share 0.
-            sparse.accumulate(
-                self._idx, self._vals, self._indptr, self._hs, self._weights.w2, count,
-                self._slopes, self._no_slopes, self._e, self._e, self._touched,
-            )

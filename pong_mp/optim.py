@@ -134,9 +134,8 @@ class MeanStep:
     def norm(self, total: np.ndarray, divisor: float) -> float:
         """The Euclidean norm of total / divisor (float64, as long as the parameters)."""
 
-        def part(first: int, last: int) -> bool:
+        def part(first: int, last: int) -> None:
             sparse.mean_squares(total, divisor, self._partials, first, last, STEP_BLOCK)
-            return False
 
         self._share(part)
         try:
@@ -150,11 +149,10 @@ class MeanStep:
         before going on)."""
         if step < 1:
             raise ValueError(f"the optimizer's step counts from 1, not {step}")
-        n, params, cache, weights = len(self.params), self.params, self.cache, self.weights
-        momentum = self.momentum
+        params, cache, weights, momentum = self.params, self.cache, self.weights, self.momentum
+        corrections = self._adam_corrections(step) if momentum is not None else None
 
-        def part(first: int, last: int) -> bool:
-            start, stop = first * STEP_BLOCK, min(n, last * STEP_BLOCK)
+        def part(start: int, stop: int) -> bool:
             if momentum is None:
                 return sparse.rmsprop_range(
                     params, cache, total, divisor, scale, lr, self.decay, EPS, weights,
@@ -165,8 +163,7 @@ class MeanStep:
                 ADAM_EPS, *corrections, weights, start, stop,
             )
 
-        corrections = self._adam_corrections(step) if momentum is not None else None
-        return not any(self._share(part))
+        return not any(self.ranges(part))
 
     def _adam_corrections(self, step: int) -> tuple[np.ndarray, np.ndarray, int, bool]:
         # `sparse.adam_range`'s corrections and layout: each unit's, then the run's; the
@@ -181,18 +178,14 @@ class MeanStep:
                 return np.array(first), np.array(second), units.rows, units.head
         return np.array([run[0]]), np.array([run[1]]), 0, False
 
-    def ranges(self, part: Callable[[int, int], object]) -> None:
+    def ranges(self, part: Callable[[int, int], T]) -> list[T]:
         """Run `part(start, stop)` over the element ranges of the parameters, on the step's
-        threads (inside `with`): a round's sum of gradients (`batch_sum.sum_in_blocks`)."""
+        threads (inside `with`): the step's, and a round's sum of gradients
+        (`batch_sum.sum_in_blocks`); its results, as `share` gives them."""
         n = len(self.params)
+        return self._share(lambda first, last: part(first * STEP_BLOCK, min(n, last * STEP_BLOCK)))
 
-        def blocks(first: int, last: int) -> bool:
-            part(first * STEP_BLOCK, min(n, last * STEP_BLOCK))
-            return False
-
-        self._share(blocks)
-
-    def _share(self, part: Callable[[int, int], bool]) -> list[bool]:
+    def _share(self, part: Callable[[int, int], T]) -> list[T]:
         # The blocks in one contiguous run a thread (in one, outside `with`).
         return share(self._pool, self.threads, len(self._partials), part)
 

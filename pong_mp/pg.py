@@ -27,7 +27,7 @@ import gymnasium as gym
 import numpy as np
 
 from pong_mp import learner, policy
-from pong_mp.backends.base import Backend, BackendItem
+from pong_mp.backends.base import Backend
 from pong_mp.batch_sum import BatchSum, GroupSum
 from pong_mp.episode import (
     EpisodeResult,
@@ -109,16 +109,13 @@ def play_episode(
     `out` (flat float32) when given; `work` is the working memory a worker reuses. The
     result depends only on (weights, task)."""
     start = time.perf_counter()
-    if work is None:
-        work = EpisodeGradient(weights.w2.shape[0])
+    work = work or EpisodeGradient(weights.w2.shape[0])
     work.start(weights, gamma)
-    record = work.add
-
-    def on_step(action: int, p_up: float, reward: float) -> None:
+    run_episode(
+        env, inputs, task.seed, work.forward,
         # dlogp: d log pi(a) / d logit
-        record((1.0 if action == policy.UP else 0.0) - p_up, reward)
-
-    run_episode(env, inputs, task.seed, work.forward, on_step)
+        lambda action, p_up, reward: work.add((1.0 if action == policy.UP else 0.0) - p_up, reward),
+    )
     grad = np.empty(work.size, np.float32) if out is None else out
     work.finish(grad)
     stats = EpisodeStats(
@@ -208,7 +205,14 @@ class PGLearner:
         for item in backend.results():
             check_stop()
             self._arrived = time.perf_counter()
-            self._in_flight[_batch_of(item, state.episodes, self.settings.batch_size)].add(item)
+            # The batch of `item`, by its first episode (batches in flight are consecutive
+            # runs of batch_size episodes from state.episodes on).
+            if isinstance(item, GroupSum):
+                first = item.first_index
+            else:
+                index = item.stats.index if isinstance(item, EpisodeResult) else item.index
+                first = index - (index - state.episodes) % self.settings.batch_size
+            self._in_flight[first].add(item)
             if summed.complete:
                 break
         if not summed.complete:
@@ -256,12 +260,3 @@ class PGLearner:
         lagged = (*state.lagged[1:], state.params.astype(np.float32)) if state.lagged else ()
         new_state = next_state(state, stepper, summed, 1, lagged=lagged)
         return PGStep(new_state, stepper.weights, grad, lr)
-
-
-def _batch_of(item: BackendItem, first: int, batch_size: int) -> int:
-    # The first episode of the batch that `item` belongs to (batches in flight are
-    # consecutive runs of batch_size episodes from `first` on).
-    if isinstance(item, GroupSum):
-        return item.first_index
-    index = item.stats.index if isinstance(item, EpisodeResult) else item.index
-    return index - (index - first) % batch_size

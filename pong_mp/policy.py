@@ -32,7 +32,6 @@ CONV_SIDE = (80 - CONV_SIZE) // CONV_STRIDE + 1
 """--policy conv: positions a side (19): its feature map is 19 x 19 x channels."""
 
 
-
 @dataclass(frozen=True)
 class NetShape:
     """The shape of a policy network: what the layout of its flat parameters follows."""
@@ -291,23 +290,15 @@ class SparseForward:
         self._pre = np.zeros(len(self._features), np.float32)  # conv_step's scratch
         self._seen = np.zeros(CONV_SIDE * CONV_SIDE, np.uint8)
 
-    def _inputs(
-        self, weights: Weights32, idx: np.ndarray, vals: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def p_up(
+        self, weights: Weights32, idx: np.ndarray, vals: np.ndarray, logit: bool = False
+    ) -> float:
+        """P(UP) for values `vals` (float32) at pixels `idx` (int32), or with `logit` its logit
+        (of which P(UP) is the sigmoid)."""
         # The hidden layer's sparse input: the pixels, or their conv features.
-        if weights.kernel is None:
-            return idx, vals
-        count = sparse.conv_step(
-            weights.kernel, idx, vals, self._features, self._values, self._pre, self._seen
-        )
-        return self._features[:count], self._values[:count]
-
-    def logit(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
-        """The logit of P(UP) for values `vals` (float32) at pixels `idx` (int32)."""
-        rows, values = self._inputs(weights, idx, vals)
-        return sparse.forward(weights.w1t, weights.w2, rows, values, self.h, logit=True)
-
-    def p_up(self, weights: Weights32, idx: np.ndarray, vals: np.ndarray) -> float:
-        """P(UP) for values `vals` (float32) at pixels `idx` (int32): sigmoid of `logit`."""
-        rows, values = self._inputs(weights, idx, vals)
-        return sparse.forward(weights.w1t, weights.w2, rows, values, self.h)
+        if weights.kernel is not None:
+            count = sparse.conv_step(
+                weights.kernel, idx, vals, self._features, self._values, self._pre, self._seen
+            )
+            idx, vals = self._features[:count], self._values[:count]
+        return sparse.forward(weights.w1t, weights.w2, idx, vals, self.h, logit=logit)

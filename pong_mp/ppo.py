@@ -138,8 +138,7 @@ class TrajectoryRecorder:
     def _clear(self) -> None:
         self._pixels: list[np.ndarray] = []
         self._signs: list[np.ndarray] = []
-        self._counts: list[int] = []
-        self._logits: list[float] = []
+        self._logit = 0.0  # of the step begun by `forward`
         self._values: list[float] = []
         self._actions: list[int] = []
         self._logp: list[float] = []
@@ -158,13 +157,12 @@ class TrajectoryRecorder:
         """P(UP) for this step's input (int32 pixels `idx`, float32 values `vals`)."""
         weights = self._weights
         assert weights is not None and weights.value is not None, "start() was not called"
-        logit = self._forward.logit(weights, idx, vals)
+        logit = self._forward.p_up(weights, idx, vals, logit=True)
         self._values.append(sparse.value(self._forward.h, weights.value))
-        self._logits.append(logit)
+        self._logit = logit
         # Copies, compact: an input stream reuses its arrays step after step.
         self._pixels.append(idx.astype(np.uint16))
         self._signs.append(vals.astype(np.int8))
-        self._counts.append(len(idx))
         p_up = policy.logistic(logit)
         self.entropy_sum += policy.entropy(p_up)
         return p_up
@@ -173,8 +171,7 @@ class TrajectoryRecorder:
         """Complete the step begun by `forward`: the action taken (ALE's), and the reward."""
         code = 1 if action == policy.UP else 0
         self._actions.append(code)
-        logit = self._logits[len(self._actions) - 1]
-        self._logp.append(sparse.log_prob(logit, code))
+        self._logp.append(sparse.log_prob(self._logit, code))
         self._rewards.append(reward)
         self.reward_sum += reward
 
@@ -182,8 +179,8 @@ class TrajectoryRecorder:
         """End the episode: its trajectory, with GAE(lambda) advantages."""
         pixels = np.concatenate(self._pixels) if self._pixels else np.zeros(0, np.uint16)
         signs = np.concatenate(self._signs) if self._signs else np.zeros(0, np.int8)
-        indptr = np.zeros(len(self._counts) + 1, np.int64)
-        np.cumsum(self._counts, out=indptr[1:])
+        indptr = np.zeros(len(self._pixels) + 1, np.int64)
+        np.cumsum([len(step) for step in self._pixels], out=indptr[1:])
         rewards = np.array(self._rewards, np.float64)
         values = np.array(self._values, np.float64)
         advantages, returns = gae(rewards, values, gamma, lam)
@@ -333,14 +330,12 @@ class PassWork:
             self._hs = np.empty((count, hidden), np.float32)
             self._dh = np.empty((count, hidden))
         hs, dh = self._hs[:count], self._dh[:count]
-        logits = np.empty(count)
-        values = np.empty(count)
+        logits, values = np.empty((2, count))
         sparse.forward_many(
             weights.w1t, weights.w2, weights.value, *rows_in, count, hs, logits, values
         )
         advantages = (trajectory.advantages[steps] - advantage_mean) * advantage_scale
-        coef_logit = np.empty(count)
-        coef_value = np.empty(count)
+        coef_logit, coef_value = np.empty((2, count))
         clipped, entropy, error, kl = sparse.ppo_coefficients(
             logits, values, trajectory.actions[steps], trajectory.logp_old[steps], advantages,
             trajectory.returns[steps], settings.clip, settings.value_coef,
@@ -463,9 +458,9 @@ def epoch_pass(
     if trajectory is None:
         raise ValueError(f"the EpochTask of episode {task.index} carries no trajectory")
     work = work or PassWork(weights.shape)
-    order = work.order(task.seed, task.epoch, trajectory.steps)
     steps = minibatch_steps(
-        task.seed, task.epoch, trajectory.steps, task.parts, task.part, order
+        task.seed, task.epoch, trajectory.steps, task.parts, task.part,
+        work.order(task.seed, task.epoch, trajectory.steps),
     )
     grad = np.empty(weights.shape.size(value=True), np.float32) if out is None else out
     seen = work.gradient(
@@ -561,8 +556,7 @@ class PPOLearner:
         for task in tasks:  # in episode order: the same bits whatever the arrival order
             moments.merge(advantage_moments(played.trajectories[task.index]))
         stepper = MeanStep(settings.optimizer, settings.decay_rate, settings.step_threads)
-        units = unit_counts(state, settings.shape)
-        stepper.load(state.params, state.cache, state.momentum, units)
+        stepper.load(state.params, state.cache, state.momentum, unit_counts(state, settings.shape))
         seen = PassStats()
         grad_norm = 0.0
         lr = settings.lr(state.steps)
@@ -599,7 +593,7 @@ class PPOLearner:
                 backend.publish(self._version, stepper.weights)
                 coordinator += time.perf_counter() - arrived
         new_state = next_state(state, stepper, played.summed, self.steps_per_update)
-        stats = {
+        return new_state, {
             **update_stats(state, new_state, played.summed, grad_norm, lr),
             "entropy_bonus": entropy_bonus,
             "value_loss": seen.value_error / 2 / seen.steps if seen.steps else None,
@@ -607,4 +601,3 @@ class PPOLearner:
             "approx_kl": seen.kl / seen.steps if seen.steps else None,
             "update_seconds": coordinator,
         }
-        return new_state, stats

@@ -10,12 +10,10 @@ def _has_avx2() -> bool:
     # Linux lists a feature only where the kernel also saves its registers.
     try:
         with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    return "avx2" in line.split()
+            flags = next((line.split() for line in cpuinfo if line.startswith("flags")), [])
     except OSError:
-        pass
-    return False
+        return False
+    return "avx2" in flags
 
 
 BUILD = "portable"  # which build this process runs: "avx2" or "portable"
