@@ -668,8 +668,8 @@ def checkpoint_on_disk(run_dir: Path) -> int | None:
 def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
     """What a run stopped at update `reached` (None: never started) left in `run_dir`, for its
     stop message, and whether `--resume` continues it."""
-    on_disk = checkpoint_on_disk(run_dir)
-    if on_disk is None:
+    saved = checkpoint_on_disk(run_dir)
+    if saved is None:
         config_path = Path(run_dir) / CONFIG_FILE
         if not config_path.exists():
             return f"nothing was written in {run_dir}", False
@@ -684,13 +684,13 @@ def where_it_stands(run_dir: Path, reached: int | None) -> tuple[str, bool]:
                 False,
             )
         return f"no checkpoint in {run_dir} yet; --resume starts the run from its start", True
-    if reached is None or on_disk >= reached:
-        return f"checkpoint saved at update {on_disk} in {run_dir}", True
-    lost = f"updates {on_disk + 1} to {reached} were"
-    if reached == on_disk + 1:
+    if reached is None or saved >= reached:
+        return f"checkpoint saved at update {saved} in {run_dir}", True
+    lost = f"updates {saved + 1} to {reached} were"
+    if reached == saved + 1:
         lost = f"update {reached} was"
     return (
-        f"the checkpoint in {run_dir} is at update {on_disk} ({lost} not saved and will be "
+        f"the checkpoint in {run_dir} is at update {saved} ({lost} not saved and will be "
         "played again)",
         True,
     )
