@@ -143,13 +143,26 @@ class MeanStep:
         except OverflowError:  # finite blocks whose sum is not: no finite norm either
             return math.inf
 
-    def step(self, total: np.ndarray, divisor: float, scale: float, step: int, lr: float) -> bool:
-        """Update number `step` (from 1) on (total / divisor) * scale at rate `lr`; False
-        where a new weight is not finite (the arrays then hold that step: `load` again
-        before going on)."""
+    def step(
+        self,
+        total: np.ndarray,
+        divisor: float,
+        scale: float,
+        step: int,
+        lr: float,
+        weights: np.ndarray | None = None,
+    ) -> bool:
+        """Update number `step` (from 1) on (total / divisor) * scale at rate `lr`, its
+        float32 weights into `weights` where given (a backend's `weights_room`), else into
+        `self.weights`; False where a new weight is not finite (the arrays then hold that
+        step: `load` again before going on)."""
         if step < 1:
             raise ValueError(f"the optimizer's step counts from 1, not {step}")
-        params, cache, weights, momentum = self.params, self.cache, self.weights, self.momentum
+        if weights is None:
+            weights = self.weights
+        elif weights.shape != self.weights.shape or weights.dtype != np.float32:
+            raise ValueError(f"the weights go into {len(self.weights)} float32 values")
+        params, cache, momentum = self.params, self.cache, self.momentum
         corrections = self._adam_corrections(step) if momentum is not None else None
 
         def part(start: int, stop: int) -> bool:

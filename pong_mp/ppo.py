@@ -587,10 +587,12 @@ class PPOLearner:
                 if not math.isfinite(grad_norm):
                     raise gradient_not_finite(update, played.summed)
                 scale = MAX_GRAD_NORM / grad_norm if grad_norm > MAX_GRAD_NORM else 1.0
-                if not stepper.step(summed.total, divisor, scale, step, lr):
+                # Straight into the backend's shared slot where it has one: no copy after.
+                room = backend.weights_room()
+                if not stepper.step(summed.total, divisor, scale, step, lr, room):
                     raise NonFiniteError(f"update {update}: the new weights would not be finite")
                 self._version += 1
-                backend.publish(self._version, stepper.weights)
+                backend.publish(self._version, stepper.weights if room is None else room)
                 coordinator += time.perf_counter() - arrived
         new_state = next_state(state, stepper, played.summed, self.steps_per_update)
         return new_state, {

@@ -245,6 +245,24 @@ def test_the_mean_step_gives_numpys_bits_on_any_thread_count(name: str, threads:
         np.testing.assert_array_equal(before, after)
 
 
+@pytest.mark.parametrize("name", ["adam", "rmsprop"])
+def test_a_step_writes_its_weights_where_it_is_told_with_the_same_bits(name: str) -> None:
+    n = 2 * STEP_BLOCK + 7
+    params, cache, momentum, total = _state(n, seed=2)
+    momentum_or_none = momentum if name == "adam" else None
+    into = np.full(n, np.nan, np.float32)  # a backend's shared slot, say
+    with MeanStep(name, 0.99, 2) as told, MeanStep(name, 0.99, 2) as own:
+        for stepper in (told, own):
+            stepper.load(params, cache, momentum_or_none)
+        for step in (1, 2):
+            assert told.step(total, 3.0, 0.5, step, 1e-3, into)
+            assert own.step(total, 3.0, 0.5, step, 1e-3)
+            assert into.tobytes() == own.weights.tobytes()
+            assert told.params.tobytes() == own.params.tobytes()
+        with pytest.raises(ValueError, match=f"{n} float32 values"):
+            told.step(total, 3.0, 0.5, 3, 1e-3, np.zeros(n))  # float64: not weights
+
+
 def test_the_mean_steps_norm_has_the_same_bits_on_any_thread_count() -> None:
     n = 5 * STEP_BLOCK + 3
     params, cache, momentum, total = _state(n, seed=1)

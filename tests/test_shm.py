@@ -73,6 +73,34 @@ def test_weights_keep_the_last_versions_written_and_workers_read_them_unchanged(
         owner.unlink()
 
 
+def test_weights_filled_in_their_room_are_published_without_a_copy(clean_system) -> None:
+    shape = BlockShape(policy.NetShape(8), width=2)
+    owner = SharedWeights.create(shape)
+    try:
+        reader = SharedWeights.attach(owner.name, shape)
+        try:
+            first = policy.init_params(shape.net, 1).astype(np.float32)
+            owner.write(first, 1)
+            room = owner.room()  # the oldest slot: empty here, its version taken back
+            assert room.flags.writeable and room.dtype == np.float32
+            assert reader.versions == [1]
+            room[:] = 2.0
+            owner.write(room, 2)
+            assert reader.versions == [1, 2]
+            assert np.all(reader.flat(2) == 2.0) and reader.flat(1).tobytes() == first.tobytes()
+            owner.room()[:] = 3.0  # over version 1, which goes as the room is taken
+            assert reader.versions == [2]
+            owner.write(owner.room(), 3)
+            assert reader.versions == [2, 3] and np.all(reader.flat(3) == 3.0)
+            owner.write(first, 4)  # any other array is copied, as before
+            assert reader.flat(4).tobytes() == first.tobytes()
+        finally:
+            reader.close()
+    finally:
+        owner.close()
+        owner.unlink()
+
+
 @pytest.mark.parametrize("width", [1, 2])
 @pytest.mark.parametrize("value", [False, True])
 def test_a_gradient_slot_holds_one_gradient_both_sides_see(

@@ -146,6 +146,11 @@ class Backend(Protocol):
         """Make flat float32 `weights` playable as `version`, keeping the last `spec.lag + 1`
         versions only; the backend copies them, so the caller may reuse them."""
 
+    def weights_room(self) -> np.ndarray | None:
+        """Where the next `publish` copies its weights (a writable flat float32 array), for
+        a caller that fills it and publishes it as it is, sparing the copy; None where the
+        backend has no such place. Filling it drops the oldest version kept."""
+
     def submit(self, version: int, tasks: list[Task]) -> None:
         """Queue one batch, `tasks` in position order, to be played with weights `version`
         (published). Earlier submitted batches are played first."""
@@ -176,6 +181,10 @@ class BackendBase:
         self.spec = spec
         self.replacements = 0
         """How many workers were replaced after dying or hanging (for tests and logs)."""
+
+    def weights_room(self) -> np.ndarray | None:
+        """None: the weights are copied (`Backend.weights_room`)."""
+        return None
 
     def __enter__(self) -> Any:
         self.start()

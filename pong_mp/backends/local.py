@@ -19,6 +19,7 @@ Data flow of one batch:
     coordinator (publish, submit, results)          worker N (worker_main, an EpisodeWorker)
     --------------------------------------          ----------------------------------------
     publish: weights -> SharedWeights slot (v)  ~~ shm ~~>  weights.read(v)
+      (the actor-critic's step writes them there: weights_room)
     submit: Play(v, task, s) queued,    -- pipe -->  play(weights, task, slot)
             sent                                       gradient -> SharedGradient N, slot s
     EpisodeResult(stats, slot s view    <-- pipe --  Done(stats, gradient, s) |
@@ -288,6 +289,10 @@ class LocalBackend(BackendBase):
                 self._weights = None
 
     # episodes
+
+    def weights_room(self) -> np.ndarray | None:
+        """The shared slot the next `publish` writes (`SharedWeights.room`)."""
+        return self._started_weights().room()
 
     def publish(self, version: int, weights: np.ndarray) -> None:
         """Write `weights` into shared memory as `version`, over the oldest version kept."""

@@ -235,12 +235,20 @@ class SharedWeights(_Block):
         """`shape.width` slots."""
         return shape.width * SharedWeights.slot_size(shape.net, shape.value)
 
-    def write(self, params: np.ndarray, version: int) -> None:
-        """Publish flat `params` as `version`, over the oldest version kept (coordinator only;
-        no episode may still be playing that one)."""
+    def room(self) -> np.ndarray:
+        """The slot the next `write` goes into, its version taken back: a writer that fills
+        it itself and then writes it spares the copy (coordinator only, as `write`)."""
         stamp, flat, _ = self._views[self._written % self.shape.width]
         stamp[0] = _NO_VERSION
-        np.copyto(flat, params, casting="same_kind")
+        return flat
+
+    def write(self, params: np.ndarray, version: int) -> None:
+        """Publish flat `params` as `version`, over the oldest version kept (coordinator only;
+        no episode may still be playing that one); `params` may be `room()` itself."""
+        stamp, flat, _ = self._views[self._written % self.shape.width]
+        stamp[0] = _NO_VERSION
+        if params is not flat:
+            np.copyto(flat, params, casting="same_kind")
         stamp[0] = version
         self._written += 1
 
