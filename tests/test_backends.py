@@ -26,6 +26,7 @@ from tests.helpers import (
     play_batches,
     pong_processes,
     run_batch,
+    sum_batch,
 )
 
 
@@ -50,6 +51,29 @@ def test_local_workers_are_named_processes(clean_system) -> None:
         assert pong_processes() >= set(pids)  # the name the OS shows, too
     finally:
         backend.close()
+
+
+@pytest.mark.parametrize("name", ["serial", "local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_weights_filled_in_a_backends_room_play_as_published(name: str, clean_system) -> None:
+    spec = fake_spec(workers=1)
+    params = policy.init_params(spec.shape, 3)
+    with new_backend("serial", spec) as serial:
+        want, _ = play_batch(serial, params, make_tasks(0, 0, 2))
+    backend = new_backend(name, spec)
+    with backend:
+        backend.publish(0, np.zeros(len(params), np.float32))
+        room = backend.weights_room()
+        if name == "serial":  # no shared slot: it copies what it is given
+            assert room is None
+            got, _ = play_batch(backend, params, make_tasks(0, 0, 2))
+        else:  # the local pool's slot, or the Ray leader's on this machine
+            assert room is not None and room.dtype == np.float32 and room.flags.writeable
+            room[:] = params  # as the optimizer step writes it
+            backend.publish(1, room)
+            tasks = make_tasks(0, 0, 2)
+            backend.submit(1, tasks)
+            got, _ = sum_batch(backend.results(), tasks)
+    assert got == want
 
 
 BACKENDS_WITH_WORKERS = ["local", pytest.param("ray", marks=pytest.mark.ray)]

@@ -645,6 +645,12 @@ class RayBackend(BackendBase):
             _stop_reaper()
             self._owns_ray = False
 
+    def weights_room(self) -> np.ndarray | None:
+        """The slot the next `publish` writes in the block of the first leader on this
+        machine (`SharedWeights.room`); None where no leader is on it."""
+        here = next((lead.weights for lead in self._leaders if lead.weights is not None), None)
+        return None if here is None else here.room()
+
     def publish(self, version: int, weights: np.ndarray) -> None:
         """Write float32 `weights` into the pool's block of each leader on this machine, and
         put them in the object store once for the others (one transfer per node, zero-copy
