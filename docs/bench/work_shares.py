@@ -74,9 +74,10 @@ def main() -> None:
     finally:
         # The last update, where its rounds are all in (a stop mid-update leaves it to the
         # resume, which plays it again from the checkpoint).
-        config = json.loads((Path(args.run_dir) / "config.json").read_text())
-        if len(update["rounds"]) == config["epochs"] * config["minibatches"]:
-            out.write(json.dumps(update) + "\n")
+        if update["rounds"]:  # a run that started
+            config = json.loads((Path(args.run_dir) / "config.json").read_text())
+            if len(update["rounds"]) == config["epochs"] * config["minibatches"]:
+                out.write(json.dumps(update) + "\n")
         out.close()
 
 
