@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 
-def _lines(path: Path) -> list[dict[str, Any]]:
+def _shares(path: Path) -> list[dict[str, Any]]:
+    # work_shares.py's lines, as it wrote them or packed with xz.
     raw = lzma.decompress(path.read_bytes()) if path.suffix == ".xz" else path.read_bytes()
     return [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
 
@@ -44,10 +45,10 @@ def _fit(x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
 
 def model(record: Path, shares: Path, raw: float | None) -> dict[str, Any]:
     """The fits and the split of `record`'s wall time (see the module)."""
-    metrics_file = next(p for p in (record / "metrics.jsonl.xz", record / "metrics.jsonl")
-                        if p.exists())
-    metrics = _lines(metrics_file)
-    work = _lines(shares)[: len(metrics)]
+    from pong_mp.rundir import metrics_file, read_metrics  # a fork's packed lines too
+
+    metrics = read_metrics(metrics_file(record))
+    work = _shares(shares)[: len(metrics)]
     metrics = metrics[: len(work)]
     for row, update in zip(metrics, work, strict=True):
         if row["steps"] != sum(update["play"]):
